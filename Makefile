@@ -1,0 +1,94 @@
+# Developer and CI entry points. `make setup` is idempotent and cheap once done:
+# each step leaves a stamp file and only re-runs when its inputs change.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+MAKEFLAGS += --no-builtin-rules
+
+PYTHON ?= python3
+VENV := .venv
+VENV_PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.setup-stamp
+
+JARS_DIR := .jars
+JARS_POM := tools/delta-jars/pom.xml
+JARS_STAMP := $(JARS_DIR)/.setup-stamp
+
+PYTEST_ARGS ?=
+# Debian installs the broker here, outside many users' PATH.
+MOSQUITTO_SBIN ?= /usr/sbin/mosquitto
+
+.PHONY: setup system-deps test lint bench demo fuzz clean
+
+## setup: virtualenv with the project and its dev extras, Mosquitto, Delta's jars
+setup: $(VENV_STAMP) system-deps $(JARS_STAMP)
+
+# Re-runs when pyproject.toml changes; the stamp lives inside .venv, so deleting
+# .venv also forces a rebuild.
+$(VENV_STAMP): pyproject.toml
+	@if [ ! -x "$(VENV_PY)" ]; then \
+		echo "Creating $(VENV) with $(PYTHON)"; \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+	$(VENV_PY) -m pip install --quiet --upgrade pip
+	$(VENV_PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# System packages the tests need. Nothing runs when everything is present.
+system-deps:
+	@missing=""; \
+	if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x "$(MOSQUITTO_SBIN)" ]; then \
+		missing="$$missing mosquitto mosquitto-clients"; \
+	fi; \
+	if ! command -v openssl >/dev/null 2>&1; then missing="$$missing openssl"; fi; \
+	if ! command -v mvn >/dev/null 2>&1; then missing="$$missing maven"; fi; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
+		elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+		else echo "error: need root or sudo to install:$$missing" >&2; exit 1; fi; \
+		echo "Installing system packages:$$missing"; \
+		$$sudo apt-get update; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+
+# Delta's JVM jar plus its runtime dependencies, for local Spark sessions.
+# Re-runs when the pom changes; a failed run leaves no stamp. The sed drops the
+# colour codes some Maven builds print even in batch mode.
+$(JARS_STAMP): $(JARS_POM) | system-deps
+	@echo "Fetching Delta jars into $(JARS_DIR)/"
+	rm -rf $(JARS_DIR)
+	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS_DIR)) 2>&1 \
+		| sed -e 's/\x1b\[[0-9;]*m//g'
+	@touch $@
+
+## test: the suite under tests/ (pyproject's testpaths); extra pytest arguments,
+## including narrower paths, via PYTEST_ARGS="..."
+test: setup
+	$(VENV_PY) -m pytest -q $(PYTEST_ARGS)
+
+## lint: ruff over the repository
+lint: $(VENV_STAMP)
+	$(VENV_PY) -m ruff check .
+
+## bench: codec and drain benchmarks
+bench: setup
+	$(VENV_PY) -m bench.codec
+	$(VENV_PY) -m bench.drain
+
+## demo: end-to-end streaming demo
+demo: setup
+	$(VENV_PY) -m streaming_jobs.demo
+
+## fuzz: the property-based unit tests with a large example budget
+# pytest exits 5 when no test matches; tolerated until fuzz tests exist.
+fuzz: setup
+	@rc=0; FUZZ_EXAMPLES=20000 $(VENV_PY) -m pytest -q tests/unit -k fuzz $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "fuzz: no tests matched 'fuzz' in tests/unit"; \
+	else exit $$rc; fi
+
+## clean: remove everything setup and the tools generated (not data/)
+clean:
+	rm -rf $(VENV) $(JARS_DIR) .pytest_cache .ruff_cache .hypothesis *.egg-info
+	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

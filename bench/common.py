@@ -1,0 +1,167 @@
+"""Shared helpers of the benchmarks: machine description, statistics, tables, JSON results."""
+
+from __future__ import annotations
+
+import cProfile
+import datetime
+import io
+import json
+import os
+import platform
+import pstats
+import re
+import statistics
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin")
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Median, min and max of repeated measurements, plus the raw values."""
+
+    median: float
+    min: float
+    max: float
+    runs: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Stats:
+        runs = tuple(values)
+        if not runs:
+            raise ValueError("no measurements")
+        return cls(statistics.median(runs), min(runs), max(runs), runs)
+
+    def as_dict(self, digits: int = 3) -> dict[str, Any]:
+        data = asdict(self)
+        return {
+            key: [round(v, digits) for v in value] if key == "runs" else round(value, digits)
+            for key, value in data.items()
+        }
+
+
+def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> Stats:
+    """Ratios of measurements taken in the same repetition (ours[i] / theirs[i])."""
+    return Stats.of(a / b for a, b in zip(ours, theirs, strict=True))
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else platform.processor() or "unknown"
+
+
+def _find_binary(name: str) -> str | None:
+    for directory in (*os.environ.get("PATH", "").split(os.pathsep), *_SBIN_DIRS):
+        candidate = Path(directory) / name
+        if directory and candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def mosquitto_version() -> str | None:
+    """Version of the installed ``mosquitto`` broker, e.g. ``"2.0.11"``."""
+    binary = _find_binary("mosquitto")
+    if binary is None:
+        return None
+    try:
+        done = subprocess.run([binary, "-h"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"mosquitto version (\S+)", done.stdout + done.stderr)
+    return match.group(1) if match else None
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_revision() -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on."""
+    return {
+        "cpu_model": _cpu_model(),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "mosquitto": mosquitto_version(),
+        "paho_mqtt": package_version("paho-mqtt"),
+        "git_revision": _git_revision(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain text table: first column left-aligned, the others right-aligned."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
+
+
+def rate(value: float) -> str:
+    """Messages per second with thousands separators."""
+    return f"{value:,.0f}"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def describe_machine(info: Mapping[str, Any]) -> str:
+    """One line naming the machine, for the top of a printed report."""
+    return (
+        f"{info['cpu_model']}, {info['cores']} cores, {info['python']}, "
+        f"mosquitto {info['mosquitto']}, paho-mqtt {info['paho_mqtt']}, {info['date']}"
+    )
+
+
+def write_results(name: str, data: Mapping[str, Any], path: Path | None = None) -> Path:
+    """Write ``data`` as JSON to ``bench/results/<name>.json`` (atomically) and return the path."""
+    target = path if path is not None else RESULTS_DIR / f"{name}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(target.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    temporary.replace(target)
+    return target
+
+
+def profile_report(profile: cProfile.Profile | str, limit: int = 20) -> str:
+    """The ``limit`` functions with the most own time in a profile (or a saved profile file)."""
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(limit)
+    return out.getvalue()

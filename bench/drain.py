@@ -1,0 +1,492 @@
+"""Backlog drain rate: a persistent session's queued QoS 1 messages, read and acknowledged.
+
+``python -m bench.drain [--messages N] [--repeat R] [--inflight K] [--peers ...] [--profile]``
+
+For every peer and repetition a fresh Mosquitto (``tests.brokers.MosquittoBroker``) gets a
+fresh backlog: a ``clean_session=False`` client connects, subscribes with QoS 1 and leaves;
+``python -m connector.mqtt pub --qos 1`` publishes N numbered 100-byte messages and exits once
+every one is acknowledged, i.e. queued for the offline session. Then one peer drains it:
+
+* ``ours``: ``connector.mqtt.driver.MqttClient``, a poll/acknowledge loop (subprocess);
+* ``paho``: a paho-mqtt 2.x client (subprocess) with automatic PUBACKs, run by the same
+  select / ``loop_read`` / ``loop_write`` / ``loop_misc`` cycle as ``loop_forever`` so that it
+  can stop after its last PUBACK has gone out;
+* ``mosquitto_sub``: ``mosquitto_sub -c -i ID -q 1 -C N`` writing to /dev/null.
+
+Ours and paho report their own time from connect to the last message (JSON on stdout) and
+check the payload sequence numbers: N distinct messages, each in 0..N-1. All peers are also
+timed from process start to exit. After each drain a check connects to the session once more
+and counts what is still queued (0 when every message was acknowledged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    REPO_ROOT,
+    Stats,
+    describe_machine,
+    format_table,
+    machine_info,
+    paired_ratio,
+    profile_report,
+    rate,
+    ratio,
+    write_results,
+)
+
+TOPIC = "plant/line-3/sensor-17/telemetry"
+TOPIC_FILTER = "plant/+/+/telemetry"
+PEERS = ("ours", "paho", "mosquitto_sub")
+GOAL_VS_PAHO = 2.5
+GOAL_VS_MOSQUITTO_SUB = 0.7
+SEQUENCE_DIGITS = 10  # the pub tool starts each payload with a 10-digit sequence number
+
+
+# ------------------------------------------------------------------------------ worker side
+
+
+def _sequence_checker(count: int) -> tuple[bytearray, list[int]]:
+    """A seen-flag per sequence number and [received, distinct, out of range] counters."""
+    return bytearray(count), [0, 0, 0]
+
+
+def _note(seen: bytearray, counters: list[int], payload: bytes) -> None:
+    counters[0] += 1
+    try:
+        seq = int(payload[:SEQUENCE_DIGITS])
+    except ValueError:
+        counters[2] += 1
+        return
+    if 0 <= seq < len(seen):
+        if not seen[seq]:
+            seen[seq] = 1
+            counters[1] += 1
+    else:
+        counters[2] += 1
+
+
+def worker_ours(url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
+    """Drain with our driver: poll, check, acknowledge; stop at ``count`` distinct messages."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    seen, counters = _sequence_checker(count)
+    client = MqttClient(
+        url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)]
+    )
+    start = time.perf_counter()
+    deadline = start + timeout
+    client.connect()
+    connected = time.perf_counter()
+    last = connected
+    while counters[1] < count:
+        now = time.perf_counter()
+        if now > deadline:
+            break
+        batch = client.poll(min(1.0, deadline - now))
+        messages = batch.messages
+        if messages:
+            for message in messages:
+                _note(seen, counters, message.payload)
+            last = time.perf_counter()
+        client.acknowledge(messages, batch.released)
+    client.disconnect()
+    return _worker_result(counters, start, connected, last, client.connections)
+
+
+def worker_paho(url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
+    """Drain with paho-mqtt 2.x: on_message checks, paho sends each PUBACK itself."""
+    from urllib.parse import urlsplit
+
+    from paho.mqtt import client as paho
+
+    parts = urlsplit(url)
+    seen, counters = _sequence_checker(count)
+    state = {"last": 0.0, "connected": 0.0}
+
+    def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        state["connected"] = time.perf_counter()
+        client.subscribe(TOPIC_FILTER, qos=1)
+
+    def on_message(client: Any, userdata: Any, message: Any) -> None:
+        _note(seen, counters, message.payload)
+        state["last"] = time.perf_counter()
+
+    client = paho.Client(
+        paho.CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        clean_session=False,
+        protocol=paho.MQTTv311,
+    )
+    client.on_connect = on_connect
+    client.on_message = on_message
+    start = time.perf_counter()
+    deadline = start + timeout
+    client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=60)
+    sock = client.socket()
+    # loop_forever's cycle through the external-loop API, so the loop can end right after
+    # the PUBACK of the last message was written (before DISCONNECT).
+    while counters[1] < count and time.perf_counter() < deadline:
+        writable = [sock] if client.want_write() else []
+        readable, _, _ = select.select([sock], writable, [], 1.0)
+        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
+            break
+        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
+            break
+        client.loop_misc()
+    client.disconnect()
+    connected = state["connected"] or start
+    return _worker_result(counters, start, connected, state["last"] or connected, 1)
+
+
+def _worker_result(
+    counters: list[int], start: float, connected: float, last: float, connections: int
+) -> dict[str, Any]:
+    received, distinct, bad = counters
+    return {
+        "received": received,
+        "distinct": distinct,
+        "out_of_range": bad,
+        "duplicates": received - distinct - bad,
+        "connect_seconds": connected - start,
+        "drain_seconds": last - start,
+        "connections": connections,
+    }
+
+
+def run_worker(argv: Sequence[str]) -> int:
+    """``python -m bench.drain worker {ours,paho} URL CLIENT_ID COUNT``: one JSON line out."""
+    parser = argparse.ArgumentParser(prog="python -m bench.drain worker")
+    parser.add_argument("peer", choices=["ours", "paho"])
+    parser.add_argument("url")
+    parser.add_argument("client_id")
+    parser.add_argument("count", type=int)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--profile", help="write a cProfile of the drain to this file")
+    args = parser.parse_args(argv)
+    work = worker_ours if args.peer == "ours" else worker_paho
+    if args.profile:
+        profiler = cProfile.Profile()
+        result = profiler.runcall(work, args.url, args.client_id, args.count, args.timeout)
+        profiler.dump_stats(args.profile)
+    else:
+        result = work(args.url, args.client_id, args.count, args.timeout)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0 if result["distinct"] == args.count else 1
+
+
+# ------------------------------------------------------------------------------ parent side
+
+
+class BenchError(RuntimeError):
+    """A backlog could not be prepared or a peer failed."""
+
+
+@dataclass(slots=True)
+class Drain:
+    """One peer's drain of one backlog."""
+
+    peer: str
+    process_seconds: float
+    drain_seconds: float | None
+    publish_rate: float
+    left_queued: int
+    details: dict[str, Any]
+
+
+def _create_session(url: str, client_id: str) -> None:
+    """Connect with clean_session=False, subscribe with QoS 1, leave: the session stays."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    client = MqttClient(
+        url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)]
+    )
+    connected = client.connect()
+    if connected.session_present:
+        raise BenchError(f"the broker already had a session for {client_id!r}")
+    client.disconnect()
+
+
+def _publish_backlog(url: str, count: int, size: int, timeout: float) -> float:
+    """Publish ``count`` QoS 1 messages with our pub tool; returns its rate. It exits only
+    once every message was acknowledged, i.e. queued for the offline session."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", TOPIC,
+            "--qos", "1", "--count", str(count), "--size", str(size),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise BenchError(f"publishing the backlog failed ({done.returncode}): {done.stderr}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if report.get("published") != count:
+        raise BenchError(f"the pub tool published {report.get('published')} of {count}")
+    return float(report["rate"])
+
+
+def _left_queued(url: str, client_id: str, wait: float = 0.3) -> int:
+    """Messages the broker still holds for the session: reconnect, count, leave unacked."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [])
+    client.connect()
+    found = 0
+    deadline = time.monotonic() + wait
+    while (remaining := deadline - time.monotonic()) > 0:
+        found += len(client.poll(remaining).messages)
+    client.close()  # no DISCONNECT needed; nothing was acknowledged
+    return found
+
+
+def _drain_worker(
+    peer: str, url: str, client_id: str, count: int, timeout: float, profile: str | None
+) -> tuple[float, dict[str, Any]]:
+    command = [sys.executable, "-m", "bench.drain", "worker", peer, url, client_id, str(count)]
+    command += ["--timeout", str(timeout)]
+    if profile:
+        command += ["--profile", profile]
+    start = time.perf_counter()
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout + 30, cwd=REPO_ROOT
+    )
+    wall = time.perf_counter() - start
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        raise BenchError(f"{peer} worker printed nothing ({done.returncode}): {done.stderr}")
+    details = json.loads(lines[-1])
+    if done.returncode != 0:
+        raise BenchError(f"{peer} worker failed ({done.returncode}): {details} {done.stderr}")
+    return wall, details
+
+
+def _drain_mosquitto_sub(url: str, client_id: str, count: int, timeout: float) -> float:
+    from urllib.parse import urlsplit
+
+    from tests.brokers import find_tool
+
+    parts = urlsplit(url)
+    command = [
+        find_tool("mosquitto_sub"), "-h", str(parts.hostname), "-p", str(parts.port),
+        "-c", "-i", client_id, "-q", "1", "-t", TOPIC_FILTER, "-C", str(count),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout
+    )
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise BenchError(f"mosquitto_sub failed ({done.returncode}): {done.stderr}")
+    return wall
+
+
+def drain_once(
+    peer: str,
+    count: int,
+    size: int,
+    inflight: int,
+    timeout: float,
+    profile: str | None = None,
+) -> Drain:
+    """Fresh broker, fresh backlog of ``count`` messages, drained by ``peer``."""
+    from tests.brokers import MosquittoBroker
+
+    client_id = f"bench-drain-{peer}"
+    broker = MosquittoBroker(
+        max_queued_messages=max(1_000_000, 2 * count), max_inflight_messages=inflight
+    )
+    with broker:
+        _create_session(broker.url, client_id)
+        publish_rate = _publish_backlog(broker.url, count, size, timeout)
+        details: dict[str, Any] = {}
+        drain_seconds = None
+        if peer == "mosquitto_sub":
+            wall = _drain_mosquitto_sub(broker.url, client_id, count, timeout)
+        else:
+            wall, details = _drain_worker(peer, broker.url, client_id, count, timeout, profile)
+            drain_seconds = details["drain_seconds"]
+        left = _left_queued(broker.url, client_id)
+        if broker.crashed:
+            raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
+    return Drain(peer, wall, drain_seconds, publish_rate, left, details)
+
+
+def _check(drain: Drain, count: int) -> None:
+    d = drain.details
+    if d and (d["distinct"] != count or d["out_of_range"]):
+        raise BenchError(f"{drain.peer} received {d}, expected {count} distinct messages")
+    if drain.left_queued:
+        raise BenchError(f"{drain.peer} left {drain.left_queued} message(s) unacknowledged")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["worker"]:
+        return run_worker(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.drain", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--messages", type=int, default=100_000, help="backlog size")
+    parser.add_argument("--repeat", type=int, default=3, help="backlogs per peer")
+    parser.add_argument("--size", type=int, default=100, help="payload bytes (>= 10)")
+    parser.add_argument(
+        "--inflight", type=int, default=20, help="mosquitto max_inflight_messages (default 20)"
+    )
+    parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
+    parser.add_argument("--timeout", type=float, default=120.0, help="per step, in seconds")
+    parser.add_argument("--output", help="results file (default bench/results/drain.json)")
+    parser.add_argument(
+        "--profile", action="store_true", help="print a cProfile of one extra drain by ours"
+    )
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.repeat < 1 or args.size < SEQUENCE_DIGITS or args.inflight < 0:
+        parser.error("--messages and --repeat must be >= 1, --size >= 10, --inflight >= 0")
+    peers: list[str] = list(dict.fromkeys(args.peers))
+
+    info = machine_info()
+    runs: dict[str, list[Drain]] = {peer: [] for peer in peers}
+    for rep in range(args.repeat):
+        order = peers[rep % len(peers) :] + peers[: rep % len(peers)]
+        for peer in order:
+            drain = drain_once(peer, args.messages, args.size, args.inflight, args.timeout)
+            _check(drain, args.messages)
+            runs[peer].append(drain)
+
+    n = args.messages
+    process = {p: [n / d.process_seconds for d in runs[p]] for p in peers}
+    inside = {
+        p: [n / d.drain_seconds for d in runs[p] if d.drain_seconds] for p in peers if p != "mosquitto_sub"
+    }
+    # The precise figure of each peer: inside the process where measured, else wall time.
+    best = {p: inside.get(p) or process[p] for p in peers}
+    ratios: dict[str, Stats] = {}
+    if "ours" in peers and "paho" in peers:
+        ratios["ours/paho (connect to last message)"] = paired_ratio(best["ours"], best["paho"])
+        ratios["ours/paho (process start to exit)"] = paired_ratio(
+            process["ours"], process["paho"]
+        )
+    if "ours" in peers and "mosquitto_sub" in peers:
+        ratios["ours (connect to last message)/mosquitto_sub (process)"] = paired_ratio(
+            best["ours"], process["mosquitto_sub"]
+        )
+        ratios["ours/mosquitto_sub (process start to exit)"] = paired_ratio(
+            process["ours"], process["mosquitto_sub"]
+        )
+
+    print(f"bench.drain: {describe_machine(info)}")
+    print(
+        f"backlog of {n:,} QoS 1 messages ({args.size}-byte payloads) per drain, "
+        f"max_inflight_messages {args.inflight}, median of {args.repeat}"
+    )
+    print()
+    rows = []
+    for peer in peers:
+        proc = Stats.of(process[peer])
+        row: list[object] = [peer]
+        if peer in inside and inside[peer]:
+            s = Stats.of(inside[peer])
+            row += [rate(s.median), rate(s.min), rate(s.max)]
+        else:
+            row += ["-", "-", "-"]
+        row += [rate(proc.median), rate(proc.min), rate(proc.max)]
+        rows.append(row)
+    print(
+        format_table(
+            [
+                "peer", "connect->last msg/s", "min", "max",
+                "process msg/s", "min", "max",
+            ],
+            rows,
+        )
+    )  # fmt: skip
+    print()
+    print(format_table(["ratio", "median", "min", "max"], [
+        [name, ratio(r.median), ratio(r.min), ratio(r.max)] for name, r in ratios.items()
+    ]))  # fmt: skip
+    goals = []
+    if "ours/paho (connect to last message)" in ratios:
+        goals.append(("ours/paho", GOAL_VS_PAHO, ratios["ours/paho (connect to last message)"]))
+    key = "ours (connect to last message)/mosquitto_sub (process)"
+    if key in ratios:
+        goals.append(("ours/mosquitto_sub", GOAL_VS_MOSQUITTO_SUB, ratios[key]))
+    print()
+    for name, target, measured in goals:
+        verdict = "met" if measured.median >= target else "NOT met"
+        print(f"goal {name} >= {target:g}x: {ratio(measured.median)} -> {verdict}")
+    publish = Stats.of(d.publish_rate for p in peers for d in runs[p])
+    print(f"(backlogs published at {rate(publish.median)} msg/s median by the pub tool)")
+
+    profile_text = None
+    if args.profile and "ours" in peers:
+        path = Path("/tmp") / f"bench-drain-ours-{time.time_ns()}.prof"
+        drain_once("ours", n, args.size, args.inflight, args.timeout, profile=str(path))
+        profile_text = profile_report(str(path))
+        path.unlink(missing_ok=True)
+        print()
+        print(profile_text)
+
+    results = {
+        "benchmark": "drain",
+        "machine": info,
+        "parameters": {
+            "messages": n,
+            "qos": 1,
+            "payload_bytes": args.size,
+            "max_inflight_messages": args.inflight,
+            "repeat": args.repeat,
+            "topic": TOPIC,
+            "topic_filter": TOPIC_FILTER,
+            "publisher": "python -m connector.mqtt pub --qos 1",
+        },
+        "unit": "messages/s",
+        "peers": {
+            peer: {
+                "connect_to_last_message": (
+                    Stats.of(inside[peer]).as_dict(1) if inside.get(peer) else None
+                ),
+                "process_start_to_exit": Stats.of(process[peer]).as_dict(1),
+                "runs": [
+                    {
+                        "process_seconds": round(d.process_seconds, 4),
+                        "drain_seconds": (
+                            None if d.drain_seconds is None else round(d.drain_seconds, 4)
+                        ),
+                        "left_queued": d.left_queued,
+                        "backlog_publish_rate": round(d.publish_rate),
+                        **{k: v for k, v in d.details.items() if not k.endswith("_seconds")},
+                    }
+                    for d in runs[peer]
+                ],
+            }
+            for peer in peers
+        },
+        "ratios": {name: r.as_dict(3) for name, r in ratios.items()},
+        "goals": {
+            name: {"target": target, "measured": round(m.median, 3), "met": m.median >= target}
+            for name, target, m in goals
+        },
+    }
+    path = write_results("drain", results, None if args.output is None else Path(args.output))
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

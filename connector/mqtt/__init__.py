@@ -1,0 +1,49 @@
+"""Sans-I/O MQTT 3.1/3.1.1: codec, session state machine, topic rules, one blocking driver.
+
+Nothing here imports Spark. The codec and the session take bytes and return packets/events and
+bytes to send; :mod:`connector.mqtt.driver` owns sockets, TLS, clocks and reconnects.
+"""
+
+from .codec import decode_packet, encode, encode_publish
+from .decoder import StreamDecoder
+from .errors import (
+    BadUsernameOrPassword,
+    ConnectionLost,
+    ConnectionRefused,
+    IdentifierRejected,
+    KeepAliveTimeout,
+    MalformedPacket,
+    MqttError,
+    NotAuthorized,
+    PacketTooLarge,
+    ProtocolError,
+    ServerUnavailable,
+    SubscriptionRefused,
+    UnacceptableProtocolVersion,
+)
+from .packets import ProtocolLevel, Publish
+from .session import ClientSession, SessionConfig
+
+__all__ = [
+    "BadUsernameOrPassword",
+    "ClientSession",
+    "ConnectionLost",
+    "ConnectionRefused",
+    "IdentifierRejected",
+    "KeepAliveTimeout",
+    "MalformedPacket",
+    "MqttError",
+    "NotAuthorized",
+    "PacketTooLarge",
+    "ProtocolError",
+    "ProtocolLevel",
+    "Publish",
+    "ServerUnavailable",
+    "SessionConfig",
+    "StreamDecoder",
+    "SubscriptionRefused",
+    "UnacceptableProtocolVersion",
+    "decode_packet",
+    "encode",
+    "encode_publish",
+]

@@ -1,0 +1,247 @@
+"""``python -m connector.mqtt sub|pub``: debug a broker, drive tests and benchmarks.
+
+``sub`` prints one JSON object per message and acknowledges a message only after its line has
+been flushed to stdout. ``pub`` is a pipelined load generator that prints the rate it reached.
+Exit codes: 0 success, 1 runtime failure (refused, unreachable, timeout), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+
+from .driver import BrokerAddress, MqttClient, TlsOptions
+from .errors import MqttError
+from .packets import ProtocolLevel
+from .session import ClientSession, SessionConfig
+from .topics import validate_topic_filter, validate_topic_name
+
+log = logging.getLogger("connector.mqtt.cli")
+
+
+class CliError(Exception):
+    """A fatal condition reported as one line on stderr with exit code 1."""
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _qos(text: str) -> int:
+    if text not in ("0", "1", "2"):
+        raise argparse.ArgumentTypeError(f"QoS must be 0, 1 or 2, got {text}")
+    return int(text)
+
+
+def _add_connection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker", required=True, help="tcp://HOST:PORT, ssl://HOST:PORT or mqtts://"
+    )
+    parser.add_argument("--client-id", help="client identifier (default: generated)")
+    parser.add_argument("--mqtt-version", default="3.1.1", choices=["3.1", "3.1.1"])
+    parser.add_argument("--keepalive", type=int, default=60, help="keep alive in seconds")
+    parser.add_argument("--username")
+    parser.add_argument(
+        "--password", help="password (or set MQTT_PASSWORD; never printed or logged)"
+    )
+    parser.add_argument("--cafile", help="CA bundle that signs the broker's certificate")
+    parser.add_argument("--certfile", help="client certificate (mutual TLS)")
+    parser.add_argument("--keyfile", help="client private key (mutual TLS)")
+    parser.add_argument(
+        "--insecure", action="store_true", help="TLS without verifying the broker (testing only)"
+    )
+    parser.add_argument("--connect-timeout", type=_positive_float, default=10.0)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m connector.mqtt", description="MQTT 3.1/3.1.1 subscriber and publisher"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    sub = commands.add_parser("sub", help="print messages as JSON lines")
+    _add_connection_args(sub)
+    sub.add_argument("--topic", action="append", required=True, help="topic filter (repeatable)")
+    sub.add_argument("--qos", type=_qos, default=1)
+    session = sub.add_mutually_exclusive_group()
+    session.add_argument("--clean-session", dest="clean_session", action="store_true")
+    session.add_argument("--no-clean-session", dest="clean_session", action="store_false")
+    sub.set_defaults(clean_session=True)
+    sub.add_argument("--count", type=int, help="exit 0 after this many messages")
+    sub.add_argument("--timeout", type=_positive_float, help="fail after this many seconds")
+
+    pub = commands.add_parser("pub", help="publish a burst of messages and print the rate")
+    _add_connection_args(pub)
+    pub.add_argument("--topic", required=True)
+    pub.add_argument("--qos", type=_qos, default=0)
+    pub.add_argument("--count", type=int, default=1)
+    pub.add_argument("--size", type=int, default=100, help="payload bytes per message")
+    pub.add_argument("--rate", type=_positive_float, help="messages per second (default: max)")
+    pub.add_argument("--retain", action="store_true")
+    pub.add_argument("--inflight", type=int, default=1000, help="QoS 1/2 window")
+    pub.add_argument("--payload", help="fixed payload text instead of numbered filler")
+    return parser
+
+
+def _client(args: argparse.Namespace, subscriptions: list[tuple[str, int]]) -> MqttClient:
+    try:
+        address = BrokerAddress.parse(args.broker)
+        level = ProtocolLevel.parse(args.mqtt_version)
+        client_id = args.client_id or f"cm-{uuid.uuid4().hex[:16]}"
+        password = args.password if args.password is not None else os.environ.get("MQTT_PASSWORD")
+        username = args.username or os.environ.get("MQTT_USERNAME")
+        config = SessionConfig(
+            client_id=client_id,
+            clean_session=getattr(args, "clean_session", True),
+            keep_alive=args.keepalive,
+            username=username,
+            password=password.encode() if password is not None else None,
+            level=level,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    tls = None
+    if address.tls or args.cafile or args.certfile:
+        tls = TlsOptions(args.cafile, args.certfile, args.keyfile, verify=not args.insecure)
+        if not address.tls:
+            raise CliError("--cafile/--certfile need an ssl:// or mqtts:// broker URL")
+    return MqttClient(
+        address,
+        ClientSession(config),
+        subscriptions,
+        tls=tls,
+        connect_timeout=args.connect_timeout,
+    )
+
+
+def run_sub(args: argparse.Namespace) -> int:
+    for topic_filter in args.topic:
+        try:
+            validate_topic_filter(topic_filter)
+        except MqttError as exc:
+            raise CliError(f"--topic {topic_filter!r}: {exc}") from None
+    client = _client(args, [(t, args.qos) for t in args.topic])
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    out = sys.stdout.buffer
+    received = 0
+    with client:
+        client.connect()
+        while args.count is None or received < args.count:
+            wait = 1.0
+            if deadline is not None:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise CliError(
+                        f"timed out after {args.timeout} s with {received} message(s)"
+                        + (f" of {args.count}" if args.count else "")
+                    )
+            batch = client.poll(wait)
+            messages = batch.messages
+            if args.count is not None:
+                messages = messages[: args.count - received]
+            if messages:
+                out.write(
+                    b"".join(
+                        json.dumps(
+                            {
+                                "topic": m.topic,
+                                "payload": base64.b64encode(m.payload).decode("ascii"),
+                                "qos": m.qos,
+                                "retained": m.retain,
+                                "duplicate": m.dup,
+                                "messageId": m.packet_id,
+                            }
+                        ).encode()
+                        + b"\n"
+                        for m in messages
+                    )
+                )
+                out.flush()
+                received += len(messages)
+            client.acknowledge(messages, batch.released)
+    return 0
+
+
+def _payloads(args: argparse.Namespace) -> Sequence[bytes] | None:
+    if args.payload is not None:
+        return [args.payload.encode()]
+    return None
+
+
+def run_pub(args: argparse.Namespace) -> int:
+    try:
+        validate_topic_name(args.topic)
+    except MqttError as exc:
+        raise CliError(f"--topic {args.topic!r}: {exc}") from None
+    if args.count < 0 or args.size < 0 or args.inflight < 1:
+        raise CliError("--count and --size must be >= 0 and --inflight >= 1")
+    client = _client(args, [])
+    fixed = _payloads(args)
+    filler = b"x" * max(0, args.size - 10)
+    interval = 1.0 / args.rate if args.rate else 0.0
+    with client:
+        client.connect()
+        session = client.session
+        start = time.monotonic()
+        sent = 0
+        while sent < args.count:
+            if args.qos and session.outbound_in_flight >= args.inflight:
+                client.pump(1.0)
+                continue
+            room = args.inflight - session.outbound_in_flight if args.qos else 1000
+            burst = min(room, args.count - sent)
+            if interval:
+                due = start + sent * interval
+                now = time.monotonic()
+                if due > now:
+                    time.sleep(due - now)
+                burst = min(burst, max(1, int((time.monotonic() - start) / interval) - sent + 1))
+            now = time.monotonic()
+            for i in range(sent, sent + burst):
+                payload = fixed[0] if fixed else (b"%010d" % i + filler)[: args.size]
+                session.publish(args.topic, payload, args.qos, now, args.retain)
+            sent += burst
+            client.flush()
+            if not client.connected:
+                raise CliError(f"lost the connection to {client.broker} while publishing")
+        deadline = time.monotonic() + 30
+        while session.outbound_in_flight and time.monotonic() < deadline:
+            client.pump(1.0)
+        if session.outbound_in_flight:
+            raise CliError(f"{session.outbound_in_flight} message(s) were never acknowledged")
+        elapsed = max(time.monotonic() - start, 1e-9)
+    sys.stdout.write(
+        json.dumps({"published": sent, "seconds": round(elapsed, 3), "rate": round(sent / elapsed)})
+        + "\n"
+    )
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return run_sub(args) if args.command == "sub" else run_pub(args)
+    except (CliError, MqttError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1

@@ -1,0 +1,121 @@
+"""The receive buffer: bytes as they arrive in, complete packets out (sans-I/O).
+
+A frame may be split across reads at any byte and one read may hold many frames. Frames
+longer than :data:`LARGE_FRAME` that are still incomplete are collected as a list of chunks
+and joined once, so a 256 MB payload arriving in 64 KB reads costs linear time.
+"""
+
+from __future__ import annotations
+
+from .codec import (
+    MAX_REMAINING_LENGTH,
+    check_flags,
+    decode_packet,
+    decode_publish,
+    decode_remaining_length,
+)
+from .errors import MalformedPacket, PacketTooLarge
+from .packets import Packet, ProtocolLevel
+
+LARGE_FRAME = 1 << 16
+
+
+class StreamDecoder:
+    """Incremental MQTT frame decoder for one network connection.
+
+    ``feed(data)`` returns every packet completed by ``data``. On a malformed frame it raises
+    :class:`MalformedPacket` whose ``packets`` attribute holds the packets decoded before the
+    bad frame in the same call; the decoder is then unusable (the connection must close).
+    """
+
+    __slots__ = ("_failed", "_have", "_need", "_parts", "_rest", "level", "max_packet_size")
+
+    def __init__(
+        self,
+        level: int = ProtocolLevel.MQTT_3_1_1,
+        max_packet_size: int = MAX_REMAINING_LENGTH,
+    ) -> None:
+        if not 0 < max_packet_size <= MAX_REMAINING_LENGTH:
+            raise ValueError(f"max_packet_size must be in 1..{MAX_REMAINING_LENGTH}")
+        self.level = level
+        self.max_packet_size = max_packet_size
+        self._rest = b""
+        self._parts: list[bytes] = []
+        self._have = 0
+        self._need = 0
+        self._failed: MalformedPacket | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete packet."""
+        return self._have if self._parts else len(self._rest)
+
+    def feed(self, data: bytes) -> list[Packet]:
+        """Add received bytes; return the packets they complete, in order."""
+        if self._failed is not None:
+            raise MalformedPacket(f"the stream already failed: {self._failed}")
+        if self._parts:
+            self._parts.append(data)
+            self._have += len(data)
+            if self._have < self._need:
+                return []
+            buf = b"".join(self._parts)
+            self._parts = []
+            self._have = 0
+        elif self._rest:
+            buf = self._rest + data
+        else:
+            buf = data
+        packets: list[Packet] = []
+        pos = 0
+        size = len(buf)
+        level = self.level
+        limit = self.max_packet_size
+        try:
+            while size - pos >= 2:
+                first = buf[pos]
+                length = buf[pos + 1]
+                if length < 0x80:
+                    start = pos + 2
+                else:
+                    parsed = decode_remaining_length(buf, pos + 1)
+                    if parsed is None:
+                        break
+                    length, start = parsed
+                if length > limit:
+                    raise PacketTooLarge(
+                        f"packet of remaining length {length} exceeds the maximum of {limit} "
+                        "bytes this client accepts"
+                    )
+                end = start + length
+                if end > size:
+                    self._check_header(first)
+                    if end - pos > LARGE_FRAME:
+                        self._parts = [buf[pos:]]
+                        self._have = size - pos
+                        self._need = end - pos
+                        self._rest = b""
+                        return packets
+                    break
+                if first & 0xF0 == 0x30:
+                    packets.append(decode_publish(first & 0x0F, buf, start, end))
+                else:
+                    packets.append(decode_packet(first, buf[start:end], level))
+                pos = end
+        except MalformedPacket as exc:
+            self._failed = exc
+            self._rest = b""
+            exc.packets = packets
+            raise
+        self._rest = buf[pos:] if pos < size else b""
+        return packets
+
+    def _check_header(self, first: int) -> None:
+        """Reject a bad first byte before waiting for the rest of its frame."""
+        if first & 0xF0 == 0x30:
+            if first & 0x06 == 0x06:
+                raise MalformedPacket(
+                    "PUBLISH with QoS 3: both QoS bits set is not allowed (section 3.3.1.2)"
+                )
+        else:
+            check_flags(first, self.level)

@@ -1,0 +1,402 @@
+"""The thin blocking driver: sockets, TLS, clocks and reconnects around :class:`ClientSession`.
+
+All protocol decisions live in the session; this module moves bytes. One socket read is
+decoded at once and the acknowledgements for it go out in one write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from .errors import (
+    ConnectionLost,
+    ConnectionRefused,
+    KeepAliveTimeout,
+    MqttError,
+    SubscriptionRefused,
+)
+from .packets import Publish
+from .session import (
+    ClientSession,
+    Connected,
+    ProtocolViolation,
+    PublishDone,
+    Released,
+    SessionConfig,
+    State,
+    Subscribed,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORTS = {"tcp": 1883, "mqtt": 1883, "ssl": 8883, "mqtts": 8883, "tls": 8883}
+TLS_SCHEMES = frozenset({"ssl", "mqtts", "tls"})
+
+
+class BrokerUnreachable(MqttError):
+    """The broker's address could not be reached (refused, unknown host, timeout)."""
+
+
+class TlsError(MqttError):
+    """The TLS handshake failed (e.g. the broker's certificate is not trusted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """Where the broker is: ``tcp://host:port`` or ``ssl://``/``mqtts://`` for TLS."""
+
+    host: str
+    port: int
+    tls: bool
+
+    @classmethod
+    def parse(cls, url: str) -> BrokerAddress:
+        """Parse a broker URL; ValueError names what is wrong and what is accepted."""
+        parts = urlsplit(url if "://" in url else f"tcp://{url}")
+        scheme = parts.scheme.lower()
+        if scheme not in DEFAULT_PORTS:
+            raise ValueError(
+                f"broker URL {url!r}: scheme {scheme!r} is not supported; "
+                "use tcp://host:port, ssl://host:port or mqtts://host:port"
+            )
+        try:
+            port = parts.port or DEFAULT_PORTS[scheme]
+        except ValueError:
+            raise ValueError(f"broker URL {url!r}: the port is not a number in 1..65535") from None
+        if not parts.hostname:
+            raise ValueError(f"broker URL {url!r} has no host name")
+        return cls(parts.hostname, port, scheme in TLS_SCHEMES)
+
+    def __str__(self) -> str:
+        return f"{'ssl' if self.tls else 'tcp'}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsOptions:
+    """TLS settings: CA bundle, client certificate and key; server verification by default."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
+@dataclass(slots=True)
+class ReconnectPolicy:
+    """Exponential backoff with full jitter between ``initial`` and ``maximum`` seconds."""
+
+    initial: float = 0.1
+    maximum: float = 30.0
+    multiplier: float = 2.0
+    attempt: int = 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.maximum, self.initial * self.multiplier**self.attempt)
+        self.attempt += 1
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+@dataclass(slots=True)
+class Batch:
+    """What one socket read delivered: messages to persist, QoS 2 releases to persist."""
+
+    messages: list[Publish] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+
+
+class MqttClient:
+    """A blocking MQTT client over one ``ClientSession``: connect, subscribe, poll, ack.
+
+    ``poll()`` returns the messages of one socket read; the caller makes them durable and then
+    calls ``acknowledge()``. Lost connections are re-established with backoff; when the broker
+    has no session for us the subscriptions are made again. Refused connections (bad
+    credentials, not authorized, ...) and TLS failures raise typed errors.
+    """
+
+    def __init__(
+        self,
+        broker: BrokerAddress | str,
+        session: ClientSession | SessionConfig,
+        subscriptions: list[tuple[str, int]] | None = None,
+        *,
+        tls: TlsOptions | None = None,
+        connect_timeout: float = 10.0,
+        reconnect: ReconnectPolicy | None = None,
+        read_size: int = 1 << 20,
+        on_connect: Callable[[Connected], None] | None = None,
+        stop_event: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.broker = BrokerAddress.parse(broker) if isinstance(broker, str) else broker
+        self.session = session if isinstance(session, ClientSession) else ClientSession(session)
+        self.subscriptions = list(subscriptions or [])
+        self.tls = tls if tls is not None else (TlsOptions() if self.broker.tls else None)
+        self.connect_timeout = connect_timeout
+        self.reconnect_policy = reconnect or ReconnectPolicy()
+        self.read_size = read_size
+        self.on_connect = on_connect
+        self.stop_event = stop_event or threading.Event()
+        self.clock = clock
+        self.connections = 0
+        self.publish_done: list[int] = []
+        self._sock: socket.socket | None = None
+
+    # ------------------------------------------------------------------ connection
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None and self.session.state is State.CONNECTED
+
+    def connect(self) -> Connected:
+        """Open the connection, CONNECT, and subscribe when the broker has no session for us.
+
+        Raises BrokerUnreachable, TlsError, ConnectionRefused subclasses, SubscriptionRefused,
+        or ConnectionLost/KeepAliveTimeout when the broker stops answering.
+        """
+        self.close()
+        sock = self._open_socket()
+        self._sock = sock
+        deadline = self.clock() + self.connect_timeout
+        try:
+            self.session.connect(self.clock())
+            self.flush()
+            connected = self._wait_for(Connected, deadline, "CONNACK")
+            assert isinstance(connected, Connected)
+            if connected.session_lost:
+                log.warning(
+                    "the broker had no session for client %r although one was expected: "
+                    "messages queued while disconnected may have been lost",
+                    self.session.config.client_id,
+                )
+            if self.subscriptions and (
+                not connected.session_present or self.session.config.clean_session
+            ):
+                self.session.subscribe(self.subscriptions, self.clock())
+                self.flush()
+                subscribed = self._wait_for(Subscribed, deadline, "SUBACK")
+                assert isinstance(subscribed, Subscribed)
+                if subscribed.refused:
+                    raise SubscriptionRefused(subscribed.refused)
+        except BaseException:
+            self.close()
+            raise
+        self.connections += 1
+        self.reconnect_policy.reset()
+        log.info(
+            "connected to %s as %r (session present: %s)",
+            self.broker,
+            self.session.config.client_id,
+            connected.session_present,
+        )
+        if self.on_connect is not None:
+            self.on_connect(connected)
+        return connected
+
+    def _open_socket(self) -> socket.socket:
+        address = (self.broker.host, self.broker.port)
+        try:
+            sock = socket.create_connection(address, timeout=self.connect_timeout)
+        except TimeoutError as exc:
+            raise BrokerUnreachable(
+                f"no answer from {self.broker} within {self.connect_timeout} s"
+            ) from exc
+        except OSError as exc:
+            raise BrokerUnreachable(
+                f"cannot connect to {self.broker}: {exc.strerror or exc}"
+            ) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is None:
+            return sock
+        try:
+            wrapped = self.tls.context().wrap_socket(sock, server_hostname=self.broker.host)
+        except ssl.SSLCertVerificationError as exc:
+            sock.close()
+            raise TlsError(
+                f"TLS: the certificate of {self.broker} is not trusted ({exc.verify_message}); "
+                "check the CA file (tls.caFile / --cafile) and the host name"
+            ) from exc
+        except (ssl.SSLError, OSError) as exc:
+            sock.close()
+            raise TlsError(f"TLS handshake with {self.broker} failed: {exc}") from exc
+        return wrapped
+
+    def _wait_for(self, kind: type, deadline: float, what: str) -> object:
+        while True:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise KeepAliveTimeout(
+                    f"{self.broker} did not answer with {what} within {self.connect_timeout} s"
+                )
+            for event in self._read(remaining):
+                if isinstance(event, kind):
+                    return event
+                if isinstance(event, ProtocolViolation):
+                    raise ConnectionLost(f"protocol violation by {self.broker}: {event.reason}")
+
+    def close(self) -> None:
+        """Close the socket without DISCONNECT (the session stays for a persistent client)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        if self.session.state is not State.DISCONNECTED:
+            self.session.connection_lost()
+
+    def disconnect(self) -> None:
+        """Send DISCONNECT and close (section 3.14). Never unsubscribes."""
+        if self._sock is not None and self.session.state is State.CONNECTED:
+            self.session.disconnect(self.clock())
+            with contextlib.suppress(MqttError):
+                self.flush()
+        self.close()
+
+    # ------------------------------------------------------------------ I/O
+
+    def flush(self) -> None:
+        """Send what the session has queued."""
+        data = self.session.data_to_send()
+        if data and self._sock is not None:
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                raise ConnectionLost(f"sending to {self.broker} failed: {exc}") from exc
+
+    def _read(self, timeout: float | None) -> list:
+        """One socket read (waiting at most ``timeout``), decoded into session events."""
+        sock = self._sock
+        if sock is None:
+            raise ConnectionLost("not connected")
+        now = self.clock()
+        deadline = self.session.next_deadline()
+        wait = timeout
+        if deadline is not None:
+            wait = max(0.0, deadline - now) if wait is None else min(wait, max(0.0, deadline - now))
+        sock.settimeout(wait)
+        try:
+            data = sock.recv(self.read_size)
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+            self.session.tick(self.clock())
+            self.flush()
+            return []
+        except OSError as exc:
+            raise ConnectionLost(f"reading from {self.broker} failed: {exc}") from exc
+        if not data:
+            raise ConnectionLost(f"{self.broker} closed the connection")
+        now = self.clock()
+        events = self.session.receive_data(data, now)
+        self.session.tick(now)
+        return events
+
+    def poll(self, timeout: float | None = None) -> Batch:
+        """Wait up to ``timeout`` for one read; return the messages and releases it carried.
+
+        Acknowledgements queued by the session (PUBREC resends, PUBCOMP for unknown ids,
+        pings) go out at once; message acks wait for ``acknowledge``. Reconnects on
+        connection loss, protocol violation or keep-alive timeout.
+        """
+        batch = Batch()
+        if not self.connected:
+            self._reconnect()
+            if not self.connected:
+                return batch
+        try:
+            events = self._read(timeout)
+            for event in events:
+                if type(event) is Publish:
+                    batch.messages.append(event)
+                elif isinstance(event, Released):
+                    batch.released.append(event.packet_id)
+                elif isinstance(event, PublishDone):
+                    self.publish_done.append(event.packet_id)
+                elif isinstance(event, ProtocolViolation):
+                    # Drop the whole read: nothing of it was persisted or acknowledged, so the
+                    # broker redelivers the good messages on the next connection.
+                    self.close()
+                    return Batch()
+            self.flush()
+        except (ConnectionLost, KeepAliveTimeout) as exc:
+            log.warning("connection to %s lost: %s", self.broker, exc)
+            self.close()
+        return batch
+
+    def acknowledge(self, messages: list[Publish], released: list[int] | None = None) -> None:
+        """Acknowledge persisted messages (PUBACK/PUBREC) and released ids (PUBCOMP) in one
+        write. Dropped silently when the connection they came on is gone."""
+        now = self.clock()
+        self.session.ack_many(messages, now)
+        for packet_id in released or ():
+            self.session.complete(packet_id, now)
+        try:
+            self.flush()
+        except ConnectionLost as exc:
+            log.warning("connection to %s lost while acknowledging: %s", self.broker, exc)
+            self.close()
+
+    def _reconnect(self) -> None:
+        """Reconnect with backoff until connected or stopped. Typed refusals propagate."""
+        while not self.stop_event.is_set():
+            try:
+                self.connect()
+                return
+            except (BrokerUnreachable, ConnectionLost, KeepAliveTimeout) as exc:
+                delay = self.reconnect_policy.next_delay()
+                log.warning(
+                    "reconnect to %s failed (%s); retrying in %.2f s", self.broker, exc, delay
+                )
+                if self.stop_event.wait(delay):
+                    return
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> int | None:
+        """Queue a PUBLISH and send it; returns its packet id (None for QoS 0)."""
+        pid = self.session.publish(topic, payload, qos, self.clock(), retain)
+        self.flush()
+        return pid
+
+    def pump(self, timeout: float) -> int:
+        """Read once (for outbound acknowledgements) and return how many finished."""
+        before = len(self.publish_done)
+        batch = self.poll(timeout)
+        if batch.messages or batch.released:
+            self.acknowledge(batch.messages, batch.released)
+        return len(self.publish_done) - before
+
+    def __enter__(self) -> MqttClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()
+
+
+__all__ = [
+    "Batch",
+    "BrokerAddress",
+    "BrokerUnreachable",
+    "ConnectionRefused",
+    "MqttClient",
+    "ReconnectPolicy",
+    "TlsError",
+    "TlsOptions",
+]

@@ -1,0 +1,559 @@
+"""The client side of an MQTT session as a sans-I/O state machine.
+
+Bytes in (``receive_data``), events out; bytes to send accumulate until ``data_to_send()``.
+Time comes from the caller (``now`` arguments), so keep-alive is testable with a fake clock.
+
+Inbound QoS 1/2 messages are acknowledged only when the caller says so (``ack``): the Spark
+source acknowledges after its write-ahead log is durable (3.1.1 section 4.3: the receiver
+takes ownership when it sends PUBACK/PUBREC). QoS 2 duplicates of a pending packet id are not
+delivered twice (section 4.3.3, method B); the pending ids can be exported and restored so the
+guarantee survives a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+from struct import Struct
+
+from .codec import MAX_REMAINING_LENGTH, encode, encode_publish
+from .decoder import StreamDecoder
+from .errors import (
+    CONNACK_ERRORS,
+    ConnectionRefused,
+    KeepAliveTimeout,
+    MalformedPacket,
+    ProtocolError,
+)
+from .packets import (
+    SUBACK_FAILURE,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    ProtocolLevel,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+)
+from .topics import validate_topic_filter, validate_topic_name
+
+log = logging.getLogger(__name__)
+
+_ACK_WORD = Struct(">I")
+_PUBACK = 0x40020000
+_PUBREC = 0x50020000
+_PUBREL = 0x62020000
+_PUBCOMP = 0x70020000
+
+
+@dataclass(slots=True)
+class SessionConfig:
+    """What the client sends in CONNECT, plus local limits. The password is never shown."""
+
+    client_id: str
+    clean_session: bool = False
+    keep_alive: int = 60
+    username: str | None = None
+    password: bytes | None = field(default=None, repr=False)
+    level: ProtocolLevel = ProtocolLevel.MQTT_3_1_1
+    will: Will | None = None
+    max_packet_size: int = MAX_REMAINING_LENGTH
+
+    def __post_init__(self) -> None:
+        if self.level == ProtocolLevel.MQTT_3_1 and not 1 <= len(self.client_id) <= 23:
+            raise ValueError(
+                f"MQTT 3.1 needs a client id of 1 to 23 characters; {self.client_id!r} has "
+                f"{len(self.client_id)}"
+            )
+        if not self.client_id and not self.clean_session:
+            raise ValueError("an empty client id needs clean_session=True (3.1.1 section 3.1.3.1)")
+        if not 0 <= self.keep_alive <= 0xFFFF:
+            raise ValueError(f"keep alive must be 0..65535 seconds, got {self.keep_alive}")
+        if self.password is not None and self.username is None:
+            raise ValueError("a password needs a user name (section 3.1.2.9)")
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass(slots=True)
+class Connected:
+    """CONNACK accepted. ``session_lost``: a persistent session was expected but absent."""
+
+    session_present: bool
+    session_lost: bool
+
+
+@dataclass(slots=True)
+class Subscribed:
+    """SUBACK for ``filters``; ``granted`` holds each filter's QoS or 0x80 for failure."""
+
+    packet_id: int
+    filters: list[str]
+    granted: list[int]
+
+    @property
+    def refused(self) -> list[str]:
+        return [
+            f for f, code in zip(self.filters, self.granted, strict=True) if code == SUBACK_FAILURE
+        ]
+
+
+@dataclass(slots=True)
+class Unsubscribed:
+    packet_id: int
+
+
+@dataclass(slots=True)
+class Released:
+    """PUBREL for a pending QoS 2 id: persist the release, then call ``complete(packet_id)``."""
+
+    packet_id: int
+
+
+@dataclass(slots=True)
+class PublishDone:
+    """An outbound QoS 1/2 message finished (PUBACK, or PUBCOMP for QoS 2)."""
+
+    packet_id: int
+
+
+@dataclass(slots=True)
+class Pong:
+    """PINGRESP arrived."""
+
+
+@dataclass(slots=True)
+class ProtocolViolation:
+    """The broker broke the protocol; the connection must be closed. ``reason`` cites the rule."""
+
+    reason: str
+
+
+Event = (
+    Publish
+    | Connected
+    | Subscribed
+    | Unsubscribed
+    | Released
+    | PublishDone
+    | Pong
+    | ProtocolViolation
+)
+
+
+class State(Enum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+_RECEIVED = 1  # QoS 2 PUBLISH delivered to the caller, not yet acknowledged
+_RECORDED = 2  # QoS 2 PUBLISH acknowledged with PUBREC; waiting for PUBREL
+
+
+class ClientSession:
+    """One MQTT client session, spanning any number of network connections.
+
+    Call ``connect(now)`` when a connection is up, feed it with ``receive_data``, send what
+    ``data_to_send()`` returns, call ``tick(now)`` by ``next_deadline()``, and
+    ``connection_lost()`` when the connection goes away. Packet ids and QoS 2 state persist
+    across connections (section 4.4: resend unacknowledged PUBLISH and PUBREL on reconnect).
+    """
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.state = State.DISCONNECTED
+        self._decoder = StreamDecoder(config.level, config.max_packet_size)
+        self._out: list[bytes] = []
+        self.expect_session_present = False
+        """Set True when a persistent session should exist (e.g. restored after a restart)."""
+        self._qos2_in: dict[int, int] = {}
+        self._inbound: dict[int, Publish] = {}
+        """QoS 1/2 messages delivered on the current connection and not yet acknowledged."""
+        self._outbound: dict[int, Publish] = {}
+        self._outbound_released: set[int] = set()
+        self._subscribing: dict[int, list[str]] = {}
+        self._unsubscribing: set[int] = set()
+        self._next_id = 1
+        self._last_sent = 0.0
+        self._last_received = 0.0
+        self._ping_sent_at: float | None = None
+
+    # ---------------------------------------------------------------- connection lifecycle
+
+    def connect(self, now: float) -> None:
+        """Queue CONNECT; the next event expected is CONNACK."""
+        if self.state not in (State.DISCONNECTED, State.CLOSED):
+            raise ProtocolError(f"connect() while {self.state.value}")
+        cfg = self.config
+        self._decoder = StreamDecoder(cfg.level, cfg.max_packet_size)
+        self._reset_connection_state()
+        self._send(
+            encode(
+                Connect(
+                    client_id=cfg.client_id,
+                    clean_session=cfg.clean_session,
+                    keep_alive=cfg.keep_alive,
+                    username=cfg.username,
+                    password=cfg.password,
+                    will=cfg.will,
+                    protocol_level=cfg.level,
+                )
+            ),
+            now,
+        )
+        self._last_received = now
+        self._ping_sent_at = None
+        self.state = State.CONNECTING
+
+    def disconnect(self, now: float) -> None:
+        """Queue DISCONNECT (section 3.14); the caller then closes the connection."""
+        if self.state is State.CONNECTED:
+            self._send(encode(Disconnect()), now)
+        self.state = State.CLOSED
+
+    def connection_lost(self) -> None:
+        """The network connection is gone. Unsent bytes and unacknowledged deliveries drop:
+        the broker resends those on the next connection of a persistent session."""
+        self._reset_connection_state()
+        self.state = State.DISCONNECTED
+
+    def _reset_connection_state(self) -> None:
+        """Forget what belonged to the previous network connection (if any)."""
+        self._out = []
+        self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st == _RECORDED}
+        self._inbound.clear()
+        self._subscribing.clear()
+        self._unsubscribing.clear()
+        self._ping_sent_at = None
+
+    # ---------------------------------------------------------------- sending
+
+    def data_to_send(self) -> bytes:
+        """Bytes queued for the broker since the last call (one write per read)."""
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out = []
+        return data
+
+    def _send(self, data: bytes, now: float) -> None:
+        self._out.append(data)
+        self._last_sent = now
+
+    def _require_connected(self, what: str) -> None:
+        if self.state is not State.CONNECTED:
+            raise ProtocolError(f"{what} needs a connected session (state: {self.state.value})")
+
+    def _allocate_id(self) -> int:
+        """Next free packet id: never 0, wraps after 65535, skips ids in use (section 2.3.1)."""
+        # The three tables never share an id, so their sizes add up to the ids in use. Membership
+        # tests instead of a union keep this O(1) however many messages are in flight.
+        outbound, subscribing, unsubscribing = (
+            self._outbound,
+            self._subscribing,
+            self._unsubscribing,
+        )
+        if len(outbound) + len(subscribing) + len(unsubscribing) >= 0xFFFF:
+            raise ProtocolError("all 65535 packet identifiers are in use")
+        pid = self._next_id
+        while pid in outbound or pid in subscribing or pid in unsubscribing:
+            pid = pid % 0xFFFF + 1
+        self._next_id = pid % 0xFFFF + 1
+        return pid
+
+    def subscribe(self, subscriptions: list[tuple[str, int]], now: float) -> int:
+        """Queue SUBSCRIBE for (filter, qos) pairs; returns its packet id."""
+        self._require_connected("subscribe")
+        if not subscriptions:
+            raise ValueError("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
+        for topic_filter, qos in subscriptions:
+            validate_topic_filter(topic_filter)
+            if qos not in (0, 1, 2):
+                raise ValueError(f"QoS must be 0, 1 or 2, got {qos!r}")
+        pid = self._allocate_id()
+        self._subscribing[pid] = [f for f, _ in subscriptions]
+        self._send(encode(Subscribe(pid, list(subscriptions)), self.config.level), now)
+        return pid
+
+    def unsubscribe(self, filters: list[str], now: float) -> int:
+        """Queue UNSUBSCRIBE; returns its packet id."""
+        self._require_connected("unsubscribe")
+        if not filters:
+            raise ValueError("UNSUBSCRIBE needs at least one topic filter (section 3.10.3)")
+        for topic_filter in filters:
+            validate_topic_filter(topic_filter)
+        pid = self._allocate_id()
+        self._unsubscribing.add(pid)
+        self._send(encode(Unsubscribe(pid, list(filters)), self.config.level), now)
+        return pid
+
+    def publish(
+        self, topic: str, payload: bytes, qos: int, now: float, retain: bool = False
+    ) -> int | None:
+        """Queue an outbound PUBLISH; returns its packet id (None for QoS 0)."""
+        self._require_connected("publish")
+        validate_topic_name(topic)
+        if qos == 0:
+            self._send(encode_publish(topic, payload, 0, None, retain), now)
+            return None
+        if qos not in (1, 2):
+            raise ValueError(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
+        pid = self._allocate_id()
+        # Encode before recording, so a payload that cannot be sent leaves no state behind.
+        frame = encode_publish(topic, payload, qos, pid, retain)
+        self._outbound[pid] = Publish(topic, payload, qos, retain, False, pid)
+        self._send(frame, now)
+        return pid
+
+    @property
+    def outbound_in_flight(self) -> int:
+        """Outbound QoS 1/2 messages not yet finished."""
+        return len(self._outbound)
+
+    def ack(self, message: Publish, now: float) -> None:
+        """Acknowledge an inbound message: PUBACK (QoS 1) or PUBREC (QoS 2)."""
+        self.ack_many([message], now)
+
+    def ack_many(self, messages: list[Publish], now: float) -> None:
+        """Acknowledge many inbound messages with one queued write. Acks are dropped when
+        the connection they arrived on is gone (the broker redelivers those)."""
+        if self.state is not State.CONNECTED:
+            return
+        words = []
+        qos2 = self._qos2_in
+        inbound = self._inbound
+        for message in messages:
+            pid = message.packet_id
+            # Only a message delivered on this connection and not yet acknowledged: an ack for
+            # one from an earlier connection could acknowledge a different message that the
+            # broker sent with the same packet id.
+            if not message.qos or inbound.get(pid) != message:  # type: ignore[arg-type]
+                continue
+            del inbound[pid]  # type: ignore[arg-type]
+            if message.qos == 1:
+                words.append(_PUBACK | pid)  # type: ignore[operator]
+            elif qos2.get(pid) == _RECEIVED:  # type: ignore[arg-type]
+                qos2[pid] = _RECORDED  # type: ignore[index]
+                words.append(_PUBREC | pid)  # type: ignore[operator]
+        if words:
+            self._send(Struct(f">{len(words)}I").pack(*words), now)
+
+    def complete(self, packet_id: int, now: float) -> None:
+        """Send PUBCOMP for a released QoS 2 id (after the release is persisted)."""
+        self._qos2_in.pop(packet_id, None)
+        if self.state is State.CONNECTED:
+            self._send(_ACK_WORD.pack(_PUBCOMP | packet_id), now)
+
+    # ---------------------------------------------------------------- QoS 2 state export
+
+    def export_qos2_pending(self) -> set[int]:
+        """Packet ids acknowledged with PUBREC whose PUBREL has not been completed."""
+        return {pid for pid, st in self._qos2_in.items() if st == _RECORDED}
+
+    def restore_qos2_pending(self, packet_ids: set[int] | list[int]) -> None:
+        """Restore pending QoS 2 ids saved by ``export_qos2_pending`` (e.g. after a restart)."""
+        for pid in packet_ids:
+            if not 1 <= pid <= 0xFFFF:
+                raise ValueError(f"invalid packet id {pid}")
+            self._qos2_in[pid] = _RECORDED
+
+    # ---------------------------------------------------------------- time
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` next has work: a PINGREQ to send or a PINGRESP overdue."""
+        keep_alive = self.config.keep_alive
+        if not keep_alive or self.state is not State.CONNECTED:
+            if self.state is State.CONNECTING and keep_alive:
+                return self._last_sent + keep_alive
+            return None
+        if self._ping_sent_at is not None:
+            return self._ping_sent_at + keep_alive / 2
+        return min(self._last_sent, self._last_received) + keep_alive
+
+    def tick(self, now: float) -> None:
+        """Keep-alive (section 3.1.2.10): send PINGREQ when nothing was sent or received for
+        a keep-alive interval; raise KeepAliveTimeout when its answer is half an interval
+        late, so a dead broker is detected within 1.5 x keep-alive of its last packet."""
+        keep_alive = self.config.keep_alive
+        if not keep_alive:
+            return
+        if self.state is State.CONNECTING:
+            if now - self._last_sent >= keep_alive:
+                raise KeepAliveTimeout(f"no CONNACK within {keep_alive} s")
+            return
+        if self.state is not State.CONNECTED:
+            return
+        if self._ping_sent_at is not None:
+            if now - self._ping_sent_at >= keep_alive / 2:
+                raise KeepAliveTimeout(
+                    f"no packet from the broker for {now - self._last_received:.1f} s "
+                    f"(keep alive {keep_alive} s; PINGREQ unanswered)"
+                )
+            return
+        if now - self._last_sent >= keep_alive or now - self._last_received >= keep_alive:
+            self._send(encode(Pingreq()), now)
+            self._ping_sent_at = now
+
+    # ---------------------------------------------------------------- receiving
+
+    def receive_data(self, data: bytes, now: float) -> list[Event]:
+        """Decode ``data`` and return the events it produces, in order.
+
+        A protocol violation ends the list with :class:`ProtocolViolation`; the packets that
+        preceded it in ``data`` are still processed.
+        """
+        self._last_received = now
+        self._ping_sent_at = None
+        violation: str | None = None
+        try:
+            packets = self._decoder.feed(data)
+        except MalformedPacket as exc:
+            packets = list(exc.packets)  # type: ignore[arg-type]
+            violation = str(exc)
+        events: list[Event] = []
+        if self.state is State.CONNECTED:
+            for packet in packets:
+                if type(packet) is Publish:
+                    self._on_publish(packet, events, now)
+                    continue
+                problem = self._handle(packet, events, now)  # type: ignore[arg-type]
+                if problem:
+                    violation = problem
+                    break
+        else:
+            for packet in packets:
+                problem = self._handle(packet, events, now)  # type: ignore[arg-type]
+                if problem:
+                    violation = problem
+                    break
+        if violation is not None:
+            log.warning("MQTT protocol violation by the broker: %s", violation)
+            events.append(ProtocolViolation(violation))
+            self.state = State.CLOSED
+        return events
+
+    def _handle(self, packet: Packet, events: list[Event], now: float) -> str | None:
+        """Process one non-PUBLISH packet (or any packet before CONNACK). Returns a
+        violation reason, or None."""
+        if self.state is State.CONNECTING:
+            if not isinstance(packet, Connack):
+                return (
+                    f"expected CONNACK as the first packet from the broker, got "
+                    f"{type(packet).__name__.upper()} (section 3.2)"
+                )
+            return self._on_connack(packet, events, now)
+        if self.state is not State.CONNECTED:
+            return f"{type(packet).__name__.upper()} received while {self.state.value}"
+        if isinstance(packet, Publish):  # e.g. in the same read as CONNACK
+            self._on_publish(packet, events, now)
+        elif isinstance(packet, Puback | Pubcomp):
+            pending = self._outbound.get(packet.packet_id)
+            expected_qos = 1 if isinstance(packet, Puback) else 2
+            if pending is None or pending.qos != expected_qos:
+                log.warning(
+                    "ignoring %s for packet id %d, which has no QoS %d publish in flight",
+                    type(packet).__name__.upper(),
+                    packet.packet_id,
+                    expected_qos,
+                )
+                return None
+            del self._outbound[packet.packet_id]
+            self._outbound_released.discard(packet.packet_id)
+            events.append(PublishDone(packet.packet_id))
+        elif isinstance(packet, Pubrec):
+            pending = self._outbound.get(packet.packet_id)
+            if pending is None or pending.qos != 2:
+                log.warning(
+                    "ignoring PUBREC for packet id %d: no QoS 2 publish in flight", packet.packet_id
+                )
+                return None
+            self._outbound_released.add(packet.packet_id)
+            self._send(_ACK_WORD.pack(_PUBREL | packet.packet_id), now)
+        elif isinstance(packet, Pubrel):
+            if self._qos2_in.get(packet.packet_id) == _RECORDED:
+                events.append(Released(packet.packet_id))
+            else:
+                # Unknown PUBREL: answer PUBCOMP so the broker can release the id (4.3.3).
+                self._qos2_in.pop(packet.packet_id, None)
+                self._send(_ACK_WORD.pack(_PUBCOMP | packet.packet_id), now)
+        elif isinstance(packet, Suback):
+            filters = self._subscribing.pop(packet.packet_id, None)
+            if filters is None:
+                return f"SUBACK for packet id {packet.packet_id}, which no SUBSCRIBE used"
+            if len(filters) != len(packet.return_codes):
+                return (
+                    f"SUBACK has {len(packet.return_codes)} return codes for "
+                    f"{len(filters)} topic filters (section 3.9.3)"
+                )
+            events.append(Subscribed(packet.packet_id, filters, list(packet.return_codes)))
+        elif isinstance(packet, Unsuback):
+            if packet.packet_id not in self._unsubscribing:
+                return f"UNSUBACK for packet id {packet.packet_id}, which no UNSUBSCRIBE used"
+            self._unsubscribing.discard(packet.packet_id)
+            events.append(Unsubscribed(packet.packet_id))
+        elif isinstance(packet, Pingresp):
+            events.append(Pong())
+        elif isinstance(packet, Connack):
+            return "a second CONNACK on one connection (section 3.2)"
+        else:
+            return (
+                f"a broker must not send {type(packet).__name__.upper()} to a client "
+                "(section 2.2.1)"
+            )
+        return None
+
+    def _on_publish(self, packet: Publish, events: list[Event], now: float) -> None:
+        """Deliver an inbound PUBLISH unless it duplicates a pending QoS 2 id (4.3.3)."""
+        pid = packet.packet_id
+        if packet.qos == 2:
+            state = self._qos2_in.get(pid)  # type: ignore[arg-type]
+            if state is not None:
+                if state == _RECORDED:
+                    self._send(_ACK_WORD.pack(_PUBREC | pid), now)  # type: ignore[operator]
+                return
+            self._qos2_in[pid] = _RECEIVED  # type: ignore[index]
+        if packet.qos:
+            self._inbound[pid] = packet  # type: ignore[index]
+        events.append(packet)
+
+    def _on_connack(self, packet: Connack, events: list[Event], now: float) -> str | None:
+        if packet.return_code:
+            self.state = State.CLOSED
+            error = CONNACK_ERRORS.get(packet.return_code, ConnectionRefused)
+            raise error()
+        self.state = State.CONNECTED
+        expected = self.expect_session_present and not self.config.clean_session
+        lost = expected and not packet.session_present
+        if not packet.session_present:
+            # Section 3.2.2.2: without a session present the broker holds no QoS 2 state for
+            # us and will send no PUBREL for ids we still hold: forget them.
+            self._qos2_in.clear()
+        self.expect_session_present = not self.config.clean_session
+        events.append(Connected(packet.session_present, lost))
+        # Section 4.4: resend unacknowledged PUBLISH (DUP=1) and PUBREL, original ids, in order.
+        for pid, message in self._outbound.items():
+            if pid in self._outbound_released:
+                self._send(_ACK_WORD.pack(_PUBREL | pid), now)
+            else:
+                self._send(
+                    encode_publish(
+                        message.topic, message.payload, message.qos, pid, message.retain, dup=True
+                    ),
+                    now,
+                )
+        return None

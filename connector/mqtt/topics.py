@@ -1,0 +1,72 @@
+"""Topic names and topic filters (3.1.1 section 4.7).
+
+A topic name (in PUBLISH) never holds wildcards; a topic filter (in SUBSCRIBE) may hold ``+``
+as a whole level and ``#`` as the whole last level. Both are non-empty UTF-8 without U+0000,
+at most 65535 bytes encoded.
+"""
+
+from __future__ import annotations
+
+from .errors import MalformedPacket
+
+MAX_STRING_BYTES = 65535
+
+
+def _check_common(text: str, what: str) -> None:
+    if not text:
+        raise MalformedPacket(f"{what} must be at least one character long (section 4.7.3)")
+    if "\x00" in text:
+        raise MalformedPacket(f"{what} must not contain U+0000 (section 1.5.3)")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_STRING_BYTES:
+        raise MalformedPacket(f"{what} is longer than 65535 bytes in UTF-8 (section 1.5.3)")
+
+
+def validate_topic_name(topic: str) -> str:
+    """Return ``topic`` if it is a valid topic name, else raise MalformedPacket (4.7.3, 3.3.2.1)."""
+    _check_common(topic, "a topic name")
+    if "+" in topic or "#" in topic:
+        raise MalformedPacket(
+            f"the topic name {topic!r} contains a wildcard; a PUBLISH topic must not "
+            "(section 3.3.2.1)"
+        )
+    return topic
+
+
+def validate_topic_filter(topic_filter: str) -> str:
+    """Return ``topic_filter`` if valid, else raise MalformedPacket (section 4.7.1)."""
+    _check_common(topic_filter, "a topic filter")
+    levels = topic_filter.split("/")
+    for index, level in enumerate(levels):
+        if "#" in level and (level != "#" or index != len(levels) - 1):
+            raise MalformedPacket(
+                f"in topic filter {topic_filter!r}, '#' must be the whole last level "
+                "(section 4.7.1.2)"
+            )
+        if "+" in level and level != "+":
+            raise MalformedPacket(
+                f"in topic filter {topic_filter!r}, '+' must occupy a whole level (section 4.7.1.3)"
+            )
+    return topic_filter
+
+
+def topic_matches(topic_filter: str, topic: str) -> bool:
+    """True if ``topic`` matches ``topic_filter`` (section 4.7).
+
+    Wildcards at the first level do not match topics starting with ``$`` (section 4.7.2).
+    A shared subscription ``$share/<group>/<filter>`` matches as ``<filter>``.
+    """
+    if topic_filter.startswith("$share/"):
+        parts = topic_filter.split("/", 2)
+        topic_filter = parts[2] if len(parts) == 3 else ""
+    f_levels = topic_filter.split("/")
+    t_levels = topic.split("/")
+    if topic.startswith("$") and f_levels[0] in ("+", "#"):
+        return False
+    for index, level in enumerate(f_levels):
+        if level == "#":
+            return True
+        if index >= len(t_levels):
+            return False
+        if level != "+" and level != t_levels[index]:
+            return False
+    return len(f_levels) == len(t_levels)

@@ -1,0 +1,270 @@
+"""Options of ``spark.readStream.format("mqtt")``, parsed once into a typed object.
+
+Every invalid or missing option raises :class:`InvalidOptionError` naming the option and the
+accepted values, before any connection is made. Option names are case-insensitive (Spark passes
+them lower-cased). The password is kept out of ``repr`` and is never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from connector.mqtt.driver import BrokerAddress, TlsOptions
+from connector.mqtt.errors import MalformedPacket
+from connector.mqtt.packets import ProtocolLevel
+from connector.mqtt.topics import validate_topic_filter
+
+KNOWN_OPTIONS = (
+    "brokerUrl",
+    "topic",
+    "topics",
+    "qos",
+    "clientId",
+    "cleanSession",
+    "mqttVersion",
+    "username",
+    "password",
+    "keepAlive",
+    "connectTimeout",
+    "walPath",
+    "maxMessagesPerTrigger",
+    "failOnDataLoss",
+    "maxBacklogMessages",
+    "availableNowIdleTimeout",
+    "partitionData",
+    "recordsPerPartition",
+    "tls.caFile",
+    "tls.certFile",
+    "tls.keyFile",
+    "tls.verify",
+    "allowPasswordOverPlainTcp",
+    "path",
+)
+_CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
+SECRET_OPTIONS = frozenset({"password"})
+PARTITION_DATA_MODES = ("inline", "wal")
+
+
+class InvalidOptionError(ValueError):
+    """An option of the ``mqtt`` source is missing or has an invalid value."""
+
+
+def _bool(name: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise InvalidOptionError(f"option {name!r} must be true or false, got {value!r}")
+
+
+def _int(name: str, value: str, low: int, high: int | None = None) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {name!r} must be an integer, got {value!r}") from None
+    if number < low or (high is not None and number > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise InvalidOptionError(f"option {name!r} must be {bound}, got {number}")
+    return number
+
+
+def _seconds(name: str, value: str, low: float = 0.0) -> float:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {name!r} must be a number of seconds, got {value!r}") from None
+    if number < low or number != number:
+        raise InvalidOptionError(f"option {name!r} must be >= {low} seconds, got {value!r}")
+    return number
+
+
+def default_client_id(broker: str, topics: tuple[str, ...], wal_path: str | None) -> str:
+    """A stable client id (23 characters, valid for 3.1) derived from what identifies the query."""
+    seed = "\n".join([broker, *topics, wal_path or ""]).encode()
+    return "spark-mqtt-" + hashlib.sha256(seed).hexdigest()[:12]
+
+
+def default_wal_root() -> Path:
+    """Where WALs go when ``walPath`` is not given: ``$MQTT_WAL_ROOT`` or ~/.cache/..."""
+    root = os.environ.get("MQTT_WAL_ROOT")
+    if root:
+        return Path(root)
+    return Path.home() / ".cache" / "spark-mqtt-wal"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Validated options of one ``mqtt`` stream."""
+
+    broker: BrokerAddress
+    topics: tuple[str, ...]
+    qos: int = 1
+    client_id: str = ""
+    clean_session: bool = False
+    mqtt_version: ProtocolLevel = ProtocolLevel.MQTT_3_1_1
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    keep_alive: int = 60
+    connect_timeout: float = 30.0
+    wal_path: str = ""
+    max_messages_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    max_backlog_messages: int = 1_000_000
+    available_now_idle_timeout: float = 2.0
+    partition_data: str = "inline"
+    records_per_partition: int = 100_000
+    tls: TlsOptions | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
+        """Validate raw string options (any key case)."""
+        opts: dict[str, str] = {}
+        for key, value in raw.items():
+            canonical = _CANONICAL.get(key.lower())
+            if canonical is None:
+                continue  # Spark and other layers pass their own options through
+            opts[canonical] = value
+
+        url = opts.get("brokerUrl")
+        if not url:
+            raise InvalidOptionError(
+                "option 'brokerUrl' is required, e.g. tcp://broker:1883 or ssl://broker:8883"
+            )
+        try:
+            broker = BrokerAddress.parse(url)
+        except ValueError as exc:
+            raise InvalidOptionError(f"option 'brokerUrl': {exc}") from None
+
+        topics = _parse_topics(opts)
+        qos = _int("qos", opts.get("qos", "1"), 0, 2)
+        try:
+            version = ProtocolLevel.parse(opts.get("mqttVersion", "3.1.1"))
+        except ValueError:
+            raise InvalidOptionError(
+                f"option 'mqttVersion' must be 3.1 or 3.1.1, got {opts['mqttVersion']!r}"
+            ) from None
+        clean = _bool("cleanSession", opts.get("cleanSession", "false"))
+        wal_path = opts.get("walPath") or ""
+        client_id = opts.get("clientId") or default_client_id(str(broker), topics, wal_path)
+        if version == ProtocolLevel.MQTT_3_1 and not 1 <= len(client_id) <= 23:
+            raise InvalidOptionError(
+                f"option 'clientId' must be 1 to 23 characters with mqttVersion 3.1, "
+                f"got {len(client_id)}"
+            )
+        if len(client_id.encode()) > 65535 or "\x00" in client_id:
+            raise InvalidOptionError("option 'clientId' must be UTF-8 up to 65535 bytes without U+0000")
+        if not wal_path:
+            wal_path = str(default_wal_root() / re.sub(r"[^A-Za-z0-9._-]", "_", client_id))
+
+        username = opts.get("username") or None
+        password = opts.get("password")
+        if password is not None and username is None:
+            raise InvalidOptionError("option 'password' needs option 'username'")
+        allow_plain = _bool("allowPasswordOverPlainTcp", opts.get("allowPasswordOverPlainTcp", "false"))
+        if password is not None and not broker.tls and not allow_plain and broker.host not in (
+            "localhost", "127.0.0.1", "::1"
+        ):
+            raise InvalidOptionError(
+                "option 'password' would be sent unencrypted over tcp://; use ssl:// or mqtts://, "
+                "or set option 'allowPasswordOverPlainTcp' to true"
+            )
+
+        tls = None
+        tls_keys = ("tls.caFile", "tls.certFile", "tls.keyFile", "tls.verify")
+        if broker.tls:
+            for key in ("tls.caFile", "tls.certFile", "tls.keyFile"):
+                if key in opts and not Path(opts[key]).is_file():
+                    raise InvalidOptionError(f"option {key!r}: no such file {opts[key]!r}")
+            if ("tls.certFile" in opts) != ("tls.keyFile" in opts):
+                raise InvalidOptionError("options 'tls.certFile' and 'tls.keyFile' go together")
+            tls = TlsOptions(
+                opts.get("tls.caFile"),
+                opts.get("tls.certFile"),
+                opts.get("tls.keyFile"),
+                _bool("tls.verify", opts.get("tls.verify", "true")),
+            )
+        elif any(key in opts for key in tls_keys):
+            raise InvalidOptionError(
+                "tls.* options need an ssl:// or mqtts:// 'brokerUrl', got " + str(broker)
+            )
+
+        max_per_trigger = opts.get("maxMessagesPerTrigger")
+        partition_data = opts.get("partitionData", "inline").strip().lower()
+        if partition_data not in PARTITION_DATA_MODES:
+            raise InvalidOptionError(
+                f"option 'partitionData' must be one of {', '.join(PARTITION_DATA_MODES)}, "
+                f"got {opts['partitionData']!r}"
+            )
+        return cls(
+            broker=broker,
+            topics=topics,
+            qos=qos,
+            client_id=client_id,
+            clean_session=clean,
+            mqtt_version=version,
+            username=username,
+            password=password,
+            keep_alive=_int("keepAlive", opts.get("keepAlive", "60"), 0, 65535),
+            connect_timeout=_seconds("connectTimeout", opts.get("connectTimeout", "30"), 0.001),
+            wal_path=wal_path,
+            max_messages_per_trigger=(
+                _int("maxMessagesPerTrigger", max_per_trigger, 1) if max_per_trigger else None
+            ),
+            fail_on_data_loss=_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
+            max_backlog_messages=_int(
+                "maxBacklogMessages", opts.get("maxBacklogMessages", "1000000"), 1
+            ),
+            available_now_idle_timeout=_seconds(
+                "availableNowIdleTimeout", opts.get("availableNowIdleTimeout", "2"), 0.01
+            ),
+            partition_data=partition_data,
+            records_per_partition=_int(
+                "recordsPerPartition", opts.get("recordsPerPartition", "100000"), 1
+            ),
+            tls=tls,
+        )
+
+    def redacted(self) -> dict[str, str]:
+        """The options as text for logs and plans, with the password masked."""
+        out = {
+            "brokerUrl": str(self.broker),
+            "topics": ",".join(self.topics),
+            "qos": str(self.qos),
+            "clientId": self.client_id,
+            "cleanSession": str(self.clean_session).lower(),
+            "mqttVersion": str(self.mqtt_version),
+            "walPath": self.wal_path,
+        }
+        if self.username is not None:
+            out["username"] = self.username
+        if self.password is not None:
+            out["password"] = "*********(redacted)"
+        return out
+
+
+def _parse_topics(opts: Mapping[str, str]) -> tuple[str, ...]:
+    if "topic" in opts and "topics" in opts:
+        raise InvalidOptionError("give either option 'topic' or option 'topics', not both")
+    if "topic" in opts:
+        filters = [opts["topic"]]
+    elif "topics" in opts:
+        filters = [t.strip() for t in opts["topics"].split(",") if t.strip()]
+    else:
+        filters = []
+    if not filters:
+        raise InvalidOptionError(
+            "option 'topic' (one filter) or 'topics' (comma-separated filters) is required, "
+            "e.g. plant/+/telemetry"
+        )
+    for topic_filter in filters:
+        try:
+            validate_topic_filter(topic_filter)
+        except MalformedPacket as exc:
+            raise InvalidOptionError(f"option 'topic': {exc}") from None
+    return tuple(filters)

@@ -1,0 +1,61 @@
+"""``wal.json``: the WAL's random identity and format version.
+
+The identity (uuid4 hex) is also stamped into every segment header. A Spark source stores it
+in its checkpoint so that a recreated WAL directory is never mistaken for the old one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .errors import WalCorruptError
+from .segment import FORMAT_VERSION, TEMP_SUFFIX, fsync_dir
+
+META_NAME = "wal.json"
+FORMAT_NAME = "connector-mqtt-wal"
+
+
+def read_identity(path: str | os.PathLike[str]) -> str | None:
+    """The identity of the WAL at ``path``, or None when it has no ``wal.json``.
+
+    Raises WalCorruptError when the file exists but is unreadable or of another format.
+    """
+    file = Path(path) / META_NAME
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        meta = json.loads(raw)
+        identity = meta["identity"]
+        version = meta["version"]
+        if meta["format"] != FORMAT_NAME or not isinstance(identity, str):
+            raise ValueError("not a WAL metadata file")
+        bytes.fromhex(identity)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise WalCorruptError(file, 0, f"unreadable WAL metadata: {exc}") from exc
+    if version != FORMAT_VERSION:
+        raise WalCorruptError(file, 0, f"unsupported WAL format version {version}")
+    if len(identity) != 32:
+        raise WalCorruptError(file, 0, f"identity {identity!r} is not 32 hex digits")
+    return identity
+
+
+def write_identity(root: Path, identity: str, *, fsync: bool) -> None:
+    """Atomically create ``wal.json`` (temporary file, fsync, rename, directory fsync)."""
+    body = json.dumps(
+        {"format": FORMAT_NAME, "version": FORMAT_VERSION, "identity": identity}, indent=2
+    )
+    temp = root / (META_NAME + TEMP_SUFFIX)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, body.encode("ascii") + b"\n")
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temp, root / META_NAME)
+    if fsync:
+        fsync_dir(root)

@@ -1,0 +1,170 @@
+"""Record types and the record framing shared by the writer, the reader and the blob codec.
+
+A record on disk is ``u32 length | u32 crc32 | u8 kind | body`` (little endian). ``length``
+counts the kind byte plus the body; ``crc32`` (zlib) covers exactly those ``length`` bytes.
+See :mod:`connector.wal` for the body of each kind.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+KIND_DATA = 1
+KIND_RELEASE = 2
+KIND_STATE = 3
+KIND_SEAL = 4
+KNOWN_KINDS = frozenset((KIND_DATA, KIND_RELEASE, KIND_STATE, KIND_SEAL))
+
+FLAG_QOS_MASK = 0x03
+FLAG_RETAIN = 0x04
+FLAG_DUP = 0x08
+FLAG_HAS_ID = 0x10
+
+FRAME = struct.Struct("<II")  # length, crc32
+FRAME_SIZE = FRAME.size
+FRAME_KIND = struct.Struct("<IIB")  # length, crc32, kind
+DATA_HEAD = struct.Struct("<BQqBHH")  # kind, offset, timestamp_us, flags, message id, topic len
+DATA_HEAD_SIZE = DATA_HEAD.size  # smallest valid ``length`` of a data record
+DATA_FIELDS = struct.Struct("<QqBHH")  # the data head after the kind byte
+DATA_FIELDS_AT = FRAME_SIZE + 1  # where DATA_FIELDS starts, relative to the record start
+TOPIC_AT = FRAME_SIZE + DATA_HEAD_SIZE  # where the topic starts, relative to the record start
+SEAL_BODY = struct.Struct("<QI")  # end offset, crc32 of every segment byte before the seal
+SEAL_RECORD_SIZE = FRAME_SIZE + 1 + SEAL_BODY.size
+COUNT = struct.Struct("<I")
+
+MAX_TOPIC_BYTES = 0xFFFF
+MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # MQTT's largest packet is 256 MiB
+MAX_RECORD_LENGTH = DATA_HEAD_SIZE + MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES
+
+# (qos, retained, duplicate, has message id) -> flags byte; a missing key is an invalid record.
+FLAGS: dict[tuple[int, bool, bool, bool], int] = {
+    (qos, retained, duplicate, has_id): (
+        qos
+        | (FLAG_RETAIN if retained else 0)
+        | (FLAG_DUP if duplicate else 0)
+        | (FLAG_HAS_ID if has_id else 0)
+    )
+    for qos in (0, 1, 2)
+    for retained in (False, True)
+    for duplicate in (False, True)
+    for has_id in (False, True)
+}
+QOS_OF: tuple[int, ...] = tuple(f & FLAG_QOS_MASK for f in range(256))
+RETAINED_OF: tuple[bool, ...] = tuple(bool(f & FLAG_RETAIN) for f in range(256))
+DUPLICATE_OF: tuple[bool, ...] = tuple(bool(f & FLAG_DUP) for f in range(256))
+
+
+class NewRecord(NamedTuple):
+    """A message to append; the WAL assigns its offset. ``message_id`` is None for QoS 0."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retained: bool
+    duplicate: bool
+    message_id: int | None
+    timestamp_us: int
+
+
+class WalRecord(NamedTuple):
+    """A stored message with its offset."""
+
+    offset: int
+    topic: str
+    payload: bytes
+    qos: int
+    retained: bool
+    duplicate: bool
+    message_id: int | None
+    timestamp_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class WalColumns:
+    """Records of one offset range, column by column; ``len()`` is the number of records."""
+
+    offsets: list[int]
+    topics: list[str]
+    payloads: list[bytes]
+    qos: list[int]
+    retained: list[bool]
+    duplicate: list[bool]
+    message_ids: list[int | None]
+    timestamps_us: list[int]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def records(self) -> Iterator[WalRecord]:
+        """Yield the rows as :class:`WalRecord` (convenient, slower than the columns)."""
+        return map(
+            WalRecord,
+            self.offsets,
+            self.topics,
+            self.payloads,
+            self.qos,
+            self.retained,
+            self.duplicate,
+            self.message_ids,
+            self.timestamps_us,
+        )
+
+    @classmethod
+    def empty(cls) -> WalColumns:
+        """Columns with no records."""
+        return cls([], [], [], [], [], [], [], [])
+
+
+def record_digest(topic: str, payload: bytes) -> int:
+    """The 32-bit digest kept per QoS 1 packet id: crc32 of UTF-8 topic, a NUL, the payload."""
+    return zlib.crc32(payload, zlib.crc32(topic.encode("utf-8") + b"\0"))
+
+
+def encode_record(kind: int, body: bytes) -> bytes:
+    """Frame one record of any kind."""
+    framed = bytes((kind,)) + body
+    return FRAME.pack(len(framed), zlib.crc32(framed)) + framed
+
+
+def encode_release(message_ids: list[int]) -> bytes:
+    """A QoS 2 release record: the listed packet ids are no longer pending."""
+    body = COUNT.pack(len(message_ids)) + struct.pack(f"<{len(message_ids)}H", *message_ids)
+    return encode_record(KIND_RELEASE, body)
+
+
+def decode_release(body: bytes | memoryview) -> list[int]:
+    """Packet ids of a release record body; ValueError when the body is malformed."""
+    (count,) = COUNT.unpack_from(body, 0)
+    if len(body) != COUNT.size + 2 * count:
+        raise ValueError(f"release record holds {len(body)} bytes for {count} ids")
+    return list(struct.unpack_from(f"<{count}H", body, COUNT.size))
+
+
+def encode_seal(end_offset: int, segment_crc: int) -> bytes:
+    """The last record of a full segment: its end offset and the crc32 of all bytes before it."""
+    return encode_record(KIND_SEAL, SEAL_BODY.pack(end_offset, segment_crc))
+
+
+def frame_problem(buf: bytes | memoryview, pos: int) -> str | None:
+    """Why the record at ``pos`` is not a complete, intact frame of a known kind (None if it is)."""
+    available = len(buf) - pos
+    if available < FRAME_SIZE + 1:
+        return f"short record header ({available} bytes)"
+    length, crc, kind = FRAME_KIND.unpack_from(buf, pos)
+    if length < 1 or length > MAX_RECORD_LENGTH:
+        return f"invalid record length {length}"
+    if FRAME_SIZE + length > available:
+        return f"short record (needs {FRAME_SIZE + length} bytes, {available} present)"
+    if zlib.crc32(memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]) != crc:
+        return "record CRC mismatch"
+    if kind not in KNOWN_KINDS:
+        return f"unknown record kind {kind}"
+    if kind == KIND_DATA and length < DATA_HEAD_SIZE:
+        return f"data record too short ({length} bytes)"
+    if kind == KIND_SEAL and length != 1 + SEAL_BODY.size:
+        return f"seal record has length {length}"
+    return None

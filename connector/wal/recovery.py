@@ -1,0 +1,251 @@
+"""Open-time validation and repair of a WAL directory (run by the writer under its lock).
+
+Rules:
+
+* Every non-last segment must be sealed: its seal's CRC of all preceding bytes must match and
+  its end offset must equal the next segment's first offset. Anything else is corruption
+  (WalCorruptError naming the file and byte position); nothing is repaired.
+* The last (active) segment is scanned record by record. Its header and leading state
+  snapshot must be intact. The first record that is short, has a bad length or a bad CRC
+  starts a torn tail: the file is cut there (fsynced, logged as a warning). A record with a
+  valid CRC but wrong content (offset out of sequence, misplaced state record) is corruption.
+* Leftover ``*.tmp`` files and index hints without a segment are deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import zlib
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+from .errors import WalCorruptError
+from .records import (
+    DATA_FIELDS,
+    DATA_FIELDS_AT,
+    DATA_HEAD_SIZE,
+    FLAG_HAS_ID,
+    FLAG_QOS_MASK,
+    FRAME_KIND,
+    FRAME_SIZE,
+    KIND_DATA,
+    KIND_RELEASE,
+    KIND_SEAL,
+    KIND_STATE,
+    SEAL_BODY,
+    SEAL_RECORD_SIZE,
+    TOPIC_AT,
+    decode_release,
+    frame_problem,
+)
+from .segment import (
+    HEADER_SIZE,
+    INDEX_INTERVAL,
+    INDEX_SUFFIX,
+    TEMP_SUFFIX,
+    decode_header,
+    parse_name,
+    segment_name,
+)
+from .state import QosState
+
+log = logging.getLogger(__name__)
+
+_CRC_CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class ActiveSegment:
+    """What the writer needs to continue appending to the last segment."""
+
+    first_offset: int
+    next_offset: int
+    size: int
+    crc: int
+    sealed: bool
+    state: QosState
+    index: list[tuple[int, int]] = field(default_factory=list)
+    index_next: int = 0
+
+
+@dataclass(slots=True)
+class _Walk:
+    """Result of walking one segment's records."""
+
+    end: int  # position after the last intact record (or of the seal)
+    expected: int  # offset the next data record would get
+    state: QosState
+    index: list[tuple[int, int]]
+    index_next: int
+    damage: str | None = None  # why the record at ``end`` is unusable
+    sealed: bool = False
+
+
+def recover_log(root: Path, firsts: list[int], identity: bytes, *, fsync: bool) -> ActiveSegment:
+    """Validate all segments (first offsets ``firsts``, non-empty) and repair the last one."""
+    for first, next_first in pairwise(firsts):
+        verify_sealed_segment(root, first, identity, next_first)
+    return recover_active_segment(root, firsts[-1], identity, fsync=fsync)
+
+
+def remove_leftovers(root: Path, firsts: list[int]) -> None:
+    """Delete temporary files and index hints whose segment is gone."""
+    live = set(firsts)
+    for name in os.listdir(root):
+        indexed = parse_name(name, INDEX_SUFFIX)
+        if name.endswith(TEMP_SUFFIX) or (indexed is not None and indexed not in live):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(root / name)
+                log.info("removed leftover WAL file %s", root / name)
+
+
+def verify_sealed_segment(root: Path, first: int, identity: bytes, next_first: int) -> None:
+    """Check a non-last segment: header, seal, whole-file CRC and continuity with the next."""
+    file = root / segment_name(first)
+    with open(file, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        decode_header(handle.read(HEADER_SIZE), file, first, identity)
+        if size < HEADER_SIZE + SEAL_RECORD_SIZE:
+            _raise_located(file, first, identity)
+        handle.seek(size - SEAL_RECORD_SIZE)
+        seal = handle.read(SEAL_RECORD_SIZE)
+        if frame_problem(seal, 0) is not None or seal[FRAME_SIZE] != KIND_SEAL:
+            _raise_located(file, first, identity)
+        end_offset, sealed_crc = SEAL_BODY.unpack_from(seal, FRAME_SIZE + 1)
+        handle.seek(0)
+        crc, remaining = 0, size - SEAL_RECORD_SIZE
+        while remaining:
+            chunk = handle.read(min(remaining, _CRC_CHUNK))
+            crc = zlib.crc32(chunk, crc)
+            remaining -= len(chunk)
+    if crc != sealed_crc:
+        _raise_located(file, first, identity)
+    if end_offset != next_first:
+        raise WalCorruptError(
+            root / segment_name(next_first),
+            0,
+            f"gap between segments: {file.name} ends at offset {end_offset} "
+            f"but the next segment starts at offset {next_first}",
+        )
+
+
+def recover_active_segment(
+    root: Path, first: int, identity: bytes, *, fsync: bool
+) -> ActiveSegment:
+    """Scan the last segment, cut a torn tail, and rebuild the QoS state and index."""
+    file = root / segment_name(first)
+    data = file.read_bytes()
+    decode_header(data[:HEADER_SIZE], file, first, identity)
+    walk = _walk(data, file, first)
+    size = walk.end + SEAL_RECORD_SIZE if walk.sealed else walk.end
+    if size < len(data):
+        reason = walk.damage or "bytes after the seal"
+        log.warning(
+            "WAL %s: cutting %d bytes of torn or corrupt tail at byte %d (%s); "
+            "records from offset %d on were never acknowledged",
+            file,
+            len(data) - size,
+            size,
+            reason,
+            walk.expected,
+        )
+        _cut(file, size, fsync=fsync)
+    return ActiveSegment(
+        first_offset=first,
+        next_offset=walk.expected,
+        size=size,
+        crc=zlib.crc32(memoryview(data)[:size]),
+        sealed=walk.sealed,
+        state=walk.state,
+        index=walk.index,
+        index_next=walk.index_next,
+    )
+
+
+def _cut(file: Path, size: int, *, fsync: bool) -> None:
+    """Truncate ``file`` to ``size`` bytes durably."""
+    fd = os.open(file, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _raise_located(file: Path, first: int, identity: bytes) -> None:
+    """Find where a sealed segment that failed its checks is damaged, and raise there."""
+    data = file.read_bytes()
+    decode_header(data[:HEADER_SIZE], file, first, identity)
+    walk = _walk(data, file, first)
+    if walk.damage is not None:
+        raise WalCorruptError(file, walk.end, walk.damage)
+    if not walk.sealed:
+        raise WalCorruptError(file, walk.end, "segment is not sealed but a later segment exists")
+    if walk.end + SEAL_RECORD_SIZE != len(data):
+        raise WalCorruptError(file, walk.end + SEAL_RECORD_SIZE, "bytes after the seal")
+    raise WalCorruptError(file, walk.end, "segment contents do not match the seal's CRC")
+
+
+def _walk(data: bytes, file: Path, first: int) -> _Walk:
+    """Walk a segment's records, stopping at the first unusable record or at the seal."""
+    view = memoryview(data)
+    pos = HEADER_SIZE
+    problem = frame_problem(data, pos)
+    if problem is None and data[pos + FRAME_SIZE] != KIND_STATE:
+        problem = "first record is not a state snapshot"
+    if problem is not None:
+        raise WalCorruptError(file, pos, f"segment state snapshot is unusable: {problem}")
+    stop = pos + FRAME_SIZE + FRAME_KIND.unpack_from(data, pos)[0]
+    try:
+        state = QosState.decode(view[pos + FRAME_SIZE + 1 : stop])
+    except (ValueError, OverflowError) as exc:
+        raise WalCorruptError(file, pos, f"segment state snapshot is malformed: {exc}") from exc
+    pos = stop
+    walk = _Walk(end=pos, expected=first, state=state, index=[], index_next=pos + INDEX_INTERVAL)
+    pending, digests = state.pending_qos2, state.qos1_digests
+    expected, index_next, n = first, walk.index_next, len(data)
+    while pos < n:
+        problem = frame_problem(data, pos)
+        if problem is not None:
+            walk.damage = problem
+            break
+        length, _, kind = FRAME_KIND.unpack_from(data, pos)
+        stop = pos + FRAME_SIZE + length
+        if kind == KIND_DATA:
+            offset, _, flags, mid, topic_len = DATA_FIELDS.unpack_from(data, pos + DATA_FIELDS_AT)
+            if offset != expected:
+                raise WalCorruptError(file, pos, f"expected offset {expected}, found {offset}")
+            if DATA_HEAD_SIZE + topic_len > length:
+                raise WalCorruptError(file, pos, "topic runs past the record")
+            if pos >= index_next:
+                walk.index.append((offset, pos))
+                index_next = pos + INDEX_INTERVAL
+            if flags & FLAG_HAS_ID:
+                qos = flags & FLAG_QOS_MASK
+                if qos == 1:
+                    topic_end = pos + TOPIC_AT + topic_len
+                    seed = zlib.crc32(b"\0", zlib.crc32(view[pos + TOPIC_AT : topic_end]))
+                    digests[mid] = zlib.crc32(view[topic_end:stop], seed)
+                elif qos == 2:
+                    pending.add(mid)
+            expected += 1
+        elif kind == KIND_RELEASE:
+            try:
+                pending.difference_update(decode_release(view[pos + FRAME_SIZE + 1 : stop]))
+            except ValueError as exc:
+                raise WalCorruptError(file, pos, f"malformed release record: {exc}") from exc
+        elif kind == KIND_SEAL:
+            seal_end, seal_crc = SEAL_BODY.unpack_from(data, pos + FRAME_SIZE + 1)
+            if seal_end != expected or seal_crc != zlib.crc32(view[:pos]):
+                raise WalCorruptError(file, pos, "seal does not match the segment's records")
+            walk.sealed = True
+            break
+        else:
+            raise WalCorruptError(file, pos, "state snapshot in the middle of a segment")
+        pos = stop
+    walk.end, walk.expected, walk.index_next = pos, expected, index_next
+    return walk

@@ -1,0 +1,518 @@
+"""The single writer: group-committed appends, segment rollover, truncation, QoS state.
+
+Durability rule: :meth:`WalWriter.append` returns only after the batch's bytes are fsynced
+(one fsync per batch, plus the directory when a segment file is created), so anything below
+the returned ``next_offset`` survives a crash and may be acknowledged to the broker.
+After a write or fsync error the writer cuts the failed bytes off (best effort), refuses
+all further appends and must be reopened; reopen recovers the last fsynced state. When a
+batch spans a segment rollover, the part before the rollover may survive such a failure:
+those messages were never acknowledged, so the broker redelivers them and the QoS state
+lets the receiver drop the redeliveries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import threading
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from .errors import WalCorruptError, WalError, WalWriteError
+from .identity import read_identity, write_identity
+from .lock import WalLock
+from .records import (
+    DATA_HEAD,
+    FLAGS,
+    FRAME,
+    FRAME_SIZE,
+    KIND_DATA,
+    KIND_STATE,
+    MAX_RECORD_LENGTH,
+    MAX_TOPIC_BYTES,
+    NewRecord,
+    encode_record,
+    encode_release,
+    encode_seal,
+)
+from .recovery import ActiveSegment, recover_log, remove_leftovers
+from .segment import (
+    INDEX_INTERVAL,
+    create_segment,
+    encode_header,
+    encode_index,
+    fsync_dir,
+    index_name,
+    list_segments,
+    open_index,
+    read_header,
+    segment_name,
+    write_all,
+)
+from .state import QosState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_MAX_BYTES = 64 * 1024 * 1024
+_TOPIC_CACHE_LIMIT = 4096
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """Encoded bytes of one batch destined for one segment."""
+
+    first_offset: int
+    parts: list[bytes]
+    new_segment: bool  # parts start with a header + state snapshot: create the file
+    index: list[tuple[int, int]] = field(default_factory=list)
+    end_offset: int = 0
+    seal: bool = False  # seal (and fsync) the segment after writing the parts
+
+
+class WalWriter:
+    """Appends records durably to a WAL directory; one writer per directory (see WalLock)."""
+
+    def __init__(
+        self,
+        root: Path,
+        identity: str,
+        lock: WalLock,
+        segments: list[int],
+        active: ActiveSegment,
+        *,
+        segment_max_bytes: int,
+        fsync: bool,
+    ) -> None:
+        """Use :meth:`open`; this adopts an already recovered, locked directory."""
+        self._root = root
+        self._identity = identity
+        self._identity_bytes = bytes.fromhex(identity)
+        self._lock = lock
+        self._mutex = threading.Lock()
+        self._max = segment_max_bytes
+        self._fsync = fsync
+        self._segments = segments
+        self._next_offset = active.next_offset
+        self._state = active.state
+        self._topics: dict[str, tuple[bytes, int]] = {}
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._seg_first = active.first_offset
+        self._seg_size = active.size
+        self._seg_crc = active.crc
+        self._durable_size = active.size
+        self._index_next = active.index_next
+        self._fd = os.open(root / segment_name(active.first_offset), os.O_WRONLY | os.O_CLOEXEC)
+        os.lseek(self._fd, active.size, os.SEEK_SET)
+        self._index_fd = open_index(root, active.first_offset, active.index)
+
+    # ----------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
+        fsync: bool = True,
+    ) -> WalWriter:
+        """Lock, create or recover the WAL at ``path`` and return a writer positioned at its end.
+
+        Raises WalLockedError when another writer holds the directory and WalCorruptError
+        when durable data is damaged (a torn tail of the last segment is cut, not an error).
+        """
+        if segment_max_bytes <= 0:
+            raise ValueError(f"segment_max_bytes must be positive, got {segment_max_bytes}")
+        root = Path(path)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = WalLock.acquire(root)
+        try:
+            writer = cls._recover(root, lock, segment_max_bytes=segment_max_bytes, fsync=fsync)
+        except BaseException:
+            lock.release()
+            raise
+        log.info(
+            "opened WAL %s (identity %s): offsets [%d, %d) in %d segment(s)",
+            root,
+            writer.identity,
+            writer.first_offset,
+            writer.next_offset,
+            len(writer._segments),
+        )
+        return writer
+
+    @classmethod
+    def _recover(
+        cls, root: Path, lock: WalLock, *, segment_max_bytes: int, fsync: bool
+    ) -> WalWriter:
+        """Establish the identity, validate and repair segments, and build the writer."""
+        remove_leftovers(root, list_segments(root))
+        identity = read_identity(root)
+        firsts = list_segments(root)
+        if identity is None:
+            if firsts:  # crashed between creating segment 0 and wal.json
+                identity = read_header(root / segment_name(firsts[0])).identity.hex()
+            else:
+                identity = uuid.uuid4().hex
+                os.close(_create_segment_file(root, bytes.fromhex(identity), 0, QosState(), fsync))
+                firsts = [0]
+            write_identity(root, identity, fsync=fsync)
+        elif not firsts:
+            raise WalCorruptError(
+                root / "wal.json", 0, "the WAL has an identity but no segment files"
+            )
+        active = recover_log(root, firsts, bytes.fromhex(identity), fsync=fsync)
+        remove_leftovers(root, firsts)
+        if active.sealed:  # crashed between sealing a segment and creating the next one
+            prefix = _segment_prefix(bytes.fromhex(identity), active.next_offset, active.state)
+            os.close(create_segment(root, active.next_offset, prefix, fsync=fsync))
+            firsts.append(active.next_offset)
+            active = ActiveSegment(
+                first_offset=active.next_offset,
+                next_offset=active.next_offset,
+                size=len(prefix),
+                crc=zlib.crc32(prefix),
+                sealed=False,
+                state=active.state,
+                index_next=len(prefix) + INDEX_INTERVAL,
+            )
+        return cls(
+            root,
+            identity,
+            lock,
+            firsts,
+            active,
+            segment_max_bytes=segment_max_bytes,
+            fsync=fsync,
+        )
+
+    # ----------------------------------------------------------------------------- properties
+
+    @property
+    def path(self) -> Path:
+        """The WAL directory."""
+        return self._root
+
+    @property
+    def identity(self) -> str:
+        """The WAL's random identity (uuid4 hex), stable across reopen."""
+        return self._identity
+
+    @property
+    def next_offset(self) -> int:
+        """High-water mark: the offset the next appended record gets; all below are durable."""
+        return self._next_offset
+
+    @property
+    def first_offset(self) -> int:
+        """Lowest offset still stored (== next_offset when nothing is stored)."""
+        return self._segments[0]
+
+    @property
+    def segments(self) -> tuple[int, ...]:
+        """First offsets of the segment files, oldest first."""
+        return tuple(self._segments)
+
+    @property
+    def qos2_pending(self) -> frozenset[int]:
+        """Snapshot of QoS 2 packet ids appended whose release has not been appended."""
+        return frozenset(self._state.pending_qos2)
+
+    def is_qos2_pending(self, message_id: int) -> bool:
+        """Whether a QoS 2 message with ``message_id`` is stored and not yet released."""
+        return message_id in self._state.pending_qos2
+
+    def qos1_digest(self, message_id: int) -> int | None:
+        """record_digest of the latest QoS 1 record appended with ``message_id``, if any."""
+        return self._state.qos1_digests.get(message_id)
+
+    def backlog(self, committed: int) -> int:
+        """Records appended at or above offset ``committed``."""
+        return self._next_offset - committed
+
+    # ----------------------------------------------------------------------------- appending
+
+    def append(self, records: Sequence[NewRecord], *, released_qos2: Iterable[int] = ()) -> int:
+        """Durably append ``records`` (offsets assigned in order) and QoS 2 releases.
+
+        Releases are applied before the records. Returns the new next_offset after ONE fsync.
+        Invalid records raise ValueError/TypeError and change nothing; I/O errors raise
+        WalWriteError and poison the writer.
+        """
+        with self._mutex:
+            self._check_usable()
+            chunks, index_next = self._encode(records, released_qos2)
+            if chunks is None:
+                return self._next_offset
+            try:
+                self._write(chunks)
+            except OSError as exc:
+                self._fail(exc)
+                raise WalWriteError(
+                    f"could not append {len(records)} records to WAL {self._root} at offset "
+                    f"{self._next_offset}: {exc}; the batch is not durable, reopen the WAL"
+                ) from exc
+            self._index_next = index_next
+            self._next_offset = chunks[-1].end_offset
+            return self._next_offset
+
+    def _encode(
+        self, records: Sequence[NewRecord], released_qos2: Iterable[int]
+    ) -> tuple[list[_Chunk] | None, int]:
+        """Encode a batch into per-segment chunks and update the QoS state (undone on error)."""
+        state = self._state
+        pending, digests = state.pending_qos2, state.qos1_digests
+        released = [mid for mid in dict.fromkeys(released_qos2) if mid in pending]
+        if not records and not released:
+            return None, self._index_next
+        added: list[int] = []
+        old_digests: dict[int, int | None] = {}
+        try:
+            pending.difference_update(released)
+            return self._encode_records(records, released, added, old_digests)
+        except BaseException:
+            pending.difference_update(added)
+            pending.update(released)
+            for mid, digest in old_digests.items():
+                if digest is None:
+                    digests.pop(mid, None)
+                else:
+                    digests[mid] = digest
+            raise
+
+    def _encode_records(
+        self,
+        records: Sequence[NewRecord],
+        released: list[int],
+        added: list[int],
+        old_digests: dict[int, int | None],
+    ) -> tuple[list[_Chunk], int]:
+        """The hot loop of :meth:`_encode`; see there."""
+        offset = self._next_offset
+        chunk = _Chunk(offset, [], new_segment=False)
+        chunks = [chunk]
+        parts = chunk.parts
+        pos = self._seg_size
+        if released:
+            release = encode_release(released)
+            parts.append(release)
+            pos += len(release)
+        has_data = offset > self._seg_first
+        limit, index_next = self._max, self._index_next
+        pending, digests = self._state.pending_qos2, self._state.qos1_digests
+        topics, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
+        pack_head, pack_frame = DATA_HEAD.pack, FRAME.pack
+        try:
+            for topic, payload, qos, retained, duplicate, mid, stamp in records:
+                if pos >= limit and has_data:
+                    chunk.end_offset, chunk.seal = offset, True
+                    prefix = _segment_prefix(self._identity_bytes, offset, self._state)
+                    chunk = _Chunk(offset, [prefix], new_segment=True)
+                    chunks.append(chunk)
+                    parts, pos, has_data = chunk.parts, len(prefix), False
+                    index_next = pos + INDEX_INTERVAL
+                entry = topics.get(topic)
+                if entry is None:
+                    entry = self._cache_topic(topic)
+                flags = flags_of.get((qos, retained, duplicate, mid is not None))
+                if flags is None:
+                    raise ValueError(f"invalid record at offset {offset}: qos={qos!r}")
+                if qos:
+                    if not mid:
+                        raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
+                    if qos == 1:
+                        if mid not in old_digests:
+                            old_digests[mid] = digests.get(mid)
+                        digests[mid] = crc32(payload, entry[1])
+                    elif mid not in pending:
+                        pending.add(mid)
+                        added.append(mid)
+                raw_topic = entry[0]
+                head = pack_head(KIND_DATA, offset, stamp, flags, mid or 0, len(raw_topic))
+                head += raw_topic
+                length = len(head) + len(payload)
+                if length > MAX_RECORD_LENGTH:
+                    raise ValueError(f"record at offset {offset} is too large ({length} bytes)")
+                if pos >= index_next:
+                    chunk.index.append((offset, pos))
+                    index_next = pos + INDEX_INTERVAL
+                parts.append(pack_frame(length, crc32(payload, crc32(head))))
+                parts.append(head)
+                parts.append(payload)
+                pos += FRAME_SIZE + length
+                offset += 1
+                has_data = True
+        except struct.error as exc:
+            raise ValueError(f"record at offset {offset} has a field out of range: {exc}") from exc
+        chunk.end_offset = offset
+        return chunks, index_next
+
+    def _cache_topic(self, topic: str) -> tuple[bytes, int]:
+        """UTF-8 bytes of a topic and the crc32 seed of its digest, cached."""
+        raw = topic.encode("utf-8")
+        if len(raw) > MAX_TOPIC_BYTES:
+            raise ValueError(f"topic is {len(raw)} bytes, the limit is {MAX_TOPIC_BYTES}")
+        if len(self._topics) >= _TOPIC_CACHE_LIMIT:
+            self._topics.clear()
+        entry = self._topics[topic] = (raw, zlib.crc32(raw + b"\0"))
+        return entry
+
+    def _write(self, chunks: list[_Chunk]) -> None:
+        """Write encoded chunks, rolling segments over; ends with the batch's fsync."""
+        unsynced = False
+        for chunk in chunks:
+            data = b"".join(chunk.parts)
+            if chunk.new_segment:
+                self._start_segment(chunk.first_offset, data)
+                unsynced = False
+            elif data:
+                write_all(self._fd, data)
+                self._seg_size += len(data)
+                self._seg_crc = zlib.crc32(data, self._seg_crc)
+                unsynced = True
+            if chunk.index:
+                write_all(self._index_fd, encode_index(chunk.index))
+            if chunk.seal:
+                seal = encode_seal(chunk.end_offset, self._seg_crc)
+                write_all(self._fd, seal)
+                self._seg_size += len(seal)
+                self._sync()
+                unsynced = False
+                log.debug(
+                    "WAL %s: sealed segment %d at offset %d",
+                    self._root,
+                    self._seg_first,
+                    chunk.end_offset,
+                )
+        if unsynced:
+            self._sync()
+
+    def _sync(self) -> None:
+        """fsync the active segment; everything written to it so far is now durable."""
+        if self._fsync:
+            os.fsync(self._fd)
+        self._durable_size = self._seg_size
+
+    def _start_segment(self, first_offset: int, data: bytes) -> None:
+        """Create the next segment holding ``data`` and make it the active one."""
+        fd = create_segment(self._root, first_offset, data, fsync=self._fsync)
+        old_fd, old_index_fd = self._fd, self._index_fd
+        self._fd = fd
+        self._segments.append(first_offset)
+        self._seg_first, self._seg_size = first_offset, len(data)
+        self._seg_crc = zlib.crc32(data)
+        self._durable_size = len(data)
+        os.close(old_fd)
+        os.close(old_index_fd)
+        self._index_fd = -1
+        self._index_fd = open_index(self._root, first_offset, [])
+
+    def _fail(self, exc: OSError) -> None:
+        """Poison the writer and cut unsynced bytes of the failed batch off the active segment."""
+        self._failure = exc
+        log.error("WAL %s: append failed, writer disabled until reopened: %s", self._root, exc)
+        try:
+            os.ftruncate(self._fd, self._durable_size)
+            if self._fsync:
+                os.fsync(self._fd)
+        except OSError as cleanup_exc:
+            log.warning(
+                "WAL %s: could not cut the failed batch off %s: %s (reopen will recover)",
+                self._root,
+                segment_name(self._seg_first),
+                cleanup_exc,
+            )
+
+    def _check_usable(self) -> None:
+        """Refuse work after close or after a write failure."""
+        if self._closed:
+            raise WalError(f"WAL writer for {self._root} is closed")
+        if self._failure is not None:
+            raise WalWriteError(
+                f"WAL writer for {self._root} failed earlier ({self._failure}); reopen the WAL"
+            ) from self._failure
+
+    # ----------------------------------------------------------------------------- truncating
+
+    def truncate_before(self, offset: int) -> int:
+        """Delete whole segments all of whose records are below ``offset``; returns how many.
+
+        The active segment is never deleted. Deletion goes oldest first, so the stored
+        offsets always stay one gap-free range.
+        """
+        with self._mutex:
+            self._check_usable()
+            deleted = 0
+            try:
+                while len(self._segments) > 1 and self._segments[1] <= offset:
+                    first = self._segments[0]
+                    os.unlink(self._root / segment_name(first))
+                    self._segments.pop(0)
+                    deleted += 1
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._root / index_name(first))
+                if deleted and self._fsync:
+                    fsync_dir(self._root)
+            except OSError as exc:
+                raise WalWriteError(
+                    f"could not delete old segments of WAL {self._root}: {exc}"
+                ) from exc
+            if deleted:
+                log.debug(
+                    "WAL %s: deleted %d segment(s) below offset %d, first offset now %d",
+                    self._root,
+                    deleted,
+                    offset,
+                    self._segments[0],
+                )
+            return deleted
+
+    # ----------------------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Close files and release the lock; later calls do nothing."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._fd, self._index_fd):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._lock.release()
+
+    def __enter__(self) -> WalWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"WalWriter({str(self._root)!r}, offsets=[{self.first_offset}, {self._next_offset}), "
+            f"segments={len(self._segments)})"
+        )
+
+
+def _segment_prefix(identity: bytes, first_offset: int, state: QosState) -> bytes:
+    """Header plus state snapshot: the first bytes of every segment."""
+    return encode_header(identity, first_offset) + encode_record(KIND_STATE, state.encode())
+
+
+def _create_segment_file(
+    root: Path, identity: bytes, first_offset: int, state: QosState, fsync: bool
+) -> int:
+    """Create an empty segment (header and snapshot only); returns its write fd."""
+    prefix = _segment_prefix(identity, first_offset, state)
+    return create_segment(root, first_offset, prefix, fsync=fsync)
