@@ -32,7 +32,7 @@ $(VENV_STAMP): pyproject.toml
 		$(PYTHON) -m venv $(VENV); \
 	fi
 	$(VENV_PY) -m pip install --quiet --upgrade pip
-	$(VENV_PY) -m pip install --quiet -e '.[dev]'
+	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
 	@touch $@
 
 # System packages the tests need. Nothing runs when everything is present.

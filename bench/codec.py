@@ -225,7 +225,9 @@ def _paho_client(reads: Sequence[bytes], on_message: Callable[..., None]) -> tup
     return client, sock
 
 
-def run_paho(work: Workload, on_message: Callable[..., None] | None = None) -> tuple[float, int, int]:
+def run_paho(
+    work: Workload, on_message: Callable[..., None] | None = None
+) -> tuple[float, int, int]:
     """paho's reader until the fake socket is empty. Returns (seconds, messages, bytes sent)."""
     count = 0
 
@@ -321,7 +323,9 @@ def profile(work: Workload) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.codec", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.codec", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--messages", type=int, default=200_000, help="PUBLISH frames per run")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per peer")
     parser.add_argument("--size", type=int, default=100, help="payload bytes")

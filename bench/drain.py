@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import re
 import select
 import subprocess
 import sys
@@ -77,15 +78,15 @@ def _note(seen: bytearray, counters: list[int], payload: bytes) -> None:
         counters[2] += 1
 
 
-def worker_ours(url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
+def worker_ours(
+    url: str, client_id: str, count: int, timeout: float, stall: float
+) -> dict[str, Any]:
     """Drain with our driver: poll, check, acknowledge; stop at ``count`` distinct messages."""
     from connector.mqtt.driver import MqttClient
     from connector.mqtt.session import SessionConfig
 
     seen, counters = _sequence_checker(count)
-    client = MqttClient(
-        url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)]
-    )
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)])
     start = time.perf_counter()
     deadline = start + timeout
     client.connect()
@@ -93,7 +94,7 @@ def worker_ours(url: str, client_id: str, count: int, timeout: float) -> dict[st
     last = connected
     while counters[1] < count:
         now = time.perf_counter()
-        if now > deadline:
+        if now > deadline or now - last > stall:
             break
         batch = client.poll(min(1.0, deadline - now))
         messages = batch.messages
@@ -106,7 +107,9 @@ def worker_ours(url: str, client_id: str, count: int, timeout: float) -> dict[st
     return _worker_result(counters, start, connected, last, client.connections)
 
 
-def worker_paho(url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
+def worker_paho(
+    url: str, client_id: str, count: int, timeout: float, stall: float
+) -> dict[str, Any]:
     """Drain with paho-mqtt 2.x: on_message checks, paho sends each PUBACK itself."""
     from urllib.parse import urlsplit
 
@@ -138,7 +141,10 @@ def worker_paho(url: str, client_id: str, count: int, timeout: float) -> dict[st
     sock = client.socket()
     # loop_forever's cycle through the external-loop API, so the loop can end right after
     # the PUBACK of the last message was written (before DISCONNECT).
-    while counters[1] < count and time.perf_counter() < deadline:
+    while counters[1] < count:
+        now = time.perf_counter()
+        if now > deadline or now - (state["last"] or start) > stall:
+            break
         writable = [sock] if client.want_write() else []
         readable, _, _ = select.select([sock], writable, [], 1.0)
         if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
@@ -174,15 +180,18 @@ def run_worker(argv: Sequence[str]) -> int:
     parser.add_argument("client_id")
     parser.add_argument("count", type=int)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--stall", type=float, default=5.0, help="give up after a silence")
     parser.add_argument("--profile", help="write a cProfile of the drain to this file")
     args = parser.parse_args(argv)
     work = worker_ours if args.peer == "ours" else worker_paho
     if args.profile:
         profiler = cProfile.Profile()
-        result = profiler.runcall(work, args.url, args.client_id, args.count, args.timeout)
+        result = profiler.runcall(
+            work, args.url, args.client_id, args.count, args.timeout, args.stall
+        )
         profiler.dump_stats(args.profile)
     else:
-        result = work(args.url, args.client_id, args.count, args.timeout)
+        result = work(args.url, args.client_id, args.count, args.timeout, args.stall)
     sys.stdout.write(json.dumps(result) + "\n")
     return 0 if result["distinct"] == args.count else 1
 
@@ -201,9 +210,15 @@ class Drain:
     peer: str
     process_seconds: float
     drain_seconds: float | None
+    broker_lag_seconds: float
     publish_rate: float
     left_queued: int
     details: dict[str, Any]
+
+    @property
+    def acknowledged_seconds(self) -> float:
+        """Process start until the broker logged the end of the drain's connection."""
+        return self.process_seconds + self.broker_lag_seconds
 
 
 def _create_session(url: str, client_id: str) -> None:
@@ -211,9 +226,7 @@ def _create_session(url: str, client_id: str) -> None:
     from connector.mqtt.driver import MqttClient
     from connector.mqtt.session import SessionConfig
 
-    client = MqttClient(
-        url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)]
-    )
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)])
     connected = client.connect()
     if connected.session_present:
         raise BenchError(f"the broker already had a session for {client_id!r}")
@@ -273,7 +286,10 @@ def _drain_worker(
         raise BenchError(f"{peer} worker printed nothing ({done.returncode}): {done.stderr}")
     details = json.loads(lines[-1])
     if done.returncode != 0:
-        raise BenchError(f"{peer} worker failed ({done.returncode}): {details} {done.stderr}")
+        raise BenchError(
+            f"{peer} got {details['distinct']} of {count} distinct messages before it stalled "
+            f"or timed out (exit {done.returncode}): {details}\n{done.stderr}"
+        )
     return wall, details
 
 
@@ -297,6 +313,23 @@ def _drain_mosquitto_sub(url: str, client_id: str, count: int, timeout: float) -
     return wall
 
 
+def _connections_ended(broker: Any, client_id: str) -> int:
+    """How many connections of ``client_id`` the broker has logged as ended."""
+    name = re.escape(client_id)
+    pattern = rf"Client {name} (?:disconnected|closed its connection)|Socket error on client {name}"
+    return len(re.findall(pattern, broker.log_text()))
+
+
+def _wait_connection_ended(broker: Any, client_id: str, before: int, timeout: float) -> float:
+    """Wait until the broker logged one more ended connection of ``client_id``; seconds waited."""
+    start = time.perf_counter()
+    while _connections_ended(broker, client_id) <= before:
+        if time.perf_counter() - start > timeout:
+            raise BenchError(f"the broker never logged the end of {client_id}'s connection")
+        time.sleep(0.005)
+    return time.perf_counter() - start
+
+
 def drain_once(
     peer: str,
     count: int,
@@ -317,23 +350,78 @@ def drain_once(
         publish_rate = _publish_backlog(broker.url, count, size, timeout)
         details: dict[str, Any] = {}
         drain_seconds = None
+        gone_before = _connections_ended(broker, client_id)
         if peer == "mosquitto_sub":
             wall = _drain_mosquitto_sub(broker.url, client_id, count, timeout)
         else:
             wall, details = _drain_worker(peer, broker.url, client_id, count, timeout, profile)
             drain_seconds = details["drain_seconds"]
+        # The broker may still be working through the last acknowledgements: a new connection
+        # with the same client id before it has seen the drain's connection end would take
+        # the session over and discard those.
+        lag = _wait_connection_ended(broker, client_id, gone_before, timeout)
         left = _left_queued(broker.url, client_id)
         if broker.crashed:
             raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
-    return Drain(peer, wall, drain_seconds, publish_rate, left, details)
+    return Drain(peer, wall, drain_seconds, lag, publish_rate, left, details)
 
 
 def _check(drain: Drain, count: int) -> None:
     d = drain.details
-    if d and (d["distinct"] != count or d["out_of_range"]):
+    if "distinct" in d and (d["distinct"] != count or d["out_of_range"]):
         raise BenchError(f"{drain.peer} received {d}, expected {count} distinct messages")
     if drain.left_queued:
         raise BenchError(f"{drain.peer} left {drain.left_queued} message(s) unacknowledged")
+
+
+# Metrics: what the clock covers. Every peer has the last two; mosquitto_sub reports no
+# internal timing.
+IN_PROCESS = "connect -> last message"
+PROCESS = "process start -> exit"
+ACKNOWLEDGED = "process start -> broker done"
+METRICS = (IN_PROCESS, PROCESS, ACKNOWLEDGED)
+
+
+def _rates(drains: list[Drain], count: int) -> dict[str, list[float]]:
+    rates = {
+        PROCESS: [count / d.process_seconds for d in drains],
+        ACKNOWLEDGED: [count / d.acknowledged_seconds for d in drains],
+    }
+    inside = [count / d.drain_seconds for d in drains if d.drain_seconds]
+    if len(inside) == len(drains):
+        rates[IN_PROCESS] = inside
+    return rates
+
+
+def _ratios(rates: dict[str, dict[str, list[float]]]) -> dict[str, Stats]:
+    """ours/peer per metric, paired by repetition, plus the goal's mixed comparison."""
+    ratios: dict[str, Stats] = {}
+    if "ours" not in rates:
+        return ratios
+    ours = rates["ours"]
+    for peer in ("paho", "mosquitto_sub"):
+        if peer not in rates:
+            continue
+        for metric in METRICS:
+            if metric in ours and metric in rates[peer]:
+                ratios[f"ours/{peer}, {metric}"] = paired_ratio(ours[metric], rates[peer][metric])
+    if IN_PROCESS in ours and "mosquitto_sub" in rates:
+        ratios[f"ours ({IN_PROCESS}) / mosquitto_sub ({PROCESS})"] = paired_ratio(
+            ours[IN_PROCESS], rates["mosquitto_sub"][PROCESS]
+        )
+    return ratios
+
+
+def _goals(ratios: dict[str, Stats]) -> list[tuple[str, float, str, Stats]]:
+    """(goal, target, ratio name, measured) for the project's drain goals."""
+    goals = []
+    paho = f"ours/paho, {IN_PROCESS}"
+    if paho in ratios:
+        goals.append(("ours/paho", GOAL_VS_PAHO, paho, ratios[paho]))
+    mosq = f"ours ({IN_PROCESS}) / mosquitto_sub ({PROCESS})"
+    if mosq in ratios:
+        goals.append(("ours/mosquitto_sub", GOAL_VS_MOSQUITTO_SUB, mosq, ratios[mosq]))
+    return goals
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -359,88 +447,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.messages < 1 or args.repeat < 1 or args.size < SEQUENCE_DIGITS or args.inflight < 0:
         parser.error("--messages and --repeat must be >= 1, --size >= 10, --inflight >= 0")
     peers: list[str] = list(dict.fromkeys(args.peers))
+    n = args.messages
 
     info = machine_info()
     runs: dict[str, list[Drain]] = {peer: [] for peer in peers}
     for rep in range(args.repeat):
         order = peers[rep % len(peers) :] + peers[: rep % len(peers)]
         for peer in order:
-            drain = drain_once(peer, args.messages, args.size, args.inflight, args.timeout)
-            _check(drain, args.messages)
+            drain = drain_once(peer, n, args.size, args.inflight, args.timeout)
+            _check(drain, n)
             runs[peer].append(drain)
 
-    n = args.messages
-    process = {p: [n / d.process_seconds for d in runs[p]] for p in peers}
-    inside = {
-        p: [n / d.drain_seconds for d in runs[p] if d.drain_seconds] for p in peers if p != "mosquitto_sub"
-    }
-    # The precise figure of each peer: inside the process where measured, else wall time.
-    best = {p: inside.get(p) or process[p] for p in peers}
-    ratios: dict[str, Stats] = {}
-    if "ours" in peers and "paho" in peers:
-        ratios["ours/paho (connect to last message)"] = paired_ratio(best["ours"], best["paho"])
-        ratios["ours/paho (process start to exit)"] = paired_ratio(
-            process["ours"], process["paho"]
-        )
-    if "ours" in peers and "mosquitto_sub" in peers:
-        ratios["ours (connect to last message)/mosquitto_sub (process)"] = paired_ratio(
-            best["ours"], process["mosquitto_sub"]
-        )
-        ratios["ours/mosquitto_sub (process start to exit)"] = paired_ratio(
-            process["ours"], process["mosquitto_sub"]
-        )
+    rates = {peer: _rates(runs[peer], n) for peer in peers}
+    ratios = _ratios(rates)
+    goals = _goals(ratios)
 
     print(f"bench.drain: {describe_machine(info)}")
     print(
         f"backlog of {n:,} QoS 1 messages ({args.size}-byte payloads) per drain, "
-        f"max_inflight_messages {args.inflight}, median of {args.repeat}"
+        f"max_inflight_messages {args.inflight}, median of {args.repeat}; every drain "
+        "verified (N distinct sequence numbers, nothing left queued)"
     )
     print()
     rows = []
-    for peer in peers:
-        proc = Stats.of(process[peer])
-        row: list[object] = [peer]
-        if peer in inside and inside[peer]:
-            s = Stats.of(inside[peer])
-            row += [rate(s.median), rate(s.min), rate(s.max)]
-        else:
-            row += ["-", "-", "-"]
-        row += [rate(proc.median), rate(proc.min), rate(proc.max)]
-        rows.append(row)
+    for metric in METRICS:
+        for peer in peers:
+            if metric in rates[peer]:
+                st = Stats.of(rates[peer][metric])
+                rows.append([metric, peer, rate(st.median), rate(st.min), rate(st.max)])
+    print(format_table(["clock", "peer", "msg/s median", "min", "max"], rows))
+    print()
     print(
         format_table(
-            [
-                "peer", "connect->last msg/s", "min", "max",
-                "process msg/s", "min", "max",
-            ],
-            rows,
+            ["ratio", "median", "min", "max"],
+            [[name, ratio(r.median), ratio(r.min), ratio(r.max)] for name, r in ratios.items()],
         )
-    )  # fmt: skip
+    )
     print()
-    print(format_table(["ratio", "median", "min", "max"], [
-        [name, ratio(r.median), ratio(r.min), ratio(r.max)] for name, r in ratios.items()
-    ]))  # fmt: skip
-    goals = []
-    if "ours/paho (connect to last message)" in ratios:
-        goals.append(("ours/paho", GOAL_VS_PAHO, ratios["ours/paho (connect to last message)"]))
-    key = "ours (connect to last message)/mosquitto_sub (process)"
-    if key in ratios:
-        goals.append(("ours/mosquitto_sub", GOAL_VS_MOSQUITTO_SUB, ratios[key]))
-    print()
-    for name, target, measured in goals:
+    for name, target, _, measured in goals:
         verdict = "met" if measured.median >= target else "NOT met"
         print(f"goal {name} >= {target:g}x: {ratio(measured.median)} -> {verdict}")
     publish = Stats.of(d.publish_rate for p in peers for d in runs[p])
-    print(f"(backlogs published at {rate(publish.median)} msg/s median by the pub tool)")
+    print(f"(backlogs published by the pub tool at {rate(publish.median)} msg/s median)")
 
-    profile_text = None
     if args.profile and "ours" in peers:
         path = Path("/tmp") / f"bench-drain-ours-{time.time_ns()}.prof"
         drain_once("ours", n, args.size, args.inflight, args.timeout, profile=str(path))
-        profile_text = profile_report(str(path))
-        path.unlink(missing_ok=True)
         print()
-        print(profile_text)
+        print(profile_report(str(path)))
+        path.unlink(missing_ok=True)
 
     results = {
         "benchmark": "drain",
@@ -456,21 +511,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             "publisher": "python -m connector.mqtt pub --qos 1",
         },
         "unit": "messages/s",
+        "clocks": {
+            IN_PROCESS: "inside the drain process, from the connect call to the last message",
+            PROCESS: "wall time of the drain process",
+            ACKNOWLEDGED: "process start until the broker logged the end of its connection, "
+            "i.e. it had read every acknowledgement",
+        },
         "peers": {
             peer: {
-                "connect_to_last_message": (
-                    Stats.of(inside[peer]).as_dict(1) if inside.get(peer) else None
-                ),
-                "process_start_to_exit": Stats.of(process[peer]).as_dict(1),
+                "rates": {metric: Stats.of(v).as_dict(1) for metric, v in rates[peer].items()},
                 "runs": [
                     {
                         "process_seconds": round(d.process_seconds, 4),
                         "drain_seconds": (
                             None if d.drain_seconds is None else round(d.drain_seconds, 4)
                         ),
+                        "broker_lag_seconds": round(d.broker_lag_seconds, 4),
                         "left_queued": d.left_queued,
                         "backlog_publish_rate": round(d.publish_rate),
-                        **{k: v for k, v in d.details.items() if not k.endswith("_seconds")},
+                        **{
+                            k: round(v, 4) if isinstance(v, float) else v
+                            for k, v in d.details.items()
+                            if k != "drain_seconds"
+                        },
                     }
                     for d in runs[peer]
                 ],
@@ -479,8 +542,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "ratios": {name: r.as_dict(3) for name, r in ratios.items()},
         "goals": {
-            name: {"target": target, "measured": round(m.median, 3), "met": m.median >= target}
-            for name, target, m in goals
+            name: {
+                "ratio": key,
+                "target": target,
+                "measured": round(m.median, 3),
+                "met": m.median >= target,
+            }
+            for name, target, key, m in goals
         },
     }
     path = write_results("drain", results, None if args.output is None else Path(args.output))

@@ -161,6 +161,11 @@ class MqttClient:
         self.connections = 0
         self.publish_done: list[int] = []
         self._sock: socket.socket | None = None
+        self._backlog: list[object] = []
+        """Events read while ``connect()`` waited for CONNACK/SUBACK, for the next ``poll()``."""
+        self._retry_at = 0.0
+        """``clock()`` time before which ``poll()`` makes no reconnect attempt (backoff)."""
+        self._last_paused_ping = 0.0
 
     # ------------------------------------------------------------------ connection
 
@@ -179,9 +184,17 @@ class MqttClient:
         self._sock = sock
         deadline = self.clock() + self.connect_timeout
         try:
-            self.session.connect(self.clock())
-            self.flush()
-            connected = self._wait_for(Connected, deadline, "CONNACK")
+            try:
+                self.session.connect(self.clock())
+                self.flush()
+                connected = self._wait_for(Connected, deadline, "CONNACK")
+            except ConnectionLost as exc:
+                # TLS 1.3 finishes the client's handshake before the broker has checked the
+                # client certificate; its rejection arrives as an alert on the first I/O.
+                rejection = self._tls_rejection(exc, deadline)
+                if rejection is not None:
+                    raise rejection from exc.__cause__
+                raise
             assert isinstance(connected, Connected)
             if connected.session_lost:
                 log.warning(
@@ -203,6 +216,7 @@ class MqttClient:
             raise
         self.connections += 1
         self.reconnect_policy.reset()
+        self._retry_at = 0.0
         log.info(
             "connected to %s as %r (session present: %s)",
             self.broker,
@@ -236,10 +250,63 @@ class MqttClient:
                 f"TLS: the certificate of {self.broker} is not trusted ({exc.verify_message}); "
                 "check the CA file (tls.caFile / --cafile) and the host name"
             ) from exc
-        except (ssl.SSLError, OSError) as exc:
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:
+            # The broker hung up mid-handshake (restarting, overloaded, not a TLS port):
+            # worth retrying, unlike a handshake the broker refused.
             sock.close()
-            raise TlsError(f"TLS handshake with {self.broker} failed: {exc}") from exc
+            raise BrokerUnreachable(
+                f"TLS handshake with {self.broker} failed: the broker closed the connection "
+                f"({exc}); is it a TLS listener?"
+            ) from exc
+        except ssl.SSLError as exc:
+            sock.close()
+            raise TlsError(
+                f"TLS handshake with {self.broker} failed: {_ssl_reason(exc)}"
+                + self._client_certificate_hint(exc)
+            ) from exc
+        except OSError as exc:
+            sock.close()
+            raise BrokerUnreachable(f"TLS handshake with {self.broker} failed: {exc}") from exc
         return wrapped
+
+    def _client_certificate_hint(self, exc: ssl.SSLError) -> str:
+        """Explain a TLS alert by which the broker rejected our (missing) certificate."""
+        reason = exc.reason or ""
+        if "ALERT" not in reason or self.tls is None:
+            return ""
+        if self.tls.cert_file is None:
+            return (
+                "; the broker probably requires a client certificate: set the certificate and "
+                "key (tls.certFile and tls.keyFile / --certfile and --keyfile)"
+            )
+        return (
+            f"; the broker rejected the client certificate {self.tls.cert_file}: check that "
+            "it is signed by a CA the broker trusts"
+        )
+
+    def _tls_rejection(self, lost: ConnectionLost, deadline: float) -> TlsError | None:
+        """A TlsError when ``lost`` (before CONNACK) was the broker refusing our TLS
+        credentials with an alert; None when it was anything else."""
+        sock = self._sock
+        cause = lost.__cause__
+        if self.tls is None or sock is None or not isinstance(cause, OSError):
+            return None
+        if not (isinstance(cause, ssl.SSLError) and "ALERT" in (cause.reason or "")):
+            # A failed write leaves the broker's alert unread: read it to learn why.
+            try:
+                sock.settimeout(max(0.05, min(1.0, deadline - self.clock())))
+                sock.recv(1)
+                return None
+            except ssl.SSLError as exc:
+                if "ALERT" not in (exc.reason or ""):
+                    return None
+                cause = exc
+            except OSError:
+                return None
+        return TlsError(
+            f"TLS: {self.broker} rejected the connection ({_ssl_reason(cause)})"
+            + self._client_certificate_hint(cause)
+        )
 
     def _wait_for(self, kind: type, deadline: float, what: str) -> object:
         while True:
@@ -248,15 +315,22 @@ class MqttClient:
                 raise KeepAliveTimeout(
                     f"{self.broker} did not answer with {what} within {self.connect_timeout} s"
                 )
-            for event in self._read(remaining):
-                if isinstance(event, kind):
-                    return event
+            events = self._read(remaining)
+            for event in events:
                 if isinstance(event, ProtocolViolation):
                     raise ConnectionLost(f"protocol violation by {self.broker}: {event.reason}")
+            found = next((event for event in events if isinstance(event, kind)), None)
+            # Messages and releases may share a read with CONNACK/SUBACK (a persistent
+            # session's queue, retained messages): keep them for poll().
+            self._backlog.extend(event for event in events if event is not found)
+            if found is not None:
+                return found
 
     def close(self) -> None:
         """Close the socket without DISCONNECT (the session stays for a persistent client)."""
         sock, self._sock = self._sock, None
+        # Unacknowledged deliveries of this connection: the broker resends them.
+        self._backlog.clear()
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -313,15 +387,22 @@ class MqttClient:
 
         Acknowledgements queued by the session (PUBREC resends, PUBCOMP for unknown ids,
         pings) go out at once; message acks wait for ``acknowledge``. Reconnects on
-        connection loss, protocol violation or keep-alive timeout.
+        connection loss, protocol violation or keep-alive timeout, with backoff; while the
+        broker stays unreachable an empty batch comes back after ``timeout`` (each attempt
+        may itself take up to ``connect_timeout``).
         """
         batch = Batch()
+        deadline = None if timeout is None else self.clock() + timeout
         if not self.connected:
-            self._reconnect()
+            self._reconnect(deadline)
             if not self.connected:
                 return batch
         try:
-            events = self._read(timeout)
+            if self._backlog:
+                events, self._backlog = self._backlog, []
+            else:
+                remaining = None if deadline is None else max(0.0, deadline - self.clock())
+                events = self._read(remaining)
             for event in events:
                 if type(event) is Publish:
                     batch.messages.append(event)
@@ -353,19 +434,41 @@ class MqttClient:
             log.warning("connection to %s lost while acknowledging: %s", self.broker, exc)
             self.close()
 
-    def _reconnect(self) -> None:
-        """Reconnect with backoff until connected or stopped. Typed refusals propagate."""
+    def _reconnect(self, deadline: float | None = None) -> None:
+        """Reconnect with backoff until connected, stopped or past ``deadline`` (a ``clock()``
+        time). The backoff carries over to the next call. Typed refusals propagate."""
         while not self.stop_event.is_set():
+            wait = self._retry_at - self.clock()
+            if deadline is not None and deadline - self.clock() < wait:
+                self.stop_event.wait(max(0.0, deadline - self.clock()))
+                return
+            if wait > 0 and self.stop_event.wait(wait):
+                return
             try:
                 self.connect()
                 return
             except (BrokerUnreachable, ConnectionLost, KeepAliveTimeout) as exc:
                 delay = self.reconnect_policy.next_delay()
+                self._retry_at = self.clock() + delay
                 log.warning(
                     "reconnect to %s failed (%s); retrying in %.2f s", self.broker, exc, delay
                 )
-                if self.stop_event.wait(delay):
-                    return
+
+    def keep_alive_while_paused(self) -> None:
+        """Send PINGREQ when the keep-alive interval is half gone, without reading: used
+        while backpressure leaves the socket unread, so the broker keeps the connection."""
+        keep_alive = self.session.config.keep_alive
+        if not keep_alive or not self.connected:
+            return
+        now = self.clock()
+        if now - self._last_paused_ping >= keep_alive / 2:
+            self._last_paused_ping = now
+            self.session.send_ping(now)
+            try:
+                self.flush()
+            except ConnectionLost as exc:
+                log.warning("connection to %s lost while paused: %s", self.broker, exc)
+                self.close()
 
     # ------------------------------------------------------------------ publishing
 
@@ -388,6 +491,13 @@ class MqttClient:
 
     def __exit__(self, *exc: object) -> None:
         self.disconnect()
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    """``TLSV13_ALERT_CERTIFICATE_REQUIRED`` -> ``tlsv13 alert certificate required``."""
+    if exc.reason:
+        return exc.reason.lower().replace("_", " ")
+    return str(exc)
 
 
 __all__ = [

@@ -385,6 +385,12 @@ class ClientSession:
             return self._ping_sent_at + keep_alive / 2
         return min(self._last_sent, self._last_received) + keep_alive
 
+    def send_ping(self, now: float) -> None:
+        """Queue a PINGREQ whose answer is not awaited: keeps the connection alive (section
+        3.1.2.10) while the caller deliberately leaves the socket unread (backpressure)."""
+        if self.state is State.CONNECTED:
+            self._send(encode(Pingreq()), now)
+
     def tick(self, now: float) -> None:
         """Keep-alive (section 3.1.2.10): send PINGREQ when nothing was sent or received for
         a keep-alive interval; raise KeepAliveTimeout when its answer is half an interval
@@ -538,8 +544,11 @@ class ClientSession:
             raise error()
         self.state = State.CONNECTED
         expected = self.expect_session_present and not self.config.clean_session
-        lost = expected and not packet.session_present
-        if not packet.session_present:
+        # A 3.1 CONNACK has no session-present flag: the broker keeps a session for
+        # clean_session=False, and nothing on the wire says otherwise.
+        unknown = self.config.level == ProtocolLevel.MQTT_3_1 and not self.config.clean_session
+        lost = expected and not packet.session_present and not unknown
+        if not packet.session_present and not unknown:
             # Section 3.2.2.2: without a session present the broker holds no QoS 2 state for
             # us and will send no PUBREL for ids we still hold: forget them.
             self._qos2_in.clear()

@@ -78,7 +78,9 @@ def _seconds(name: str, value: str, low: float = 0.0) -> float:
     try:
         number = float(value.strip())
     except ValueError:
-        raise InvalidOptionError(f"option {name!r} must be a number of seconds, got {value!r}") from None
+        raise InvalidOptionError(
+            f"option {name!r} must be a number of seconds, got {value!r}"
+        ) from None
     if number < low or number != number:
         raise InvalidOptionError(f"option {name!r} must be >= {low} seconds, got {value!r}")
     return number
@@ -158,7 +160,9 @@ class SourceOptions:
                 f"got {len(client_id)}"
             )
         if len(client_id.encode()) > 65535 or "\x00" in client_id:
-            raise InvalidOptionError("option 'clientId' must be UTF-8 up to 65535 bytes without U+0000")
+            raise InvalidOptionError(
+                "option 'clientId' must be UTF-8 up to 65535 bytes without U+0000"
+            )
         if not wal_path:
             wal_path = str(default_wal_root() / re.sub(r"[^A-Za-z0-9._-]", "_", client_id))
 
@@ -166,9 +170,14 @@ class SourceOptions:
         password = opts.get("password")
         if password is not None and username is None:
             raise InvalidOptionError("option 'password' needs option 'username'")
-        allow_plain = _bool("allowPasswordOverPlainTcp", opts.get("allowPasswordOverPlainTcp", "false"))
-        if password is not None and not broker.tls and not allow_plain and broker.host not in (
-            "localhost", "127.0.0.1", "::1"
+        allow_plain = _bool(
+            "allowPasswordOverPlainTcp", opts.get("allowPasswordOverPlainTcp", "false")
+        )
+        if (
+            password is not None
+            and not broker.tls
+            and not allow_plain
+            and broker.host not in ("localhost", "127.0.0.1", "::1")
         ):
             raise InvalidOptionError(
                 "option 'password' would be sent unencrypted over tcp://; use ssl:// or mqtts://, "

@@ -173,7 +173,9 @@ class WalReader:
             rest = len(buf) - at
             size = _READ_SIZE
             if rest >= FRAME_SIZE:  # make sure one read completes a large record
-                size = max(size, FRAME_SIZE + FRAME.unpack_from(buf, at)[0] - rest)
+                length = FRAME.unpack_from(buf, at)[0]
+                if length <= MAX_RECORD_LENGTH:
+                    size = max(size, FRAME_SIZE + length - rest)
             data = os.pread(fd, size, base + len(buf))
             if not data:
                 if rechecked:

@@ -109,8 +109,12 @@ class WalWriter:
         self._durable_size = active.size
         self._index_next = active.index_next
         self._fd = os.open(root / segment_name(active.first_offset), os.O_WRONLY | os.O_CLOEXEC)
-        os.lseek(self._fd, active.size, os.SEEK_SET)
-        self._index_fd = open_index(root, active.first_offset, active.index)
+        try:
+            os.lseek(self._fd, active.size, os.SEEK_SET)
+            self._index_fd = open_index(root, active.first_offset, active.index)
+        except BaseException:
+            os.close(self._fd)
+            raise
 
     # ----------------------------------------------------------------------------- opening
 
@@ -130,7 +134,7 @@ class WalWriter:
         if segment_max_bytes <= 0:
             raise ValueError(f"segment_max_bytes must be positive, got {segment_max_bytes}")
         root = Path(path)
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_directory(root, fsync=fsync)
         lock = WalLock.acquire(root)
         try:
             writer = cls._recover(root, lock, segment_max_bytes=segment_max_bytes, fsync=fsync)
@@ -160,7 +164,8 @@ class WalWriter:
                 identity = read_header(root / segment_name(firsts[0])).identity.hex()
             else:
                 identity = uuid.uuid4().hex
-                os.close(_create_segment_file(root, bytes.fromhex(identity), 0, QosState(), fsync))
+                prefix = _segment_prefix(bytes.fromhex(identity), 0, QosState())
+                os.close(create_segment(root, 0, prefix, fsync=fsync))
                 firsts = [0]
             write_identity(root, identity, fsync=fsync)
         elif not firsts:
@@ -510,9 +515,14 @@ def _segment_prefix(identity: bytes, first_offset: int, state: QosState) -> byte
     return encode_header(identity, first_offset) + encode_record(KIND_STATE, state.encode())
 
 
-def _create_segment_file(
-    root: Path, identity: bytes, first_offset: int, state: QosState, fsync: bool
-) -> int:
-    """Create an empty segment (header and snapshot only); returns its write fd."""
-    prefix = _segment_prefix(identity, first_offset, state)
-    return create_segment(root, first_offset, prefix, fsync=fsync)
+def _make_directory(root: Path, *, fsync: bool) -> None:
+    """Create ``root`` (mode 0o700) and make the new directory entries durable."""
+    created: list[Path] = []
+    missing = root
+    while not missing.exists():
+        created.append(missing)
+        missing = missing.parent
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if fsync:
+        for directory in reversed(created):
+            fsync_dir(directory.parent)

@@ -62,6 +62,13 @@ def connect_body(flags: int, payload: bytes, name: bytes = b"MQTT", level: int =
     return len(name).to_bytes(2, "big") + name + bytes((level, flags)) + h("00 3C") + payload
 
 
+def hex_id(value: object) -> str | None:
+    """Test ids: frames as hex, patterns as a fixed word."""
+    if isinstance(value, bytes):
+        return value.hex(" ")
+    return "rule" if isinstance(value, str) else None
+
+
 def s(text: str | bytes) -> bytes:
     """A length-prefixed string field."""
     data = text.encode() if isinstance(text, str) else text
@@ -144,7 +151,7 @@ def test_publish_topic_invalid_utf8(raw: bytes, first: int) -> None:
     assert_malformed(frame(first, s(raw) + pid), r"UTF-8 \(section 1\.5\.3\)")
 
 
-@pytest.mark.parametrize("raw", [h("00"), h("61 00"), h("61 2F 00 2F 62")])
+@pytest.mark.parametrize("raw", [h("00"), h("61 00"), h("61 2F 00 2F 62")], ids=hex_id)
 def test_publish_topic_with_u0000(raw: bytes) -> None:
     assert_malformed(frame(0x30, s(raw)), r"U\+0000.*1\.5\.3")
 
@@ -226,7 +233,7 @@ def test_3_1_1_rejects_what_3_1_accepts() -> None:
 
 
 @pytest.mark.parametrize("level", [V3, V4])
-@pytest.mark.parametrize("data", [h("00 00"), h("0F 00"), h("F0 00"), h("F0 02 00 01")])
+@pytest.mark.parametrize("data", [h("00 00"), h("0F 00"), h("F0 00"), h("F0 02 00 01")], ids=hex_id)
 def test_reserved_packet_types(data: bytes, level: int) -> None:
     assert_malformed(data, r"packet type (0|15) is reserved \(section 2\.2\.1\)", level)
 
@@ -242,7 +249,8 @@ def test_reserved_packet_type_rejected_before_the_body_arrives() -> None:
 
 @pytest.mark.parametrize(
     ("data", "pattern"),
-    [
+    ids=hex_id,
+    argvalues=[
         (h("30 00"), r"topic name length runs past the end.*3\.3\.2"),
         (h("30 01 00"), r"topic name length runs past the end.*3\.3\.2"),
         (h("30 03 00 05 61"), r"topic name runs past the end.*3\.3\.2"),
@@ -289,7 +297,8 @@ def test_truncated_connect_payload_fields() -> None:
 
 @pytest.mark.parametrize(
     ("data", "pattern"),
-    [
+    ids=hex_id,
+    argvalues=[
         (h("40 03 00 01 00"), r"PUBACK must have remaining length 2, got 3 \(section 3\.4\.1\)"),
         (h("B0 03 00 01 00"), r"UNSUBACK must have remaining length 2, got 3"),
         (h("C0 01 00"), r"PINGREQ must have remaining length 0, got 1 \(section 3\.12\.1\)"),

@@ -9,6 +9,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -97,7 +98,7 @@ def check(writer: WalWriter, model: Model, path: Path) -> None:
     operations=st.lists(OPERATIONS, max_size=25),
     segment_max_bytes=st.sampled_from([64, 200, 700, 1 << 20]),
 )
-def test_fuzz_wal_matches_model(operations: list[tuple], segment_max_bytes: int) -> None:
+def test_fuzz_wal_matches_model(operations: list[tuple[Any, ...]], segment_max_bytes: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "wal"
         model = Model()

@@ -14,8 +14,8 @@ from connector.wal import (
     WalDataLossError,
     WalReader,
     WalRecord,
-    WalWriter,
     WalWriteError,
+    WalWriter,
 )
 from connector.wal import writer as writer_module
 from connector.wal.segment import HEADER_SIZE, TEMP_SUFFIX, segment_name
@@ -31,7 +31,10 @@ REPLACEMENT = NewRecord("after/cut", b"new", 0, False, False, None, 15)
 
 
 def records(first: int, count: int) -> list[NewRecord]:
-    return [NewRecord(f"s/{i}", b"%08d" % i, 0, False, False, None, i) for i in range(first, first + count)]
+    return [
+        NewRecord(f"s/{i}", b"%08d" % i, 0, False, False, None, i)
+        for i in range(first, first + count)
+    ]
 
 
 def write_with_final_record(path: Path) -> tuple[Path, int, bytes]:
@@ -50,7 +53,9 @@ def assert_recovered_without_final(path: Path, segment: Path, final_at: int) -> 
         assert writer.next_offset == 4
         assert segment.stat().st_size == final_at
         reader = WalReader(path)
-        assert list(reader.read(0, 4).records()) == [WalRecord(i, *r) for i, r in enumerate(RECORDS)]
+        assert list(reader.read(0, 4).records()) == [
+            WalRecord(i, *r) for i, r in enumerate(RECORDS)
+        ]
         with pytest.raises(WalDataLossError, match="ends at offset 4"):
             reader.read(0, 5)
         assert writer.append([REPLACEMENT]) == 5
@@ -125,7 +130,9 @@ def test_missing_middle_segment_is_a_gap(tmp_path: Path) -> None:
     path = tmp_path / "wal"
     segments = make_segments(path)
     (path / segment_name(segments[2])).unlink()
-    with pytest.raises(WalCorruptError, match=f"gap between segments.*starts at offset {segments[3]}"):
+    with pytest.raises(
+        WalCorruptError, match=f"gap between segments.*starts at offset {segments[3]}"
+    ):
         WalWriter.open(path)
     with pytest.raises(WalCorruptError, match="gap between segments"):
         WalReader(path).read(0, segments[3] + 1)
@@ -149,7 +156,9 @@ def test_segment_from_another_wal_is_rejected(tmp_path: Path) -> None:
         WalWriter.open(tmp_path / "two")
 
 
-def test_crash_between_seal_and_next_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_between_seal_and_next_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "wal"
     with WalWriter.open(path, segment_max_bytes=200) as writer:
         writer.append(records(0, 3))

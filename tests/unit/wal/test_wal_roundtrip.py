@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from connector.wal import (
     WalColumns,
     WalCorruptError,
     WalDataLossError,
+    WalError,
     WalReader,
     WalRecord,
     WalWriter,
@@ -77,7 +79,9 @@ def test_sub_ranges_and_empty_range(tmp_path: Path) -> None:
     assert reader.read(3, 3) == WalColumns.empty()
     with pytest.raises(ValueError, match="invalid offset range"):
         reader.read(4, 3)
-    with pytest.raises(WalDataLossError, match=r"offsets \[6, 7\) are not stored.*ends at offset 6"):
+    with pytest.raises(
+        WalDataLossError, match=r"offsets \[6, 7\) are not stored.*ends at offset 6"
+    ):
         reader.read(5, 7)
 
 
@@ -153,12 +157,14 @@ def test_blob_round_trip(tmp_path: Path) -> None:
         (lambda b: b[:60] + bytes([b[60] ^ 0x40]) + b[61:], "CRC mismatch"),
     ],
 )
-def test_damaged_blob_is_rejected(tmp_path: Path, mutate: object, message: str) -> None:
+def test_damaged_blob_is_rejected(
+    tmp_path: Path, mutate: Callable[[bytes], bytes], message: str
+) -> None:
     with WalWriter.open(tmp_path / "wal") as writer:
         writer.append(numbered(0, 5))
     blob = WalReader(tmp_path / "wal").encode_range(0, 5)
     with pytest.raises(WalCorruptError, match=message):
-        decode_blob(mutate(blob))  # type: ignore[operator]
+        decode_blob(mutate(blob))
 
 
 def test_invalid_records_change_nothing(tmp_path: Path) -> None:
@@ -167,8 +173,14 @@ def test_invalid_records_change_nothing(tmp_path: Path) -> None:
         writer.append(numbered(0, 3))
         size = (path / segment_name(0)).stat().st_size
         bad_batches = [
-            [NewRecord("t", b"p", 2, False, False, 9, 0), NewRecord("t", b"p", 3, False, False, 1, 0)],
-            [NewRecord("t", b"p", 1, False, False, 4, 0), NewRecord("t", b"p", 1, False, False, None, 0)],
+            [
+                NewRecord("t", b"p", 2, False, False, 9, 0),
+                NewRecord("t", b"p", 3, False, False, 1, 0),
+            ],
+            [
+                NewRecord("t", b"p", 1, False, False, 4, 0),
+                NewRecord("t", b"p", 1, False, False, None, 0),
+            ],
             [NewRecord("t", b"p", 1, False, False, 70000, 0)],
             [NewRecord("t" * 70000, b"p", 0, False, False, None, 0)],
         ]
@@ -190,6 +202,16 @@ def test_reader_of_missing_wal(tmp_path: Path) -> None:
     assert read_identity(tmp_path / "absent") is None
     with pytest.raises(WalDataLossError, match="no segment files"):
         reader.read(0, 1)
+
+
+def test_closed_writer_refuses_work(tmp_path: Path) -> None:
+    writer = WalWriter.open(tmp_path / "wal")
+    writer.close()
+    writer.close()
+    with pytest.raises(WalError, match="closed"):
+        writer.append(numbered(0, 1))
+    with pytest.raises(WalError, match="closed"):
+        writer.truncate_before(0)
 
 
 def test_directory_is_private(tmp_path: Path) -> None:

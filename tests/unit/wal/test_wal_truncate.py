@@ -11,7 +11,9 @@ from connector.wal.segment import index_name, segment_name
 
 
 def records(first: int, count: int) -> list[NewRecord]:
-    return [NewRecord("t", b"%06d" % i, 0, False, False, None, i) for i in range(first, first + count)]
+    return [
+        NewRecord("t", b"%06d" % i, 0, False, False, None, i) for i in range(first, first + count)
+    ]
 
 
 def test_truncate_deletes_whole_segments_below(tmp_path: Path) -> None:
@@ -35,7 +37,9 @@ def test_truncate_deletes_whole_segments_below(tmp_path: Path) -> None:
             reader.read(segments[1], inside + 1)
         assert (lost.value.missing_start, lost.value.missing_end) == (segments[1], segments[2])
         assert f"offsets [{segments[1]}, {segments[2]}) are not stored" in str(lost.value)
-        assert reader.read(segments[2], 30).payloads == [b"%06d" % i for i in range(segments[2], 30)]
+        assert reader.read(segments[2], 30).payloads == [
+            b"%06d" % i for i in range(segments[2], 30)
+        ]
 
 
 def test_truncate_never_deletes_the_active_segment(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.wal import NewRecord, WalDataLossError, WalReader, WalWriter, WalWriteError
+from connector.wal import NewRecord, WalDataLossError, WalReader, WalWriteError, WalWriter
 from connector.wal import writer as writer_module
 from connector.wal.segment import segment_name
 

@@ -1,0 +1,197 @@
+"""The receiver: one MQTT connection feeding the write-ahead log, acking only what is durable.
+
+It runs as a thread in the process that hosts the stream reader (Spark's Python streaming
+source runner on the driver) for the lifetime of the query. Per socket read: drop broker
+redeliveries already in the WAL, append the rest with one fsync, then acknowledge everything
+(PUBACK / PUBREC / PUBCOMP) in one write.
+
+Duplicate rules (documented in the README, "Delivery guarantees"):
+
+* QoS 2: a PUBLISH whose packet id is pending in the WAL (stored, PUBREL not yet seen) is a
+  redelivery; it is acknowledged again and not appended. Pending ids live in the WAL.
+* QoS 1: a PUBLISH with DUP=1 whose packet id, topic and payload match (32-bit digest) the
+  latest QoS 1 message stored with that id is a redelivery. Limit: a genuinely new message with
+  the same id, topic and payload, first sent on a connection that dropped before it reached
+  us, would be taken for a redelivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.session import ClientSession, Connected, SessionConfig
+from connector.wal import NewRecord, WalWriter, record_digest
+
+from .options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+
+class ReceiverStats:
+    """Counters the receiver keeps for progress reports and tests."""
+
+    __slots__ = ("appended", "connections", "duplicates_dropped", "sessions_lost")
+
+    def __init__(self) -> None:
+        self.appended = 0
+        self.duplicates_dropped = 0
+        self.sessions_lost = 0
+        self.connections = 0
+
+
+class Receiver:
+    """Owns the WAL writer and the MQTT client of one ``mqtt`` stream."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.wal = WalWriter.open(options.wal_path)
+        self.stats = ReceiverStats()
+        self.error: BaseException | None = None
+        self.committed = self.wal.first_offset
+        self.last_activity = time.monotonic()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        config = SessionConfig(
+            client_id=options.client_id,
+            clean_session=options.clean_session,
+            keep_alive=options.keep_alive,
+            username=options.username,
+            password=options.password.encode() if options.password is not None else None,
+            level=options.mqtt_version,
+        )
+        session = ClientSession(config)
+        session.restore_qos2_pending(set(self.wal.qos2_pending))
+        session.expect_session_present = self.wal.next_offset > 0 and not options.clean_session
+        self.client = MqttClient(
+            options.broker,
+            session,
+            [(topic, options.qos) for topic in options.topics],
+            tls=options.tls,
+            connect_timeout=options.connect_timeout,
+            on_connect=self._on_connect,
+            stop_event=self._stop,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connect (errors propagate: bad credentials, TLS, unreachable) and start the thread."""
+        try:
+            self.client.connect()
+        except BaseException:
+            self.wal.close()
+            raise
+        self._thread = threading.Thread(
+            target=self._run, name=f"mqtt-receiver-{self.options.client_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop receiving, send DISCONNECT (never UNSUBSCRIBE), release the WAL."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        try:
+            self.client.disconnect()
+        finally:
+            self.wal.close()
+
+    def _on_connect(self, connected: Connected) -> None:
+        self.stats.connections += 1
+        self.last_activity = time.monotonic()
+        if connected.session_lost:
+            self.stats.sessions_lost += 1
+            log.warning(
+                "MQTT broker %s had no session for client id %r although one was expected: "
+                "messages published while the query was down may have been dropped by the "
+                "broker (possible gap before WAL offset %d)",
+                self.options.broker,
+                self.options.client_id,
+                self.wal.next_offset,
+            )
+        pending = self.wal.qos2_pending
+        if not connected.session_present and pending:
+            # The broker forgot the session: it will never send PUBREL for these ids.
+            self.wal.append([], released_qos2=sorted(pending))
+
+    def committed_to(self, offset: int) -> None:
+        """Spark committed everything below ``offset``: free the WAL and lift backpressure."""
+        with self._cond:
+            self.committed = max(self.committed, offset)
+            self._cond.notify_all()
+        self.wal.truncate_before(self.committed)
+
+    def check(self) -> None:
+        """Raise the receiver's fatal error, if any, in the caller's thread."""
+        if self.error is not None:
+            raise RuntimeError(f"the MQTT receiver failed: {self.error}") from self.error
+
+    def wait_idle(self, idle: float, timeout: float | None = None) -> None:
+        """Block until nothing arrived for ``idle`` seconds (the broker's queue is drained), or
+        until the backlog bound pauses the receiver (the rest waits for the next run)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                self.check()
+                quiet_for = time.monotonic() - self.last_activity
+                if quiet_for >= idle or self._backlogged():
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+                self._cond.wait(idle - quiet_for)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _backlogged(self) -> bool:
+        return self.wal.next_offset - self.committed >= self.options.max_backlog_messages
+
+    def _run(self) -> None:
+        wal = self.wal
+        client = self.client
+        stats = self.stats
+        try:
+            while not self._stop.is_set():
+                if self._backlogged():
+                    # Backpressure: leave the socket unread so TCP pushes back on the broker.
+                    with self._cond:
+                        self._cond.wait(0.5)
+                    client.keep_alive_while_paused()
+                    continue
+                batch = client.poll(0.2)
+                messages = batch.messages
+                if not messages and not batch.released:
+                    continue
+                now_us = time.time_ns() // 1000
+                records = []
+                for m in messages:
+                    if m.qos == 2:
+                        if wal.is_qos2_pending(m.packet_id):  # type: ignore[arg-type]
+                            stats.duplicates_dropped += 1
+                            continue
+                    elif m.dup and m.qos == 1:
+                        digest = wal.qos1_digest(m.packet_id)  # type: ignore[arg-type]
+                        if digest is not None and digest == record_digest(m.topic, m.payload):
+                            stats.duplicates_dropped += 1
+                            continue
+                    records.append(
+                        NewRecord(m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us)
+                    )
+                wal.append(records, released_qos2=batch.released)
+                stats.appended += len(records)
+                client.acknowledge(messages, batch.released)
+                with self._cond:
+                    self.last_activity = time.monotonic()
+                    self._cond.notify_all()
+        except BaseException as exc:
+            log.error("MQTT receiver stopped: %s", exc)
+            with self._cond:
+                self.error = exc
+                self._cond.notify_all()
+        finally:
+            client.close()
