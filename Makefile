@@ -33,6 +33,14 @@ $(VENV_STAMP): pyproject.toml
 	fi
 	$(VENV_PY) -m pip install --quiet --upgrade pip
 	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
+	@# `.venv/bin/spark-submit` finds Spark and runs the job with `python3` from PATH unless
+	@# told otherwise: pin both to this virtualenv's interpreter.
+	@for launcher in spark-submit pyspark; do \
+		f=$(VENV)/bin/$$launcher; \
+		if [ -f "$$f" ] && ! grep -q '# venv-python' "$$f"; then \
+			sed -i '1a export PYSPARK_PYTHON="$${PYSPARK_PYTHON:-$(abspath $(VENV_PY))}" PYSPARK_DRIVER_PYTHON="$${PYSPARK_DRIVER_PYTHON:-$(abspath $(VENV_PY))}"  # venv-python' "$$f"; \
+		fi; \
+	done
 	@touch $@
 
 # System packages the tests need. Nothing runs when everything is present.

@@ -1,1 +1,1 @@
-"""Jobs that land the ``mqtt`` source in Delta tables (``spark-submit streaming_jobs/ingest.py``)."""
+"""Jobs that land the ``mqtt`` source in Delta tables (``streaming_jobs/ingest.py``)."""

@@ -64,3 +64,52 @@ def local_spark(
     for key, value in conf.items():
         builder = builder.config(key.replace("__", "."), value)
     return with_delta(builder).getOrCreate()
+
+
+REEXEC_MARKER = "MQTT_INGEST_DELTA_JARS_ADDED"
+
+
+def submit_lacks_delta() -> bool:
+    """True when spark-submit started this process without Delta on its class path.
+
+    Jars given to an already running driver JVM do not reach its class loader, so a job
+    launched like that must be submitted again with ``--jars`` (see ``resubmit_with_delta``).
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ or os.environ.get(REEXEC_MARKER):
+        return False
+    from pyspark.conf import SparkConf
+
+    conf = SparkConf()
+    wanted = " ".join(conf.get(key, "") or "" for key in ("spark.jars", "spark.jars.packages"))
+    return "delta-spark" not in wanted and "delta-core" not in wanted and bool(delta_jars())
+
+
+def resubmit_with_delta(script: str, argv: list[str]) -> None:
+    """Replace this process with ``spark-submit --jars <Delta jars> script argv``."""
+    from pyspark.conf import SparkConf
+
+    conf = SparkConf()
+    spark_home = os.environ.get("SPARK_HOME", "")
+    submit = os.path.join(spark_home, "bin", "spark-submit") if spark_home else "spark-submit"
+    jars = [j for j in (conf.get("spark.jars", "") or "").split(",") if j] + delta_jars()
+    command = [submit, "--jars", ",".join(jars)]
+    master = conf.get("spark.master", None)
+    if master:
+        command += ["--master", master]
+    os.environ[REEXEC_MARKER] = "1"
+    os.environ.pop("PYSPARK_GATEWAY_PORT", None)
+    os.environ.pop("PYSPARK_GATEWAY_SECRET", None)
+    log.info("adding Delta's jars from %s and submitting again", REPO_ROOT / ".jars")
+    os.execv(command[0], [*command, script, *argv])
+
+
+def job_spark(app_name: str, master: str | None = None) -> SparkSession:
+    """The session for a job: the one spark-submit configured, plus Delta when it lacks it;
+    under plain ``python``, a local session (``master`` or ``local[2]``)."""
+    prepare_local_environment()
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master("local[2]").config("spark.driver.host", "127.0.0.1")
+    return with_delta(builder).getOrCreate()

@@ -89,7 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--size", type=int, default=100, help="payload bytes per message")
     pub.add_argument("--rate", type=_positive_float, help="messages per second (default: max)")
     pub.add_argument("--retain", action="store_true")
-    pub.add_argument("--inflight", type=int, default=1000, help="QoS 1/2 window")
+    pub.add_argument(
+        "--inflight",
+        type=int,
+        default=20,
+        help="QoS 1/2 messages awaiting acknowledgement (default 20, Mosquitto's default "
+        "max_inflight_messages: Mosquitto acknowledges but drops QoS 2 messages beyond it)",
+    )
     pub.add_argument("--payload", help="fixed payload text instead of numbered filler")
     return parser
 

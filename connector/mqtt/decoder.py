@@ -54,6 +54,10 @@ class StreamDecoder:
         """Add received bytes; return the packets they complete, in order."""
         if self._failed is not None:
             raise MalformedPacket(f"the stream already failed: {self._failed}")
+        if type(data) is not bytes:
+            # A memoryview cannot be concatenated, and a bytearray the caller reuses for its
+            # next read must not be kept: take an immutable copy.
+            data = bytes(data)
         if self._parts:
             self._parts.append(data)
             self._have += len(data)

@@ -15,37 +15,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 import threading
 import uuid
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from .batch import BatchEncoder, Chunk, segment_prefix
 from .errors import WalCorruptError, WalError, WalWriteError
 from .identity import read_identity, write_identity
 from .lock import WalLock
-from .records import (
-    DATA_HEAD,
-    FLAGS,
-    FRAME,
-    FRAME_SIZE,
-    KIND_DATA,
-    KIND_STATE,
-    MAX_RECORD_LENGTH,
-    MAX_TOPIC_BYTES,
-    NewRecord,
-    encode_record,
-    encode_release,
-    encode_seal,
-)
+from .records import NewRecord, encode_seal
 from .recovery import ActiveSegment, recover_log, remove_leftovers
 from .segment import (
     INDEX_INTERVAL,
     create_segment,
-    encode_header,
     encode_index,
     fsync_dir,
     index_name,
@@ -60,19 +45,6 @@ from .state import QosState
 log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_MAX_BYTES = 64 * 1024 * 1024
-_TOPIC_CACHE_LIMIT = 4096
-
-
-@dataclass(slots=True)
-class _Chunk:
-    """Encoded bytes of one batch destined for one segment."""
-
-    first_offset: int
-    parts: list[bytes]
-    new_segment: bool  # parts start with a header + state snapshot: create the file
-    index: list[tuple[int, int]] = field(default_factory=list)
-    end_offset: int = 0
-    seal: bool = False  # seal (and fsync) the segment after writing the parts
 
 
 class WalWriter:
@@ -92,15 +64,13 @@ class WalWriter:
         """Use :meth:`open`; this adopts an already recovered, locked directory."""
         self._root = root
         self._identity = identity
-        self._identity_bytes = bytes.fromhex(identity)
         self._lock = lock
         self._mutex = threading.Lock()
-        self._max = segment_max_bytes
         self._fsync = fsync
         self._segments = segments
         self._next_offset = active.next_offset
         self._state = active.state
-        self._topics: dict[str, tuple[bytes, int]] = {}
+        self._encoder = BatchEncoder(bytes.fromhex(identity), segment_max_bytes)
         self._failure: BaseException | None = None
         self._closed = False
         self._seg_first = active.first_offset
@@ -164,7 +134,7 @@ class WalWriter:
                 identity = read_header(root / segment_name(firsts[0])).identity.hex()
             else:
                 identity = uuid.uuid4().hex
-                prefix = _segment_prefix(bytes.fromhex(identity), 0, QosState())
+                prefix = segment_prefix(bytes.fromhex(identity), 0, QosState())
                 os.close(create_segment(root, 0, prefix, fsync=fsync))
                 firsts = [0]
             write_identity(root, identity, fsync=fsync)
@@ -175,7 +145,7 @@ class WalWriter:
         active = recover_log(root, firsts, bytes.fromhex(identity), fsync=fsync)
         remove_leftovers(root, firsts)
         if active.sealed:  # crashed between sealing a segment and creating the next one
-            prefix = _segment_prefix(bytes.fromhex(identity), active.next_offset, active.state)
+            prefix = segment_prefix(bytes.fromhex(identity), active.next_offset, active.state)
             os.close(create_segment(root, active.next_offset, prefix, fsync=fsync))
             firsts.append(active.next_offset)
             active = ActiveSegment(
@@ -252,123 +222,30 @@ class WalWriter:
         """
         with self._mutex:
             self._check_usable()
-            chunks, index_next = self._encode(records, released_qos2)
-            if chunks is None:
+            batch = self._encoder.encode(
+                records,
+                released_qos2,
+                self._state,
+                next_offset=self._next_offset,
+                segment_first=self._seg_first,
+                segment_size=self._seg_size,
+                index_next=self._index_next,
+            )
+            if batch is None:
                 return self._next_offset
             try:
-                self._write(chunks)
+                self._write(batch.chunks)
             except OSError as exc:
                 self._fail(exc)
                 raise WalWriteError(
                     f"could not append {len(records)} records to WAL {self._root} at offset "
                     f"{self._next_offset}: {exc}; the batch is not durable, reopen the WAL"
                 ) from exc
-            self._index_next = index_next
-            self._next_offset = chunks[-1].end_offset
+            self._index_next = batch.index_next
+            self._next_offset = batch.end_offset
             return self._next_offset
 
-    def _encode(
-        self, records: Sequence[NewRecord], released_qos2: Iterable[int]
-    ) -> tuple[list[_Chunk] | None, int]:
-        """Encode a batch into per-segment chunks and update the QoS state (undone on error)."""
-        state = self._state
-        pending, digests = state.pending_qos2, state.qos1_digests
-        released = [mid for mid in dict.fromkeys(released_qos2) if mid in pending]
-        if not records and not released:
-            return None, self._index_next
-        added: list[int] = []
-        old_digests: dict[int, int | None] = {}
-        try:
-            pending.difference_update(released)
-            return self._encode_records(records, released, added, old_digests)
-        except BaseException:
-            pending.difference_update(added)
-            pending.update(released)
-            for mid, digest in old_digests.items():
-                if digest is None:
-                    digests.pop(mid, None)
-                else:
-                    digests[mid] = digest
-            raise
-
-    def _encode_records(
-        self,
-        records: Sequence[NewRecord],
-        released: list[int],
-        added: list[int],
-        old_digests: dict[int, int | None],
-    ) -> tuple[list[_Chunk], int]:
-        """The hot loop of :meth:`_encode`; see there."""
-        offset = self._next_offset
-        chunk = _Chunk(offset, [], new_segment=False)
-        chunks = [chunk]
-        parts = chunk.parts
-        pos = self._seg_size
-        if released:
-            release = encode_release(released)
-            parts.append(release)
-            pos += len(release)
-        has_data = offset > self._seg_first
-        limit, index_next = self._max, self._index_next
-        pending, digests = self._state.pending_qos2, self._state.qos1_digests
-        topics, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
-        pack_head, pack_frame = DATA_HEAD.pack, FRAME.pack
-        try:
-            for topic, payload, qos, retained, duplicate, mid, stamp in records:
-                if pos >= limit and has_data:
-                    chunk.end_offset, chunk.seal = offset, True
-                    prefix = _segment_prefix(self._identity_bytes, offset, self._state)
-                    chunk = _Chunk(offset, [prefix], new_segment=True)
-                    chunks.append(chunk)
-                    parts, pos, has_data = chunk.parts, len(prefix), False
-                    index_next = pos + INDEX_INTERVAL
-                entry = topics.get(topic)
-                if entry is None:
-                    entry = self._cache_topic(topic)
-                flags = flags_of.get((qos, retained, duplicate, mid is not None))
-                if flags is None:
-                    raise ValueError(f"invalid record at offset {offset}: qos={qos!r}")
-                if qos:
-                    if not mid:
-                        raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
-                    if qos == 1:
-                        if mid not in old_digests:
-                            old_digests[mid] = digests.get(mid)
-                        digests[mid] = crc32(payload, entry[1])
-                    elif mid not in pending:
-                        pending.add(mid)
-                        added.append(mid)
-                raw_topic = entry[0]
-                head = pack_head(KIND_DATA, offset, stamp, flags, mid or 0, len(raw_topic))
-                head += raw_topic
-                length = len(head) + len(payload)
-                if length > MAX_RECORD_LENGTH:
-                    raise ValueError(f"record at offset {offset} is too large ({length} bytes)")
-                if pos >= index_next:
-                    chunk.index.append((offset, pos))
-                    index_next = pos + INDEX_INTERVAL
-                parts.append(pack_frame(length, crc32(payload, crc32(head))))
-                parts.append(head)
-                parts.append(payload)
-                pos += FRAME_SIZE + length
-                offset += 1
-                has_data = True
-        except struct.error as exc:
-            raise ValueError(f"record at offset {offset} has a field out of range: {exc}") from exc
-        chunk.end_offset = offset
-        return chunks, index_next
-
-    def _cache_topic(self, topic: str) -> tuple[bytes, int]:
-        """UTF-8 bytes of a topic and the crc32 seed of its digest, cached."""
-        raw = topic.encode("utf-8")
-        if len(raw) > MAX_TOPIC_BYTES:
-            raise ValueError(f"topic is {len(raw)} bytes, the limit is {MAX_TOPIC_BYTES}")
-        if len(self._topics) >= _TOPIC_CACHE_LIMIT:
-            self._topics.clear()
-        entry = self._topics[topic] = (raw, zlib.crc32(raw + b"\0"))
-        return entry
-
-    def _write(self, chunks: list[_Chunk]) -> None:
+    def _write(self, chunks: list[Chunk]) -> None:
         """Write encoded chunks, rolling segments over; ends with the batch's fsync."""
         unsynced = False
         for chunk in chunks:
@@ -508,11 +385,6 @@ class WalWriter:
             f"WalWriter({str(self._root)!r}, offsets=[{self.first_offset}, {self._next_offset}), "
             f"segments={len(self._segments)})"
         )
-
-
-def _segment_prefix(identity: bytes, first_offset: int, state: QosState) -> bytes:
-    """Header plus state snapshot: the first bytes of every segment."""
-    return encode_header(identity, first_offset) + encode_record(KIND_STATE, state.encode())
 
 
 def _make_directory(root: Path, *, fsync: bool) -> None:

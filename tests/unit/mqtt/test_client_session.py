@@ -831,3 +831,35 @@ def test_password_never_in_repr() -> None:
     session = ClientSession(config)
     session.connect(0.0)
     assert secret in session.data_to_send()  # it is sent, just never shown
+
+
+def test_mqtt_3_1_connack_cannot_say_the_session_is_gone() -> None:
+    # A 3.1 CONNACK has no session-present flag: pending QoS 2 ids of a persistent session
+    # are kept and no loss is reported.
+    session = ClientSession(SessionConfig("c", level=V3))
+    session.restore_qos2_pending({4})
+    session.expect_session_present = True
+    assert connect(session) == [Connected(False, False)]
+    assert session.export_qos2_pending() == {4}
+    dup = Publish("t", b"x", qos=2, dup=True, packet_id=4)
+    assert session.receive_data(wire(dup, level=V3), 1.0) == []
+    assert session.data_to_send() == wire(Pubrec(4))
+
+
+def test_mqtt_3_1_clean_session_forgets_pending_ids() -> None:
+    session = ClientSession(SessionConfig("c", level=V3, clean_session=True))
+    session.restore_qos2_pending({4})
+    assert connect(session) == [Connected(False, False)]
+    assert session.export_qos2_pending() == set()
+
+
+def test_send_ping_does_not_arm_the_timeout() -> None:
+    session = ClientSession(SessionConfig("c", keep_alive=10))
+    session.send_ping(0.0)  # not connected: nothing
+    assert session.data_to_send() == b""
+    connect(session)
+    session.send_ping(4.0)
+    assert session.data_to_send() == h("C0 00")
+    assert session.next_deadline() == 10.0  # still from the last packet received, at 0
+    session.tick(9.0)  # no timeout: that ping's answer is not awaited
+    assert session.data_to_send() == b""

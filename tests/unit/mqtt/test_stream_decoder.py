@@ -250,3 +250,17 @@ def test_level_decides_connack_and_flag_rules(level: ProtocolLevel) -> None:
     assert decoder.level == level
     packets = decoder.feed(bytes.fromhex("20 02 01 00"))
     assert packets == [Connack(level == ProtocolLevel.MQTT_3_1_1, 0)]
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_bytearray_and_memoryview_reads(kind: type) -> None:
+    big = encode_publish("t", b"q" * (LARGE_FRAME + 5), qos=0)
+    data = STREAM + big + STREAM
+    expected = [*PACKETS, Publish("t", b"q" * (LARGE_FRAME + 5)), *PACKETS]
+    decoder = StreamDecoder()
+    out: list[Packet] = []
+    for start in range(0, len(data), 1000):
+        buffer = bytearray(data[start : start + 1000])
+        out.extend(decoder.feed(buffer if kind is bytearray else memoryview(buffer)))
+        buffer[:] = b"\xee" * len(buffer)  # the caller reuses its receive buffer
+    assert out == expected
