@@ -37,6 +37,9 @@ from .topics import validate_topic_filter, validate_topic_name
 MAX_REMAINING_LENGTH = 268_435_455
 """Largest value four Remaining Length bytes can hold (section 2.2.3)."""
 
+TOPIC_CACHE_SIZE = 4096
+"""Distinct topics a stream decoder remembers before it starts its cache afresh."""
+
 _U16 = Struct(">H")
 _PACKET_NAMES = {t.value: t.name for t in PacketType}
 
@@ -329,8 +332,13 @@ def check_flags(first_byte: int, level: int) -> None:
     )
 
 
-def decode_publish(flags: int, buf: bytes, start: int, end: int) -> Publish:
-    """PUBLISH variable header and payload held in ``buf[start:end]`` (section 3.3)."""
+def decode_publish(
+    flags: int, buf: bytes, start: int, end: int, topics: dict[bytes, str] | None = None
+) -> Publish:
+    """PUBLISH variable header and payload held in ``buf[start:end]`` (section 3.3).
+
+    ``topics`` caches raw topic bytes already validated and decoded (the stream decoder keeps
+    one per connection: most streams repeat a few topics)."""
     qos = (flags >> 1) & 0x03
     if qos == 3:
         raise MalformedPacket(
@@ -361,14 +369,21 @@ def decode_publish(flags: int, buf: bytes, start: int, end: int) -> Publish:
             )
         packet_id = None
     raw_topic = buf[start + 2 : topic_end]
-    if not raw_topic or b"+" in raw_topic or b"#" in raw_topic or b"\x00" in raw_topic:
-        validate_topic_name(decode_utf8(bytes(raw_topic), "PUBLISH topic name"))
-    try:
-        topic = str(raw_topic, "utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedPacket(
-            f"PUBLISH topic name is not well-formed UTF-8 (section 1.5.3): {exc}"
-        ) from None
+    topic = topics.get(raw_topic) if topics is not None else None
+    if topic is None:
+        # Byte values, not one-byte needles: 0x2B '+', 0x23 '#', 0 U+0000 (sections 3.3.2.1, 1.5.3).
+        if not raw_topic or 0x2B in raw_topic or 0x23 in raw_topic or 0 in raw_topic:
+            validate_topic_name(decode_utf8(bytes(raw_topic), "PUBLISH topic name"))
+        try:
+            topic = str(raw_topic, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedPacket(
+                f"PUBLISH topic name is not well-formed UTF-8 (section 1.5.3): {exc}"
+            ) from None
+        if topics is not None:
+            if len(topics) >= TOPIC_CACHE_SIZE:
+                topics.clear()
+            topics[bytes(raw_topic)] = topic
     return Publish(
         topic, bytes(buf[payload_start:end]), qos, bool(flags & 1), bool(flags & 8), packet_id
     )

@@ -28,7 +28,16 @@ class StreamDecoder:
     bad frame in the same call; the decoder is then unusable (the connection must close).
     """
 
-    __slots__ = ("_failed", "_have", "_need", "_parts", "_rest", "level", "max_packet_size")
+    __slots__ = (
+        "_failed",
+        "_have",
+        "_need",
+        "_parts",
+        "_rest",
+        "_topics",
+        "level",
+        "max_packet_size",
+    )
 
     def __init__(
         self,
@@ -44,6 +53,7 @@ class StreamDecoder:
         self._have = 0
         self._need = 0
         self._failed: MalformedPacket | None = None
+        self._topics: dict[bytes, str] = {}
 
     @property
     def buffered(self) -> int:
@@ -75,12 +85,16 @@ class StreamDecoder:
         size = len(buf)
         level = self.level
         limit = self.max_packet_size
+        topics = self._topics
         try:
             while size - pos >= 2:
                 first = buf[pos]
                 length = buf[pos + 1]
                 if length < 0x80:
                     start = pos + 2
+                elif size - pos > 2 and buf[pos + 2] < 0x80:  # two length bytes: 128..16383
+                    length = (length & 0x7F) | (buf[pos + 2] << 7)
+                    start = pos + 3
                 else:
                     parsed = decode_remaining_length(buf, pos + 1)
                     if parsed is None:
@@ -102,7 +116,7 @@ class StreamDecoder:
                         return packets
                     break
                 if first & 0xF0 == 0x30:
-                    packets.append(decode_publish(first & 0x0F, buf, start, end))
+                    packets.append(decode_publish(first & 0x0F, buf, start, end, topics))
                 else:
                     packets.append(decode_packet(first, buf[start:end], level))
                 pos = end

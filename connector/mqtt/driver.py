@@ -194,6 +194,11 @@ class MqttClient:
                 rejection = self._tls_rejection(exc, deadline)
                 if rejection is not None:
                     raise rejection from exc.__cause__
+                if self.tls is None:
+                    raise ConnectionLost(
+                        f"{exc} before CONNACK (if {self.broker.host}:{self.broker.port} is a "
+                        "TLS listener, use an ssl:// URL)"
+                    ) from exc.__cause__
                 raise
             assert isinstance(connected, Connected)
             if connected.session_lost:
@@ -266,7 +271,9 @@ class MqttClient:
             ) from exc
         except OSError as exc:
             sock.close()
-            raise BrokerUnreachable(f"TLS handshake with {self.broker} failed: {exc}") from exc
+            raise BrokerUnreachable(
+                f"TLS handshake with {self.broker} failed: {exc}; is it a TLS listener?"
+            ) from exc
         return wrapped
 
     def _client_certificate_hint(self, exc: ssl.SSLError) -> str:

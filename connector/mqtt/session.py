@@ -342,7 +342,10 @@ class ClientSession:
             # Only a message delivered on this connection and not yet acknowledged: an ack for
             # one from an earlier connection could acknowledge a different message that the
             # broker sent with the same packet id.
-            if not message.qos or inbound.get(pid) is not message:  # type: ignore[arg-type]
+            if not message.qos:
+                continue
+            stored = inbound.get(pid)  # type: ignore[arg-type]
+            if stored is not message and (stored is None or stored != message):
                 continue
             del inbound[pid]  # type: ignore[arg-type]
             if message.qos == 1:

@@ -1,0 +1,258 @@
+"""Our MQTT client against Mosquitto with passwords and TLS: typed errors with clear messages.
+
+Mosquitto 2.0 answers a bad user name or password, or a missing one, with CONNACK return code
+5 "not authorized" on both 3.1 and 3.1.1 (never 4), so our client raises ``NotAuthorized``.
+TLS failures raise ``TlsError``: an untrusted broker certificate during the handshake, and a
+missing or foreign client certificate when the broker rejects it with an alert (with TLS 1.3
+that alert arrives after the client's handshake finished, on the first read or write).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from connector.mqtt import (
+    ConnectionLost,
+    ConnectionRefused,
+    NotAuthorized,
+    ProtocolLevel,
+    Publish,
+    SessionConfig,
+)
+from connector.mqtt.driver import BrokerUnreachable, MqttClient, TlsError, TlsOptions
+from tests.brokers import MosquittoBroker, Pki
+from tests.mqtt_clients import PahoClient
+from tests.waiting import wait_until
+
+TIMEOUT = 10.0
+VERSIONS = [
+    pytest.param(ProtocolLevel.MQTT_3_1, id="mqtt3.1"),
+    pytest.param(ProtocolLevel.MQTT_3_1_1, id="mqtt3.1.1"),
+]
+USERS = {"alice": "s3cret-pw"}
+
+
+def unique(prefix: str) -> str:
+    """A client id or topic segment no other test uses; at most 23 characters for 3.1."""
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+def client_for(
+    url: str,
+    topic: str,
+    *,
+    level: ProtocolLevel = ProtocolLevel.MQTT_3_1_1,
+    username: str | None = None,
+    password: str | None = None,
+    tls: TlsOptions | None = None,
+) -> MqttClient:
+    config = SessionConfig(
+        unique("sec-"),
+        clean_session=True,
+        username=username,
+        password=None if password is None else password.encode(),
+        level=level,
+    )
+    return MqttClient(url, config, [(topic, 1)], tls=tls, connect_timeout=5.0)
+
+
+@contextmanager
+def publisher(broker: MosquittoBroker, **credentials: str) -> Iterator[PahoClient]:
+    with PahoClient(unique("paho-"), **credentials) as paho:  # type: ignore[arg-type]
+        assert paho.connect(broker.host, broker.port).accepted
+        yield paho
+        paho.disconnect()
+
+
+def round_trip(
+    client: MqttClient, broker: MosquittoBroker, topic: str, **credentials: str
+) -> Publish:
+    """Publish one message on the broker's plain listener; return what ``client`` got."""
+    received: list[Publish] = []
+    with publisher(broker, **credentials) as pub:
+        pub.publish(topic, b"\x00secure\xff", 1)
+
+        def arrived() -> bool:
+            batch = client.poll(0.05)
+            received.extend(batch.messages)
+            client.acknowledge(batch.messages, batch.released)
+            return bool(received)
+
+        wait_until(arrived, TIMEOUT, interval=0, message="the message did not arrive")
+    [message] = received
+    assert (message.topic, message.payload, message.qos) == (topic, b"\x00secure\xff", 1)
+    return message
+
+
+# --------------------------------------------------------------------------------------------
+# User name and password
+
+
+@pytest.fixture
+def password_broker(broker_factory: Callable[..., MosquittoBroker]) -> MosquittoBroker:
+    return broker_factory(users=USERS)
+
+
+@pytest.mark.parametrize("level", VERSIONS)
+def test_right_password_connects_and_receives(
+    password_broker: MosquittoBroker, level: ProtocolLevel
+) -> None:
+    topic = unique("auth/")
+    with client_for(
+        password_broker.url, topic, level=level, username="alice", password="s3cret-pw"
+    ) as client:
+        client.connect()
+        round_trip(client, password_broker, topic, username="alice", password="s3cret-pw")
+
+
+@pytest.mark.parametrize("level", VERSIONS)
+@pytest.mark.parametrize(
+    ("username", "password"),
+    [("alice", "wrong"), ("mallory", "s3cret-pw"), (None, None)],
+    ids=["wrong-password", "unknown-user", "anonymous"],
+)
+def test_refused_credentials_raise_not_authorized(
+    password_broker: MosquittoBroker,
+    level: ProtocolLevel,
+    username: str | None,
+    password: str | None,
+) -> None:
+    client = client_for(password_broker.url, "t", level=level, username=username, password=password)
+    with pytest.raises(NotAuthorized) as refused:
+        client.connect()
+    assert isinstance(refused.value, ConnectionRefused)
+    assert refused.value.return_code == 5
+    assert str(refused.value) == "not authorized (CONNACK return code 5)"
+    assert not client.connected
+    # The broker logs the refusal just after sending CONNACK.
+    wait_until(
+        lambda: "disconnected, not authorised" in password_broker.log_text(),
+        TIMEOUT,
+        message="the broker did not log the refusal",
+    )
+
+
+def test_refusal_is_raised_by_poll_not_retried_forever(password_broker: MosquittoBroker) -> None:
+    client = client_for(password_broker.url, "t", username="alice", password="wrong")
+    with pytest.raises(NotAuthorized):
+        client.poll(5.0)  # poll() connects on demand; a refusal is final
+    assert client.connections == 0
+
+
+# --------------------------------------------------------------------------------------------
+# TLS
+
+
+@pytest.fixture
+def tls_broker(broker_factory: Callable[..., MosquittoBroker], pki: Pki) -> MosquittoBroker:
+    return broker_factory(tls=pki.server_tls())
+
+
+@pytest.fixture
+def mtls_broker(broker_factory: Callable[..., MosquittoBroker], pki: Pki) -> MosquittoBroker:
+    return broker_factory(tls=pki.server_tls(require_certificate=True))
+
+
+@pytest.mark.parametrize("level", VERSIONS)
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_tls_with_the_right_ca_connects_and_receives(
+    tls_broker: MosquittoBroker, pki: Pki, host: str, level: ProtocolLevel
+) -> None:
+    topic = unique("tls/")
+    url = f"ssl://{host}:{tls_broker.tls_port}"
+    with client_for(url, topic, level=level, tls=TlsOptions(ca_file=str(pki.ca_cert))) as client:
+        client.connect()
+        round_trip(client, tls_broker, topic)
+
+
+@pytest.mark.parametrize("ca", ["other", "system"], ids=["other-ca", "system-default-cas"])
+def test_tls_with_an_untrusted_server_certificate_fails_clearly(
+    tls_broker: MosquittoBroker, pki: Pki, ca: str
+) -> None:
+    tls = TlsOptions(ca_file=str(pki.other_ca_cert)) if ca == "other" else TlsOptions()
+    client = client_for(tls_broker.tls_url, "t", tls=tls)
+    with pytest.raises(TlsError) as failure:
+        client.connect()
+    message = str(failure.value)
+    assert f"the certificate of {tls_broker.tls_url} is not trusted" in message
+    assert "certificate verify failed" in str(failure.value.__cause__)
+    assert "--cafile" in message
+    assert not client.connected
+
+
+def test_tls_verification_can_be_switched_off(tls_broker: MosquittoBroker) -> None:
+    topic = unique("insecure/")
+    with client_for(tls_broker.tls_url, topic, tls=TlsOptions(verify=False)) as client:
+        client.connect()
+        round_trip(client, tls_broker, topic)
+
+
+@pytest.mark.parametrize("level", VERSIONS)
+def test_mutual_tls_with_the_client_certificate(
+    mtls_broker: MosquittoBroker, pki: Pki, level: ProtocolLevel
+) -> None:
+    topic = unique("mtls/")
+    tls = TlsOptions(str(pki.ca_cert), str(pki.client_cert), str(pki.client_key))
+    with client_for(mtls_broker.tls_url, topic, level=level, tls=tls) as client:
+        client.connect()
+        round_trip(client, mtls_broker, topic)
+
+
+def test_mutual_tls_without_a_client_certificate_fails_clearly(
+    mtls_broker: MosquittoBroker, pki: Pki
+) -> None:
+    for _ in range(5):  # the broker's alert races our CONNECT: both orders must be clear
+        client = client_for(mtls_broker.tls_url, "t", tls=TlsOptions(ca_file=str(pki.ca_cert)))
+        with pytest.raises(TlsError) as failure:
+            client.connect()
+        message = str(failure.value)
+        assert f"TLS: {mtls_broker.tls_url} rejected the connection" in message
+        assert "certificate required" in message
+        assert "requires a client certificate" in message and "--certfile" in message
+        assert not client.connected
+
+
+def test_mutual_tls_with_a_foreign_client_certificate_fails_clearly(
+    mtls_broker: MosquittoBroker, pki: Pki
+) -> None:
+    tls = TlsOptions(str(pki.ca_cert), str(pki.other_client_cert), str(pki.other_client_key))
+    client = client_for(mtls_broker.tls_url, "t", tls=tls)
+    with pytest.raises(TlsError) as failure:
+        client.connect()
+    message = str(failure.value)
+    assert f"TLS: {mtls_broker.tls_url} rejected the connection (tlsv1 alert unknown ca)" in (
+        message
+    )
+    assert f"rejected the client certificate {pki.other_client_cert}" in message
+
+
+def test_tls_rejection_is_raised_by_poll_not_retried_forever(
+    mtls_broker: MosquittoBroker, pki: Pki
+) -> None:
+    client = client_for(mtls_broker.tls_url, "t", tls=TlsOptions(ca_file=str(pki.ca_cert)))
+    with pytest.raises(TlsError):
+        client.poll(5.0)
+    assert client.connections == 0
+
+
+def test_tls_client_to_a_plain_listener_is_a_retryable_error_with_a_hint(
+    tls_broker: MosquittoBroker, pki: Pki
+) -> None:
+    client = client_for(
+        f"ssl://127.0.0.1:{tls_broker.port}", "t", tls=TlsOptions(ca_file=str(pki.ca_cert))
+    )
+    with pytest.raises(BrokerUnreachable) as failure:
+        client.connect()
+    assert "TLS handshake with" in str(failure.value)
+    assert "is it a TLS listener?" in str(failure.value)
+
+
+def test_plain_client_to_a_tls_listener_gets_a_hint(tls_broker: MosquittoBroker) -> None:
+    client = client_for(f"tcp://127.0.0.1:{tls_broker.tls_port}", "t")
+    with pytest.raises(ConnectionLost) as failure:
+        client.connect()
+    assert "before CONNACK" in str(failure.value) and "use an ssl:// URL" in str(failure.value)
