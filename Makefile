@@ -47,8 +47,9 @@ $(VENV_STAMP): pyproject.toml
 system-deps:
 	@missing=""; \
 	if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x "$(MOSQUITTO_SBIN)" ]; then \
-		missing="$$missing mosquitto mosquitto-clients"; \
+		missing="$$missing mosquitto"; \
 	fi; \
+	if ! command -v mosquitto_sub >/dev/null 2>&1; then missing="$$missing mosquitto-clients"; fi; \
 	if ! command -v openssl >/dev/null 2>&1; then missing="$$missing openssl"; fi; \
 	if ! command -v mvn >/dev/null 2>&1; then missing="$$missing maven"; fi; \
 	if [ -n "$$missing" ]; then \

@@ -228,7 +228,7 @@ def run_pub(args: argparse.Namespace) -> int:
             raise CliError(f"{session.outbound_in_flight} message(s) were never acknowledged")
         elapsed = max(time.monotonic() - start, 1e-9)
     sys.stdout.write(
-        json.dumps({"published": sent, "seconds": round(elapsed, 3), "rate": round(sent / elapsed)})
+        json.dumps({"published": sent, "seconds": round(elapsed, 6), "rate": round(sent / elapsed)})
         + "\n"
     )
     sys.stdout.flush()

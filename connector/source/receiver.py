@@ -17,9 +17,12 @@ Duplicate rules (documented in the README, "Delivery guarantees"):
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
@@ -28,6 +31,8 @@ from connector.wal import NewRecord, WalWriter, record_digest
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)
+
+SUBSCRIPTIONS_FILE = "subscriptions.json"
 
 
 class ReceiverStats:
@@ -115,10 +120,42 @@ class Receiver:
                 self.options.client_id,
                 self.wal.next_offset,
             )
+        self._subscribe_new_filters(connected)
         pending = self.wal.qos2_pending
         if not connected.session_present and pending:
             # The broker forgot the session: it will never send PUBREL for these ids.
             self.wal.append([], released_qos2=sorted(pending))
+
+    def _subscribe_new_filters(self, connected: Connected) -> None:
+        """With a session present the driver does not subscribe again (that would make the
+        broker resend retained messages on every restart). Filters added to the options since
+        the session was made are subscribed here; the set lives in the WAL directory."""
+        record = Path(self.options.wal_path) / SUBSCRIPTIONS_FILE
+        wanted = {topic: self.options.qos for topic in self.options.topics}
+        try:
+            known = json.loads(record.read_text()) if record.exists() else None
+        except (OSError, ValueError):
+            known = None
+        if connected.session_present and known is not None:
+            missing = [(t, q) for t, q in wanted.items() if known.get(t) != q]
+            if missing:
+                log.info("subscribing to filters new to this session: %s", missing)
+                self.client.session.subscribe(missing, self.client.clock())
+                self.client.flush()
+            dropped = sorted(set(known) - set(wanted))
+            if dropped:
+                log.warning(
+                    "the broker session still holds subscriptions no longer in the options "
+                    "(%s); use a new clientId to drop them",
+                    ", ".join(dropped),
+                )
+        elif connected.session_present and known is None and self.options.topics:
+            # A session we know nothing about (e.g. a new WAL): make sure the filters exist.
+            self.client.session.subscribe(list(wanted.items()), self.client.clock())
+            self.client.flush()
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(wanted, sort_keys=True))
+        os.replace(tmp, record)
 
     def committed_to(self, offset: int) -> None:
         """Spark committed everything below ``offset``: free the WAL and lift backpressure."""
