@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from connector.mqtt.driver import MqttClient
+from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import NewRecord, WalWriter, record_digest
 
@@ -122,7 +123,12 @@ class Receiver:
             )
         self._subscribe_new_filters(connected)
         pending = self.wal.qos2_pending
-        if not connected.session_present and pending:
+        # A 3.1 CONNACK carries no session-present flag: a persistent 3.1 session is assumed
+        # to survive, as the session state machine assumes.
+        unknown = (
+            self.options.mqtt_version == ProtocolLevel.MQTT_3_1 and not self.options.clean_session
+        )
+        if not connected.session_present and not unknown and pending:
             # The broker forgot the session: it will never send PUBREL for these ids.
             self.wal.append([], released_qos2=sorted(pending))
 

@@ -4,11 +4,12 @@ A paho-mqtt 2.x client publishes; ours subscribes, polls and acknowledges. Cover
 with binary, empty and large payloads, flow control past ``max_inflight_messages``, wildcard
 filters, retained messages, persistent sessions with messages queued while offline,
 redelivery of unacknowledged QoS 1/2 messages, the QoS 2 PUBREL/PUBCOMP exchange across
-reconnects, refused subscriptions, and reconnecting by itself across broker restarts.
+reconnects, and reconnecting by itself across broker restarts and kills.
 
 Absence ("nothing else arrives") is checked with a sentinel: a last message published after
-the others, on a subscribed topic, by the same publisher. The broker delivers one publisher's
-messages in order, so once the sentinel is in, everything before it is.
+the others by the same publisher, or after a reconnect whose redeliveries are in question
+(the broker resends those right behind CONNACK). Once the sentinel is in, anything that was
+going to come before it has come.
 """
 
 from __future__ import annotations
@@ -164,8 +165,6 @@ def test_each_qos_arrives_with_its_fields(mosquitto: MosquittoBroker, level: Pro
             assert message.packet_id is None
         else:
             assert isinstance(message.packet_id, int) and 1 <= message.packet_id <= 0xFFFF
-    ids = [m.packet_id for m in received if m.qos]
-    assert len(set(ids)) == len(ids), "packet ids in flight at once must differ"
 
 
 @pytest.mark.parametrize(("publish_qos", "subscribe_qos"), [(2, 0), (2, 1), (1, 0), (0, 2)])
@@ -211,15 +210,14 @@ def test_acks_keep_messages_flowing_past_the_inflight_window(
         client.connect()
         for payload in sent:
             pub.publish(topic, payload, qos)
-        pub.publish(f"{topic}/end", b"", 0)  # not subscribed: the filter has no wildcard
-        pub.publish(topic, b"end", 0)
+        pub.publish(topic, b"end", qos)  # QoS 0 could overtake the queued messages
         inbox = Inbox(client)
         received = inbox.receive(201)
+        if qos == 2:
+            inbox.until(lambda: len(inbox.released) == 201, "PUBREL for every message")
     assert payloads(received) == [*sent, b"end"]
-    assert all(m.qos == qos and not m.dup for m in received[:-1])
+    assert all(m.qos == qos and not m.dup for m in received)
     assert client.session.export_qos2_pending() == set(), "every PUBREL was completed"
-    if qos == 2:
-        assert len(inbox.released) == 200
 
 
 def test_held_back_messages_follow_the_acknowledgements(
@@ -268,7 +266,7 @@ def test_wildcard_filters_select_the_right_topics(
         f"{root}/Exact",
         f"other/{root}/logs",
     ]
-    sentinel = f"{root}/exact"
+    sentinel = f"{root}/sentinel/temp"
     with make_client(mosquitto, level, filters) as client, publisher(mosquitto) as pub:
         client.connect()
         for i, topic in enumerate(matching + other):
@@ -281,16 +279,21 @@ def test_wildcard_filters_select_the_right_topics(
 
 
 def test_hash_alone_matches_every_topic_but_not_sys_topics(mosquitto: MosquittoBroker) -> None:
-    # Mosquitto keeps retained $SYS/... messages: had '#' matched them, they would come first.
+    """Mosquitto holds some 50 retained ``$SYS/broker/...`` messages: of those, only the one
+    named by a filter of its own arrives, as '#' does not match topics starting with '$'."""
     topics = ["a", "a/b", "/leading", "trailing/", "x/y/z/w"]
-    with make_client(mosquitto, V311, [("#", 1)]) as client, publisher(mosquitto) as pub:
+    filters = [("#", 1), ("$SYS/broker/version", 0)]
+    with make_client(mosquitto, V311, filters) as client, publisher(mosquitto) as pub:
         client.connect()
         for topic in topics:
             pub.publish(topic, topic.encode(), 1)
         pub.publish("end", b"", 1)
         received = Inbox(client).receive_through("end")
-    assert [m.topic for m in received] == topics
-    assert [m.payload for m in received] == [t.encode() for t in topics]
+    version, *rest = received
+    assert (version.topic, version.retain) == ("$SYS/broker/version", True)
+    assert version.payload.startswith(b"mosquitto version ")
+    assert [m.topic for m in rest] == topics
+    assert [m.payload for m in rest] == [t.encode() for t in topics]
 
 
 # --------------------------------------------------------------------------------------------
@@ -564,6 +567,9 @@ def test_reconnects_after_a_hard_kill_with_saved_session(
         with publisher(broker) as pub:
             pub.publish(topic, b"before", 2)
         inbox.receive(1)
+        # Complete the QoS 2 exchange first: the broker restored from the snapshot knows
+        # nothing of "before" and may reuse its packet id.
+        inbox.until(lambda: len(inbox.released) == 1, "PUBREL of 'before'")
         broker.restart(hard=True)
         inbox.until(lambda: client.connections >= 2, "no reconnect after kill -9", 5.0)
         with publisher(broker) as pub:

@@ -61,19 +61,25 @@ def client_for(
 
 
 @contextmanager
-def publisher(broker: MosquittoBroker, **credentials: str) -> Iterator[PahoClient]:
-    with PahoClient(unique("paho-"), **credentials) as paho:  # type: ignore[arg-type]
+def publisher(
+    broker: MosquittoBroker, username: str | None = None, password: str | None = None
+) -> Iterator[PahoClient]:
+    with PahoClient(unique("paho-"), username=username, password=password) as paho:
         assert paho.connect(broker.host, broker.port).accepted
         yield paho
         paho.disconnect()
 
 
 def round_trip(
-    client: MqttClient, broker: MosquittoBroker, topic: str, **credentials: str
+    client: MqttClient,
+    broker: MosquittoBroker,
+    topic: str,
+    username: str | None = None,
+    password: str | None = None,
 ) -> Publish:
     """Publish one message on the broker's plain listener; return what ``client`` got."""
     received: list[Publish] = []
-    with publisher(broker, **credentials) as pub:
+    with publisher(broker, username, password) as pub:
         pub.publish(topic, b"\x00secure\xff", 1)
 
         def arrived() -> bool:

@@ -1,0 +1,412 @@
+"""``kill -9`` of the ingest job at several moments, then restart: exactly once into Delta.
+
+The job (``streaming_jobs/ingest.py`` under plain ``python``, local[2]) runs as a subprocess in
+its own process group; every kill is SIGKILL to the whole group, so the JVM, the Python
+streaming source runner (which holds the receiver, its MQTT connection and the WAL) and the
+Python workers die at once, with no goodbye to the broker and no WAL close.
+
+Publishers (``python -m connector.mqtt pub``, QoS 2 with at most 20 in flight) send numbered
+payloads into a persistent session pre-created for the job's client id, one topic per stage
+so that each stage's sequence numbers 0..count-1 can be checked separately:
+
+a. ``crash/a`` is queued before the first run, which is killed as soon as its first batch is
+   planned (``offsets/0`` written): during the first batch, before any commit;
+b. ``crash/b`` starts once the second run has committed a batch; after one more commit the run
+   is killed the moment the receiver appends to the WAL, while that publisher is still sending;
+c. ``crash/c`` starts with the third run, which is killed the moment a new file appears in
+   ``<checkpoint>/commits`` (right after a commit, before or while the next batch is planned);
+
+then a last run with ``--trigger available-now`` drains the broker's queue and exits. A
+separate short-lived Spark process reads the Delta table and prints its (topic, sequence)
+pairs as JSON; every published number must be there exactly once, for QoS 1 and QoS 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.session import SessionConfig
+from tests.brokers import BrokerFactory, MosquittoBroker
+from tests.waiting import wait_until
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INGEST = REPO_ROOT / "streaming_jobs" / "ingest.py"
+TOPIC_FILTER = "crash/#"
+TRIGGER = "processing-time=300 milliseconds"
+SEQUENCE_DIGITS = 10  # the pub tool starts each payload with a 10-digit sequence number
+PAYLOAD_BYTES = 64
+PUBLISH_INFLIGHT = 20  # Mosquitto drops QoS 2 PUBLISHes beyond max_inflight_messages (20)
+
+STAGE_A = ("crash/a", 3_000, None)  # topic, count, rate (None: as fast as the broker takes)
+STAGE_B = ("crash/b", 6_000, 400.0)  # ~15 s of traffic; the kill comes after one batch
+STAGE_C = ("crash/c", 3_000, 500.0)
+
+START_TIMEOUT = 120.0  # a run's Spark session, query start and first batch on a busy machine
+COMMIT_TIMEOUT = 60.0
+PUBLISH_TIMEOUT = 120.0
+DRAIN_TIMEOUT = 240.0
+READ_TIMEOUT = 180.0
+LOG_TAIL = 6_000
+
+# Spark settings for the job's JVM (plain ``python`` reads PYSPARK_SUBMIT_ARGS): fewer tasks
+# for Delta's snapshot reconstruction and no web UI make each of the test's runs quicker.
+SUBMIT_ARGS = (
+    "--conf spark.databricks.delta.snapshotPartitions=2 --conf spark.ui.enabled=false "
+    "--conf spark.sql.shuffle.partitions=2 pyspark-shell"
+)
+
+READ_TABLE = """
+import json, sys
+from pyspark.sql import functions as F
+from streaming_jobs.spark_session import local_spark
+
+spark = local_spark("crash-recovery-check", "local[1]")
+spark.sparkContext.setLogLevel("ERROR")
+df = spark.read.format("delta").load(sys.argv[1])
+rows = df.select(
+    "topic",
+    "qos",
+    F.substring("payload", 1, int(sys.argv[2])).cast("string").cast("bigint").alias("seq"),
+).collect()
+out = {"rows": len(rows), "qos": sorted({r.qos for r in rows}), "topics": {}}
+for r in rows:
+    out["topics"].setdefault(r.topic, []).append(r.seq)
+print(json.dumps(out))
+spark.stop()
+"""
+
+
+def _tail(path: Path, chars: int = LOG_TAIL) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return text if len(text) <= chars else "[...]\n" + text[-chars:]
+
+
+def _batch_files(directory: Path) -> list[int]:
+    """Batch ids with a file in a checkpoint's ``offsets`` or ``commits`` directory."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            alive.append(int(entry))
+    return alive
+
+
+@dataclass
+class Publisher:
+    """A background ``python -m connector.mqtt pub`` subprocess for one stage's topic."""
+
+    topic: str
+    count: int
+    proc: subprocess.Popen[str]
+    log: Path
+
+    @classmethod
+    def start(
+        cls, broker: MosquittoBroker, stage: tuple[str, int, float | None], qos: int, workdir: Path
+    ) -> Publisher:
+        topic, count, rate = stage
+        log = workdir / f"pub-{topic.replace('/', '-')}.log"
+        command = [
+            sys.executable, "-m", "connector.mqtt", "pub", "--broker", broker.url,
+            "--topic", topic, "--qos", str(qos), "--count", str(count),
+            "--size", str(PAYLOAD_BYTES), "--inflight", str(PUBLISH_INFLIGHT),
+        ]  # fmt: skip
+        if rate is not None:
+            command += ["--rate", str(rate)]
+        with log.open("w") as err:
+            proc = subprocess.Popen(
+                command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=err, text=True
+            )
+        return cls(topic, count, proc, log)
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def finish(self, timeout: float = PUBLISH_TIMEOUT) -> None:
+        """Wait for the publisher's exit and check that every message was acknowledged."""
+        out, _ = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, (
+            f"publisher of {self.topic} failed ({self.proc.returncode}):\n{_tail(self.log)}"
+        )
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["published"] == self.count, report
+
+    def kill(self) -> None:
+        if self.running:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@dataclass
+class Job:
+    """One run of the ingest job, in its own process group."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    checkpoint: Path
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def commits(self) -> list[int]:
+        return _batch_files(self.checkpoint / "commits")
+
+    @property
+    def offsets(self) -> list[int]:
+        return _batch_files(self.checkpoint / "offsets")
+
+    def alive_or_fail(self) -> None:
+        """Fail the test (with the job's log) when the job exited on its own."""
+        code = self.proc.poll()
+        if code is not None:
+            pytest.fail(f"the ingest job exited with {code}:\n{_tail(self.log)}", pytrace=False)
+
+    def wait_for(self, what: str, predicate: object, timeout: float) -> None:
+        """Poll ``predicate`` (a callable) until true, failing early if the job dies."""
+        assert callable(predicate)
+
+        def check() -> bool:
+            self.alive_or_fail()
+            return bool(predicate())
+
+        wait_until(
+            check,
+            timeout,
+            interval=0.005,
+            message=lambda: (
+                f"{what}: offsets {self.offsets}, commits {self.commits}\n" + _tail(self.log)
+            ),
+        )
+
+    def wait_new_commits(self, count: int, timeout: float = COMMIT_TIMEOUT) -> list[int]:
+        before = len(self.commits)
+        self.wait_for(
+            f"{count} new commit(s)", lambda: len(self.commits) >= before + count, timeout
+        )
+        return self.commits
+
+    def wal_position(self) -> tuple[str, int] | None:
+        """(newest segment, its size) of the WAL: changes whenever the receiver appends."""
+        wal = self.checkpoint / "mqtt-wal"
+        try:
+            newest = max(name for name in os.listdir(wal) if name.endswith(".seg"))
+            return newest, (wal / newest).stat().st_size
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group and wait until none of its processes is left."""
+        pgid = self.proc.pid
+        os.killpg(pgid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        wait_until(
+            lambda: not _group_alive(pgid),
+            30,
+            message=lambda: f"processes of the killed job still alive: {_group_alive(pgid)}",
+        )
+        log.info(
+            "killed the job after %.1f s: offsets %s, commits %s",
+            time.monotonic() - self.started,
+            self.offsets,
+            self.commits,
+        )
+
+
+@dataclass
+class Scenario:
+    broker: MosquittoBroker
+    qos: int
+    workdir: Path
+    client_id: str
+    runs: int = 0
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def table(self) -> Path:
+        return self.workdir / "table"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.workdir / "checkpoint"
+
+    def start_job(self, trigger: str = TRIGGER) -> Job:
+        self.runs += 1
+        log = self.workdir / f"job-{self.runs}.log"
+        command = [
+            sys.executable, str(INGEST), "--broker", self.broker.url, "--topic", TOPIC_FILTER,
+            "--qos", str(self.qos), "--table", str(self.table),
+            "--checkpoint", str(self.checkpoint), "--client-id", self.client_id,
+            "--trigger", trigger, "--log-level", "INFO",
+        ]  # fmt: skip
+        env = {**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS}
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        job = Job(proc, log, self.checkpoint)
+        self.jobs.append(job)
+        return job
+
+    def cleanup(self) -> None:
+        for job in self.jobs:
+            if job.proc.poll() is None or _group_alive(job.proc.pid):
+                job.kill()
+
+
+@contextmanager
+def scenario(broker: MosquittoBroker, qos: int, workdir: Path) -> Iterator[Scenario]:
+    run = Scenario(broker, qos, workdir, client_id=f"crash-recovery-q{qos}")
+    try:
+        yield run
+    finally:
+        run.cleanup()
+
+
+def create_session(broker: MosquittoBroker, client_id: str, qos: int) -> None:
+    """The job's persistent session exists before anything is published."""
+    client = MqttClient(
+        broker.url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, qos)]
+    )
+    connected = client.connect()
+    assert not connected.session_present
+    client.disconnect()
+
+
+def read_table(table: Path) -> dict:
+    """(topic -> sequence numbers) of every row of the Delta table, read by a Spark subprocess."""
+    done = subprocess.run(
+        [sys.executable, "-c", READ_TABLE, str(table), str(SEQUENCE_DIGITS)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=READ_TIMEOUT,
+        env={**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS},
+    )
+    assert done.returncode == 0, f"reading the table failed:\n{done.stderr[-LOG_TAIL:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def exactly_once_problems(seqs: list[int | None], count: int) -> list[str]:
+    """What is wrong with ``seqs`` as a delivery of 0..count-1 exactly once."""
+    seen = Counter(seqs)
+    missing = sorted(set(range(count)) - set(seen))
+    duplicated = sorted((s, n) for s, n in seen.items() if n > 1)
+    foreign = sorted(str(s) for s in seen if s is None or not 0 <= s < count)
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing, e.g. {missing[:10]}")
+    if duplicated:
+        problems.append(f"{len(duplicated)} duplicated, e.g. {duplicated[:10]}")
+    if foreign:
+        problems.append(f"unexpected sequence values {foreign[:10]}")
+    return problems
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("qos", [1, 2], ids=["qos1", "qos2"])
+def test_kill_9_and_restart_delivers_exactly_once(
+    broker_factory: BrokerFactory, tmp_path: Path, qos: int
+) -> None:
+    broker = broker_factory(max_queued_messages=1_000_000)
+    publishers: list[Publisher] = []
+    with scenario(broker, qos, tmp_path) as run:
+        create_session(broker, run.client_id, qos)
+        try:
+            # (a) a backlog, a run killed while its first batch is in flight (planned, not
+            # committed).
+            publishers.append(Publisher.start(broker, STAGE_A, qos, tmp_path))
+            publishers[-1].finish()
+            job = run.start_job()
+            job.wait_for("the first batch planned", lambda: job.offsets, START_TIMEOUT)
+            job.kill()
+            assert len(job.offsets) > len(job.commits), (
+                f"kill (a) was meant to land inside a batch: offsets {job.offsets}, "
+                f"commits {job.commits}"
+            )
+
+            # (b) killed mid-stream while a publisher is sending, not aligned with batches.
+            job = run.start_job()
+            job.wait_new_commits(1, START_TIMEOUT)
+            publishers.append(Publisher.start(broker, STAGE_B, qos, tmp_path))
+            job.wait_new_commits(1)
+            wal = job.wal_position()
+            job.wait_for("the receiver appending", lambda: job.wal_position() != wal, 30)
+            assert publishers[-1].running, "kill (b) was meant to land while messages flow"
+            job.kill()
+
+            # (c) killed right after a commit: a new file in <checkpoint>/commits.
+            publishers.append(Publisher.start(broker, STAGE_C, qos, tmp_path))
+            job = run.start_job()
+            job.wait_new_commits(1, START_TIMEOUT)
+            committed = job.wait_new_commits(1)
+            job.kill()
+            assert job.commits[: len(committed)] == committed
+
+            # Last run: every publisher done, the available-now run drains the session's queue.
+            for publisher in publishers:
+                publisher.finish()
+            job = run.start_job("available-now")
+            try:
+                code = job.proc.wait(timeout=DRAIN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the available-now run did not finish:\n{_tail(job.log)}")
+            assert code == 0, f"the available-now run failed ({code}):\n{_tail(job.log)}"
+            log.info("the available-now run took %.1f s", time.monotonic() - job.started)
+        finally:
+            for publisher in publishers:
+                publisher.kill()
+
+    began = time.monotonic()
+    table = read_table(run.table)
+    log.info("reading the table took %.1f s", time.monotonic() - began)
+    expected = {topic: count for topic, count, _ in (STAGE_A, STAGE_B, STAGE_C)}
+    assert set(table["topics"]) == set(expected), sorted(table["topics"])
+    problems = {
+        topic: found
+        for topic, count in expected.items()
+        if (found := exactly_once_problems(table["topics"][topic], count))
+    }
+    assert not problems, f"QoS {qos}: not exactly once: {problems}"
+    assert table["rows"] == sum(expected.values())
+    assert table["qos"] == [qos]
