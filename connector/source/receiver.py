@@ -231,10 +231,10 @@ class Receiver:
                 with self._cond:
                     self.last_activity = time.monotonic()
                     self._cond.notify_all()
-        except BaseException as exc:
+        except BaseException as exc:  # reported to Spark through check()
             log.error("MQTT receiver stopped: %s", exc)
             with self._cond:
                 self.error = exc
                 self._cond.notify_all()
-        finally:
             client.close()
+        # On a normal stop the connection stays open for stop() to send DISCONNECT.

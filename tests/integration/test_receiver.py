@@ -1,0 +1,130 @@
+"""The receiver (MQTT -> WAL -> ack) against real Mosquitto, without Spark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from connector.source.options import SourceOptions
+from connector.source.receiver import Receiver
+from connector.wal import WalReader
+from tests.brokers import MosquittoBroker
+from tests.waiting import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def publish(broker: MosquittoBroker, topic: str, qos: int, count: int, size: int = 20) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "connector.mqtt",
+            "pub",
+            "--broker",
+            broker.url,
+            "--topic",
+            topic,
+            "--qos",
+            str(qos),
+            "--count",
+            str(count),
+            "--size",
+            str(size),
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def options(broker: MosquittoBroker, wal: Path, qos: int, **extra: str) -> SourceOptions:
+    raw = {
+        "brokerUrl": broker.url,
+        "topic": "r/#",
+        "qos": str(qos),
+        "walPath": str(wal),
+        "clientId": f"receiver-test-q{qos}",
+        "keepAlive": "30",
+    }
+    raw.update(extra)
+    return SourceOptions.parse(raw)
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_redeliveries_after_a_crash_before_the_ack_are_not_stored_twice(
+    mosquitto: MosquittoBroker, tmp_path: Path, qos: int
+) -> None:
+    wal = tmp_path / "wal"
+    first = Receiver(options(mosquitto, wal, qos))
+    # Simulate a crash between fsync and acknowledgement: nothing is ever acknowledged.
+    first.client.acknowledge = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    first.start()
+    try:
+        publish(mosquitto, "r/a", qos, 10)
+        wait_until(
+            lambda: first.wal.next_offset == 10,
+            15,
+            message=lambda: f"WAL holds {first.wal.next_offset} of 10",
+        )
+    finally:
+        first.stop()
+
+    second = Receiver(options(mosquitto, wal, qos))
+    second.start()
+    try:
+        if qos == 1:
+            # Redelivered with DUP=1: recognised by packet id + digest and acknowledged only.
+            wait_until(
+                lambda: second.stats.duplicates_dropped == 10,
+                15,
+                message=lambda: f"dropped {second.stats.duplicates_dropped} redeliveries of 10",
+            )
+        else:
+            # The ids restored from the WAL are pending: the session answers the redelivered
+            # PUBLISHes with PUBREC without delivering them; the PUBRELs that follow are
+            # persisted as releases.
+            wait_until(
+                lambda: not second.wal.qos2_pending,
+                15,
+                message=lambda: f"still pending: {sorted(second.wal.qos2_pending)}",
+            )
+        assert second.wal.next_offset == 10
+        publish(mosquitto, "r/b", qos, 5)
+        wait_until(
+            lambda: second.wal.next_offset == 15,
+            15,
+            message=lambda: f"WAL holds {second.wal.next_offset} of 15",
+        )
+    finally:
+        second.stop()
+    columns = WalReader(wal).read(0, 15)
+    assert columns.topics == ["r/a"] * 10 + ["r/b"] * 5
+    assert len(set(columns.payloads[:10])) == 10
+
+
+def test_backpressure_stops_reading_until_spark_commits(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    receiver = Receiver(options(mosquitto, tmp_path / "wal", 1, maxBacklogMessages="50"))
+    receiver.start()
+    try:
+        publish(mosquitto, "r/bp", 1, 400)
+        wait_until(lambda: receiver.wal.next_offset >= 50, 15)
+        # Paused: at most the 20 unacknowledged messages the broker may send beyond the bound.
+        receiver.wait_idle(0.5, timeout=10)
+        paused_at = receiver.wal.next_offset
+        assert 50 <= paused_at < 400, paused_at
+        receiver.committed_to(paused_at)
+        wait_until(lambda: receiver.wal.next_offset == 400 or receiver._backlogged(), 15)
+        while receiver.wal.next_offset < 400:
+            receiver.committed_to(receiver.wal.next_offset)
+            wait_until(lambda: receiver.wal.next_offset == 400 or receiver._backlogged(), 15)
+    finally:
+        receiver.stop()
+    assert receiver.stats.appended == 400
+    assert receiver.error is None
