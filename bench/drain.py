@@ -300,7 +300,7 @@ def _drain_worker(
 def _drain_mosquitto_sub(url: str, client_id: str, count: int, timeout: float) -> float:
     from urllib.parse import urlsplit
 
-    from tests.brokers import find_tool
+    from streaming_jobs.local_broker import find_tool
 
     parts = urlsplit(url)
     command = [
@@ -343,7 +343,7 @@ def drain_once(
     profile: str | None = None,
 ) -> Drain:
     """Fresh broker, fresh backlog of ``count`` messages, drained by ``peer``."""
-    from tests.brokers import MosquittoBroker
+    from streaming_jobs.local_broker import MosquittoBroker
 
     client_id = f"bench-drain-{peer}"
     broker = MosquittoBroker(
