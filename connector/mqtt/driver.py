@@ -60,20 +60,32 @@ class BrokerAddress:
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
-        """Parse a broker URL; ValueError names what is wrong and what is accepted."""
+        """Parse a broker URL; ValueError names what is wrong and what is accepted.
+
+        Credentials in the URL (``tcp://user:secret@host``) are refused, and error messages
+        never repeat them."""
         parts = urlsplit(url if "://" in url else f"tcp://{url}")
+        shown = url
+        if "@" in parts.netloc:
+            shown = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+            raise ValueError(
+                f"broker URL {shown!r} carries credentials; give them as the user name and "
+                "password settings instead (they are never shown or logged)"
+            )
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             raise ValueError(
-                f"broker URL {url!r}: scheme {scheme!r} is not supported; "
+                f"broker URL {shown!r}: scheme {scheme!r} is not supported; "
                 "use tcp://host:port, ssl://host:port or mqtts://host:port"
             )
         try:
             port = parts.port or DEFAULT_PORTS[scheme]
         except ValueError:
-            raise ValueError(f"broker URL {url!r}: the port is not a number in 1..65535") from None
+            raise ValueError(
+                f"broker URL {shown!r}: the port is not a number in 1..65535"
+            ) from None
         if not parts.hostname:
-            raise ValueError(f"broker URL {url!r} has no host name")
+            raise ValueError(f"broker URL {shown!r} has no host name")
         return cls(parts.hostname, port, scheme in TLS_SCHEMES)
 
     def __str__(self) -> str:

@@ -133,6 +133,11 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self.receiver.check()
         first = self._resolve(start)
+        # Spark asks for the next batch only once the previous one is in the sink, so
+        # ``start`` is committed. Spark calls ``commit`` only after it has planned a NEW
+        # batch: a receiver paused by maxBacklogMessages with everything read already
+        # processed would wait for a commit that never comes. Release it here.
+        self.receiver.committed_to(first)
         high = self.receiver.wal.next_offset
         if self._target is not None:
             high = min(high, self._target)

@@ -27,13 +27,30 @@ from pathlib import Path
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
-from connector.wal import NewRecord, WalWriter, record_digest
+from connector.wal import NewRecord, WalLockedError, WalWriter, record_digest
 
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)
 
 SUBSCRIPTIONS_FILE = "subscriptions.json"
+
+
+LOCK_WAIT_SECONDS = 15.0
+"""How long a starting query waits for the WAL lock of a query that is still shutting down."""
+
+
+def _open_wal(path: str) -> WalWriter:
+    """Open the WAL, waiting briefly while a stopping query's process still holds the lock
+    (Spark ends the old source process asynchronously after ``query.stop()``)."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            return WalWriter.open(path)
+        except WalLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 class ReceiverStats:
@@ -53,7 +70,7 @@ class Receiver:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.wal = WalWriter.open(options.wal_path)
+        self.wal = _open_wal(options.wal_path)
         self.stats = ReceiverStats()
         self.error: BaseException | None = None
         self.committed = self.wal.first_offset

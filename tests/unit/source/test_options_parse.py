@@ -1,0 +1,78 @@
+"""SourceOptions parsing without Spark: defaults, errors naming the option, secrets."""
+
+from __future__ import annotations
+
+import pytest
+
+from connector.source.options import InvalidOptionError, SourceOptions
+
+BASE = {"brokerUrl": "tcp://broker.example:1883", "topic": "plant/+/telemetry"}
+
+
+def test_defaults_follow_the_design() -> None:
+    opts = SourceOptions.parse(BASE)
+    assert opts.qos == 1
+    assert opts.clean_session is False
+    assert str(opts.mqtt_version) == "3.1.1"
+    assert opts.fail_on_data_loss is True
+    assert opts.partition_data == "inline"
+    assert opts.client_id.startswith("spark-mqtt-") and len(opts.client_id) <= 23
+    # Stable: the same query gets the same client id every time.
+    assert SourceOptions.parse(BASE).client_id == opts.client_id
+
+
+def test_option_names_are_case_insensitive() -> None:
+    opts = SourceOptions.parse({"brokerurl": "tcp://h", "TOPICS": "a/#, b/+", "QOS": "2"})
+    assert opts.topics == ("a/#", "b/+")
+    assert opts.qos == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"brokerUrl": ""}, "brokerUrl"),
+        ({"brokerUrl": "http://h"}, "brokerUrl"),
+        ({"qos": "3"}, "qos"),
+        ({"topic": "a/#/b"}, "topic"),
+        ({"topics": "a"}, "topics"),
+        ({"mqttVersion": "5"}, "mqttVersion"),
+        ({"maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
+        ({"tls.caFile": "/nonexistent"}, "tls."),
+        ({"password": "pw"}, "username"),
+        ({"keepAlive": "x"}, "keepAlive"),
+        ({"partitionData": "disk"}, "partitionData"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ],
+)
+def test_invalid_options_name_the_option(extra: dict[str, str], named: str) -> None:
+    with pytest.raises(InvalidOptionError, match=named):
+        SourceOptions.parse({**BASE, **extra})
+
+
+def test_credentials_in_the_url_are_refused_without_echo() -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        SourceOptions.parse({**BASE, "brokerUrl": "tcp://user:s3cr3t-pw@h:1883"})
+    assert "s3cr3t-pw" not in str(info.value)
+    assert "credentials" in str(info.value)
+
+
+def test_password_never_in_repr_or_redacted_view() -> None:
+    opts = SourceOptions.parse(
+        {**BASE, "brokerUrl": "ssl://h:8883", "username": "u", "password": "s3cr3t-pw"}
+    )
+    assert "s3cr3t-pw" not in repr(opts)
+    assert "s3cr3t-pw" not in str(opts.redacted())
+
+
+def test_password_over_plain_tcp_needs_an_explicit_opt_in() -> None:
+    creds = {"username": "u", "password": "pw"}
+    with pytest.raises(InvalidOptionError, match="allowPasswordOverPlainTcp"):
+        SourceOptions.parse({**BASE, **creds})
+    SourceOptions.parse({**BASE, **creds, "allowPasswordOverPlainTcp": "true"})
+    SourceOptions.parse({**BASE, **creds, "brokerUrl": "tcp://127.0.0.1:1883"})
+
+
+def test_mqtt_3_1_limits_client_ids_to_23_characters() -> None:
+    with pytest.raises(InvalidOptionError, match="clientId"):
+        SourceOptions.parse({**BASE, "mqttVersion": "3.1", "clientId": "x" * 24})
+    assert SourceOptions.parse({**BASE, "mqttVersion": "3.1"}).client_id
