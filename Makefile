@@ -86,9 +86,11 @@ bench: setup
 	$(VENV_PY) -m bench.codec
 	$(VENV_PY) -m bench.drain
 
-## demo: end-to-end streaming demo
+## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo, then a report;
+## flags via DEMO_ARGS="--messages 5000 --devices 10 --keep-data"
+DEMO_ARGS ?=
 demo: setup
-	$(VENV_PY) -m streaming_jobs.demo
+	$(VENV_PY) -m streaming_jobs.demo $(DEMO_ARGS)
 
 ## fuzz: the property-based unit tests with a large example budget
 # pytest exits 5 when no test matches; tolerated until fuzz tests exist.

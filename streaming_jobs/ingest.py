@@ -4,165 +4,446 @@
         --table ./data/tables/telemetry --checkpoint ./data/checkpoints/telemetry
 
 The write-ahead log of the source goes inside the checkpoint directory (``<checkpoint>/mqtt-wal``)
-so that one directory holds everything a restart needs. Works with plain ``python`` too.
+so that one directory holds everything a restart needs. Works with plain ``python`` too. Every
+flag is described by ``--help`` and in the README ("The ingest job"); the modules:
+``ingest_config`` (flags, TOML), ``payloads`` (decoding in Spark SQL), ``batch_writer``
+(idempotent writes of both tables), ``progress`` (per-batch lines, summary).
+
+Output: the job's log (progress lines, summary) on stdout; one ``error: ...`` line on stderr
+and a non-zero exit status when something fails (2: flags or config, 1: at run time).
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import logging
 import os
 import re
 import signal
+import socket
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-if __package__ in (None, ""):  # run as a script by spark-submit
+if __package__ in (None, ""):  # run as a script by spark-submit or python
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from connector.source.options import InvalidOptionError, SourceOptions
+from connector.source.options import SourceOptions
+from streaming_jobs.ingest_config import (
+    IngestConfig,
+    UsageError,
+    build_parser,
+    describe,
+    parse_config,
+    source_options,
+)
+
+__all__ = ["build_parser", "main", "source_options"]
 
 log = logging.getLogger("streaming_jobs.ingest")
 
-TRIGGER_RE = re.compile(r"^(available-now|processing-time=(?P<interval>.+))$")
+PREFLIGHT_TIMEOUT = 10.0
+POLL_SECONDS = 0.5
+STOP_POLL_SECONDS = 0.02
+QUIET_LOG4J = """\
+# Written by streaming_jobs/ingest.py: Spark's defaults at WARN; the job reports a failed
+# query itself, in one line.
+rootLogger.level = warn
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop.level = error
+logger.parquet.name = org.apache.parquet.CorruptStatistics
+logger.parquet.level = error
+"""
+# Loggers that print a failed query's stack trace; the job prints its root cause instead
+# (all of it with --log-level DEBUG).
+FAILURE_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.runtime.StreamExecution",
+    "org.apache.spark.sql.execution.python.streaming.PythonStreamingSourceRunner",
+)
+
+NOISE = (
+    "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream",
+    "org.apache.spark.util.SparkStringUtils",
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="spark-submit streaming_jobs/ingest.py",
-        description="Stream MQTT messages into a Delta table with exactly-once delivery.",
-        epilog=(
-            "example: spark-submit streaming_jobs/ingest.py --broker tcp://localhost:1883 "
-            "--topic 'plant/+/telemetry' --qos 1 --table ./data/tables/telemetry "
-            "--checkpoint ./data/checkpoints/telemetry --trigger processing-time='5 seconds'"
-        ),
-    )
-    parser.add_argument(
-        "--broker", required=True, help="tcp://HOST:PORT, ssl://HOST:PORT, mqtts://"
-    )
-    parser.add_argument(
-        "--topic", action="append", required=True, help="topic filter; repeat for several"
-    )
-    parser.add_argument("--qos", default="1", choices=["0", "1", "2"], help="default 1")
-    parser.add_argument("--table", required=True, help="Delta table path")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory (holds the WAL)")
-    parser.add_argument("--client-id", help="MQTT client id (default: stable, derived)")
-    parser.add_argument(
-        "--trigger",
-        default="processing-time=1 second",
-        help="available-now | processing-time=<interval> (default: processing-time=1 second)",
-    )
-    parser.add_argument("--max-messages-per-trigger", type=int, help="admission control")
-    parser.add_argument("--mqtt-version", default="3.1.1", choices=["3.1", "3.1.1"])
-    parser.add_argument("--clean-session", action="store_true", help="no persistent session")
-    parser.add_argument("--username", default=os.environ.get("MQTT_USERNAME"))
-    parser.add_argument(
-        "--password-env",
-        default="MQTT_PASSWORD",
-        help="environment variable holding the password (default MQTT_PASSWORD)",
-    )
-    parser.add_argument("--cafile", help="CA bundle for ssl:// brokers")
-    parser.add_argument("--certfile", help="client certificate (mutual TLS)")
-    parser.add_argument("--keyfile", help="client key (mutual TLS)")
-    parser.add_argument("--master", help="Spark master when not set by spark-submit")
-    parser.add_argument(
-        "--partition-data",
-        choices=["inline", "wal"],
-        help="how tasks get records: inline in the partitions (any cluster) or read from the "
-        "WAL (executors share the driver's disk; default in local mode)",
-    )
-    parser.add_argument("--log-level", default="INFO")
-    return parser
+class JobError(RuntimeError):
+    """A failure at run time, reported as one line (exit status 1)."""
 
 
-def source_options(args: argparse.Namespace) -> dict[str, str]:
-    """The ``mqtt`` source options for ``args`` (validated before Spark starts)."""
-    options = {
-        "brokerUrl": args.broker,
-        "topics": ",".join(args.topic),
-        "qos": args.qos,
-        "walPath": str(Path(args.checkpoint).resolve() / "mqtt-wal"),
-        "mqttVersion": args.mqtt_version,
-        "cleanSession": str(bool(args.clean_session)).lower(),
-    }
-    if args.client_id:
-        options["clientId"] = args.client_id
-    if args.max_messages_per_trigger:
-        options["maxMessagesPerTrigger"] = str(args.max_messages_per_trigger)
-    if args.username:
-        options["username"] = args.username
-        password = os.environ.get(args.password_env)
-        if password is not None:
-            options["password"] = password
-    for flag, key in (
-        ("cafile", "tls.caFile"),
-        ("certfile", "tls.certFile"),
-        ("keyfile", "tls.keyFile"),
-    ):
-        if getattr(args, flag):
-            options[key] = getattr(args, flag)
-    if args.partition_data:
-        options["partitionData"] = args.partition_data
-    return options
+# ---------------------------------------------------------------------------------- errors
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    match = TRIGGER_RE.match(args.trigger)
-    if not match:
-        sys.stderr.write(
-            f"error: --trigger {args.trigger!r}: use available-now or processing-time=<interval>\n"
-        )
-        return 2
-    options = source_options(args)
+_PY_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|\w+)): (.+)$")
+_JAVA_PREFIX = re.compile(r"^(?::\s*)?(?:[a-z_][\w$]*\.)+([A-Z][\w$]*): ")
+_SPARK_PREFIX = re.compile(
+    r"^\[STREAM_FAILED\] Query \[id = [^\]]*\] terminated with exception: ", re.S
+)
+
+
+def root_cause(error: BaseException | str) -> str:
+    """The first line that says what went wrong, from a Spark, Py4J or Python error.
+
+    A Python error inside Spark (the MQTT source's process, the batch writer) arrives as text
+    holding a Python traceback; its last line is the error itself.
+    """
+    text = error if isinstance(error, str) else _error_text(error)
+    if "Traceback (most recent call last):" in text:
+        block = text.rsplit("Traceback (most recent call last):", 1)[1]
+        for line in block.splitlines():
+            match = _PY_EXCEPTION_LINE.match(line.strip())
+            if match and not line.startswith((" ", "\t")):
+                return (
+                    root_cause(f"{match.group(1)}: {match.group(2)}")
+                    if ("Py4JJavaError" in match.group(1))
+                    else _tidy(f"{match.group(1)}: {match.group(2)}")
+                )
+    text = _SPARK_PREFIX.sub("", text.strip())
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "JVM stacktrace", "An error occurred while")):
+            return _tidy(line)
+    return type(error).__name__ if not isinstance(error, str) else "unknown error"
+
+
+def _error_text(error: BaseException) -> str:
+    desc = getattr(error, "desc", None)  # pyspark's CapturedException
+    if isinstance(desc, str) and desc:
+        return desc
+    java = getattr(error, "java_exception", None)  # py4j's Py4JJavaError
+    if java is not None:
+        try:
+            return str(java.toString())
+        except Exception:  # the JVM may be gone
+            pass
+    return str(error) or type(error).__name__
+
+
+def _tidy(line: str) -> str:
+    line = _JAVA_PREFIX.sub(lambda m: f"{m.group(1)}: ", line.strip())
+    line = re.sub(r"^(RuntimeError|PythonException|Exception): ", "", line)
+    line = re.sub(r"^the MQTT receiver failed: ", "MQTT receiver: ", line)
+    return line if len(line) <= 400 else line[:397] + "..."
+
+
+# ------------------------------------------------------------------------------- preflight
+
+
+def preflight(options: SourceOptions) -> None:
+    """Fail fast when nothing listens at the broker's address (TCP only: the MQTT session
+    itself belongs to the source, which reports refusals, TLS and credential errors)."""
+    address = (options.broker.host, options.broker.port)
+    timeout = min(options.connect_timeout, PREFLIGHT_TIMEOUT)
     try:
-        SourceOptions.parse(options)
-    except InvalidOptionError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2
+        with socket.create_connection(address, timeout=timeout):
+            pass
+    except TimeoutError:
+        raise JobError(
+            f"cannot reach the MQTT broker {options.broker}: no answer in {timeout:g} s"
+        ) from None
+    except OSError as exc:
+        raise JobError(
+            f"cannot reach the MQTT broker {options.broker}: {exc.strerror or exc}"
+        ) from None
+
+
+# ----------------------------------------------------------------------------------- spark
+
+
+def quiet_spark_logs(level: str) -> None:
+    """Before a local JVM starts: Spark's console log at WARN without its banner. (Under
+    spark-submit the JVM is already running with the user's log4j settings.)"""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j" in opts:
+        return
+    text = QUIET_LOG4J.replace("rootLogger.level = warn", f"rootLogger.level = {level.lower()}")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"mqtt-ingest-log4j2-{digest}.properties"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -Dlog4j2.configurationFile=file:{path}".strip()
+
+
+def set_spark_log_levels(spark: Any, level: str, debug: bool) -> None:
+    """Spark's log level; unless ``debug``, the loggers of a failed query's stack trace off
+    and harmless warnings (AQE off in streaming, long plan strings) quiet."""
+    spark.sparkContext.setLogLevel(level)
+    if not debug:
+        set_logger_levels(
+            spark, {**dict.fromkeys(FAILURE_LOGGERS, "OFF"), **dict.fromkeys(NOISE, "ERROR")}
+        )
+
+
+def set_logger_levels(spark: Any, levels: dict[str, str]) -> None:
+    """Set log4j levels of JVM loggers by name (best effort)."""
+    jvm = spark.sparkContext._jvm  # the py4j gateway: the only way to log4j
+    try:
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        for name, level in levels.items():
+            configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.toLevel(level))
+    except Exception as exc:  # another logging backend
+        log.debug("cannot set the level of Spark's loggers: %s", exc)
+
+
+LOCAL_TUNING = ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions")
+"""Settings whose defaults (200, 50 tasks) suit clusters: tiny tasks by the dozen make every
+micro-batch's Delta commit take seconds on a laptop."""
+
+
+def tune_local(spark: Any, given: dict[str, str]) -> None:
+    """In local mode, as many shuffle and Delta snapshot partitions as cores, unless set."""
+    context = spark.sparkContext
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", context.master)
+    if match is None:
+        return
+    cores = str(context.defaultParallelism)
+    conf = context.getConf()
+    for key in LOCAL_TUNING:
+        if key not in given and not conf.contains(key):
+            spark.conf.set(key, cores)
+
+
+def parse_schema(ddl: str) -> Any:
+    """``--schema`` as a StructType (Spark's DDL parser needs the running JVM)."""
+    from pyspark.sql.types import StructType
+
+    try:
+        parsed = StructType.fromDDL(ddl)
+    except Exception as exc:
+        raise UsageError(f"--schema {ddl!r}: {root_cause(exc)}") from None
+    if not isinstance(parsed, StructType) or not parsed.fields:
+        raise UsageError(f"--schema {ddl!r}: give fields, e.g. 'temp DOUBLE, status STRING'")
+    return parsed
+
+
+# ------------------------------------------------------------------------------- main loop
+
+
+class StopRequest:
+    """SIGTERM/SIGINT: the first asks for a stop after the batch in flight, the second for a
+    stop now. The handler only sets flags: stopping inside it would re-enter the Py4J call the
+    main thread is blocked in."""
+
+    def __init__(self) -> None:
+        self.graceful = threading.Event()
+        self.now = threading.Event()
+        self.query_started = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.graceful.is_set():
+            self.now.set()
+            if not self.query_started:
+                raise KeyboardInterrupt  # a second signal aborts a slow start
+            return
+        self.graceful.set()
+        log.info("%s: stopping after the batch in flight", signal.Signals(signum).name)
+
+
+def stop_after_batch(query: Any, stop: StopRequest, timeout: float) -> None:
+    """Stop ``query`` once the batch in flight, if any, has finished (or at the deadline)."""
+    deadline = time.monotonic() + timeout
+    last = query.lastProgress
+    started_with = int(last["batchId"]) if last is not None else -1
+    while not stop.now.is_set() and time.monotonic() < deadline:
+        if not query.isActive or not query.status["isTriggerActive"]:
+            break
+        last = query.lastProgress
+        if (
+            last is not None
+            and int(last["batchId"]) > started_with
+            and "addBatch" in (last.get("durationMs") or {})
+        ):
+            break
+        time.sleep(STOP_POLL_SECONDS)
+    else:
+        if query.isActive and not stop.now.is_set():
+            log.warning(
+                "the batch in flight did not finish within %g s: interrupting it "
+                "(it is replayed on restart)",
+                timeout,
+            )
+    query.stop()
+
+
+def _path(path: str) -> str:
+    """Local paths made absolute; URIs (s3a://, abfss://, ...) as given."""
+    return path if "://" in path else str(Path(path).resolve())
+
+
+def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
+    """Start the query and supervise it; returns the exit status."""
+    options = source_options(config)
+    parsed = SourceOptions.parse(options)
+    preflight(parsed)
 
     from streaming_jobs.spark_session import job_spark, resubmit_with_delta, submit_lacks_delta
 
     if submit_lacks_delta():
-        resubmit_with_delta(os.path.abspath(__file__), list(sys.argv[1:] if argv is None else argv))
-    spark = job_spark("mqtt-ingest", args.master)
-    if args.partition_data is None and spark.sparkContext.master.startswith("local"):
+        resubmit_with_delta(os.path.abspath(__file__), list(argv))
+    quiet_spark_logs(config.spark_log_level)
+    settings = {"spark.ui.showConsoleProgress": "false", **config.spark_settings}
+    spark = job_spark("mqtt-ingest", config.master, settings)
+    try:
+        return supervise(spark, config, options, parsed, stop)
+    finally:
+        try:
+            spark.stop()
+        except Exception as exc:  # the JVM may be gone already
+            log.debug("stopping Spark: %s", exc)
+
+
+def supervise(
+    spark: Any,
+    config: IngestConfig,
+    options: dict[str, str],
+    parsed: SourceOptions,
+    stop: StopRequest,
+) -> int:
+    """Build and start the query on ``spark``, report its progress, stop it on request."""
+    set_spark_log_levels(spark, config.spark_log_level, config.log_level == "DEBUG")
+    tune_local(spark, config.spark_settings)
+
+    from streaming_jobs.batch_writer import BatchWriter
+    from streaming_jobs.payloads import SchemaError, make_plan
+    from streaming_jobs.progress import ProgressReporter, RunStats
+
+    schema = parse_schema(config.schema) if config.schema else None
+    try:
+        plan = make_plan(
+            config.payload_format,
+            schema,
+            config.topic_columns,
+            keep_payload=config.keep_payload,
+            dead_letters=config.dead_letter_table is not None,
+            partition_by=config.partition_by,
+        )
+    except SchemaError as exc:
+        raise UsageError(str(exc)) from None
+    for old, new in plan.renamed.items():
+        log.warning("--schema has a field %r: the MQTT column %r is named %r", old, old, new)
+    if config.partition_data is None and spark.sparkContext.master.startswith("local"):
         options["partitionData"] = "wal"
+
     reader = spark.readStream.format("mqtt")
     for key, value in options.items():
         reader = reader.option(key, value)
-    writer = reader.load().writeStream.format("delta").option("checkpointLocation", args.checkpoint)
-    if match.group("interval"):
-        writer = writer.trigger(processingTime=match.group("interval"))
-    else:
-        writer = writer.trigger(availableNow=True)
-    query = writer.start(args.table)
-    log.info("ingesting %s into %s (query %s)", ", ".join(args.topic), args.table, query.id)
-
-    stop_requested = threading.Event()
-
-    def _request_stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping the query", signum)
-        stop_requested.set()
-
-    signal.signal(signal.SIGTERM, _request_stop)
-    signal.signal(signal.SIGINT, _request_stop)
-    # The handler only sets a flag: stopping inside it would re-enter the Py4J call that
-    # awaitTermination is blocked in.
-    while not query.awaitTermination(1):
-        if stop_requested.is_set():
-            query.stop()
-            break
-    error = query.exception()
-    if error is not None:
-        sys.stderr.write(f"error: the query failed: {error}\n")
-        return 1
+    stats = RunStats()
+    writer = BatchWriter(
+        plan,
+        _path(config.table),
+        _path(config.dead_letter_table) if config.dead_letter_table else None,
+        stats,
+        merge_schema=config.merge_schema,
+    )
+    stream = (
+        reader.load()
+        .writeStream.foreachBatch(writer)
+        .option("checkpointLocation", config.checkpoint)
+        .queryName("mqtt-ingest")
+    )
+    interval = config.trigger_interval
+    stream = (
+        stream.trigger(processingTime=interval) if interval else stream.trigger(availableNow=True)
+    )
+    if stop.graceful.is_set():
+        log.info("stopped before the query started")
+        return 0
+    query = stream.start()
+    stop.query_started = True
+    stats.started = time.monotonic()
+    log.info(
+        "ingesting %s from %s into %s%s (%s, query %s)",
+        ", ".join(config.topic),
+        parsed.broker,
+        config.table,
+        f" and {config.dead_letter_table}" if config.dead_letter_table else "",
+        config.payload_format,
+        query.id,
+    )
+    unparsed = None if config.payload_format == "binary" else "unparsed"
+    reporter = ProgressReporter(stats, "dead-letter" if config.dead_letter_table else unparsed)
+    failure: BaseException | None = None
+    how = "finished"
+    try:
+        while not query.awaitTermination(POLL_SECONDS):
+            reporter.poll(query)
+            if stop.graceful.is_set():
+                # stopping cancels the query's job group, which may have no job: not news
+                set_logger_levels(spark, {"org.apache.spark.scheduler.DAGScheduler": "ERROR"})
+                stop_after_batch(query, stop, config.stop_timeout)
+                how = "stopped"
+                break
+    except Exception as exc:  # the query failed: awaitTermination raises its exception
+        failure = exc
+    reporter.poll(query)
+    if failure is None:
+        failure = query.exception()
+    if failure is None and how == "stopped":
+        log.info("the query stopped cleanly (checkpoint %s)", config.checkpoint)
+    log.info("%s", reporter.summary("failed" if failure is not None else how))
+    if failure is not None:
+        raise JobError(root_cause(failure))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 done, 1 failed at run time, 2 bad usage)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(arg in ("-h", "--help") for arg in argv):
+        build_parser().print_help()
+        return 0
+    try:
+        config, print_config = parse_config(argv)
+    except UsageError as exc:
+        return _fail(f"{exc} (see --help)", 2)
+    if print_config:
+        print(describe(config))
+        return 0
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=config.log_level, handlers=[handler], force=True)
+    if config.log_level != "DEBUG":
+        # py4j logs a failed batch writer's traceback; the job reports its root cause
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    stop = StopRequest()
+    stop.install()
+    try:
+        return run(config, argv, stop)
+    except UsageError as exc:
+        return _fail(str(exc), 2)
+    except JobError as exc:
+        return _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted before the query started", 1)
+    except Exception as exc:  # Spark, Py4J, Delta: one line, details at DEBUG
+        log.debug("failure", exc_info=True)
+        return _fail(root_cause(exc), 1)
+
+
+def _fail(message: str, status: int) -> int:
+    sys.stdout.flush()
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    return status
 
 
 if __name__ == "__main__":

@@ -103,13 +103,18 @@ def resubmit_with_delta(script: str, argv: list[str]) -> None:
     os.execv(command[0], [*command, script, *argv])
 
 
-def job_spark(app_name: str, master: str | None = None) -> SparkSession:
+def job_spark(
+    app_name: str, master: str | None = None, conf: dict[str, str] | None = None
+) -> SparkSession:
     """The session for a job: the one spark-submit configured, plus Delta when it lacks it;
-    under plain ``python``, a local session (``master`` or ``local[2]``)."""
+    under plain ``python``, a local session (``master`` or ``local[2]``). ``conf``: more
+    settings (``--spark-conf``)."""
     prepare_local_environment()
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         builder = builder.master("local[2]").config("spark.driver.host", "127.0.0.1")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()

@@ -1,9 +1,10 @@
 """``kill -9`` of the ingest job at several moments, then restart: exactly once into Delta.
 
 The job (``streaming_jobs/ingest.py`` under plain ``python``, local[2]) runs as a subprocess in
-its own process group; every kill is SIGKILL to the whole group, so the JVM, the Python
-streaming source runner (which holds the receiver, its MQTT connection and the WAL) and the
-Python workers die at once, with no goodbye to the broker and no WAL close.
+its own process group; every kill is SIGKILL to that whole group and to the group PySpark's
+worker daemon makes for itself, so the JVM, the Python streaming source runner (which holds the
+receiver, its MQTT connection and the WAL) and the Python task workers die at once, with no
+goodbye to the broker and no WAL close.
 
 Publishers (``python -m connector.mqtt pub``, QoS 2 with at most 20 in flight) send numbered
 payloads into a persistent session pre-created for the job's client id, one topic per stage
@@ -11,18 +12,21 @@ so that each stage's sequence numbers 0..count-1 can be checked separately:
 
 a. ``crash/a`` is queued before the first run, which is killed as soon as its first batch is
    planned (``offsets/0`` written): during the first batch, before any commit;
-b. ``crash/b`` starts once the second run has committed a batch; after one more commit the run
-   is killed the moment the receiver appends to the WAL, while that publisher is still sending;
-c. ``crash/c`` starts with the third run, which is killed the moment a new file appears in
-   ``<checkpoint>/commits`` (right after a commit, before or while the next batch is planned);
+b. ``crash/b`` starts once the second run has committed a batch, and the run is killed the
+   moment its receiver appends to the WAL, while that publisher is still sending;
+c. the third run starts while the tail of ``crash/b`` is still published and is killed the
+   moment a new file appears in ``<checkpoint>/commits`` (right after a commit, before or while
+   the next batch is planned, with later records in the WAL or not yet acknowledged);
 
-then a last run with ``--trigger available-now`` drains the broker's queue and exits. A
+then ``crash/c`` is queued while no job runs and a last run with ``--trigger available-now``
+drains the broker's queue (and whatever the WAL still holds) and exits. A
 separate short-lived Spark process reads the Delta table and prints its (topic, sequence)
 pairs as JSON; every published number must be there exactly once, for QoS 1 and QoS 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -31,8 +35,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,8 +57,8 @@ PAYLOAD_BYTES = 64
 PUBLISH_INFLIGHT = 20  # Mosquitto drops QoS 2 PUBLISHes beyond max_inflight_messages (20)
 
 STAGE_A = ("crash/a", 3_000, None)  # topic, count, rate (None: as fast as the broker takes)
-STAGE_B = ("crash/b", 6_000, 400.0)  # ~15 s of traffic; the kill comes after one batch
-STAGE_C = ("crash/c", 3_000, 500.0)
+STAGE_B = ("crash/b", 6_000, 400.0)  # ~15 s: on into the next run
+STAGE_C = ("crash/c", 3_000, None)
 
 START_TIMEOUT = 120.0  # a run's Spark session, query start and first batch on a busy machine
 COMMIT_TIMEOUT = 60.0
@@ -64,9 +67,11 @@ DRAIN_TIMEOUT = 240.0
 READ_TIMEOUT = 180.0
 LOG_TAIL = 6_000
 
-# Spark settings for the job's JVM (plain ``python`` reads PYSPARK_SUBMIT_ARGS): fewer tasks
-# for Delta's snapshot reconstruction and no web UI make each of the test's runs quicker.
+# Spark settings for the job's JVM (plain ``python`` reads PYSPARK_SUBMIT_ARGS), to make each
+# of the test's short-lived runs quicker: the C1 JIT compiler only (about halves the session
+# start), fewer tasks for Delta's snapshot reconstruction, no web UI.
 SUBMIT_ARGS = (
+    "--driver-java-options -XX:TieredStopAtLevel=1 "
     "--conf spark.databricks.delta.snapshotPartitions=2 --conf spark.ui.enabled=false "
     "--conf spark.sql.shuffle.partitions=2 pyspark-shell"
 )
@@ -109,9 +114,9 @@ def _batch_files(directory: Path) -> list[int]:
     return sorted(int(name) for name in names if name.isdigit())
 
 
-def _group_alive(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``."""
-    alive = []
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """pid -> (state, parent pid, process group) of every process."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -121,9 +126,32 @@ def _group_alive(pgid: int) -> list[int]:
             continue
         # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
         fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            alive.append(int(entry))
-    return alive
+        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+    return found
+
+
+def _job_groups(root: int) -> set[int]:
+    """Process groups of ``root`` and its descendants: the job's own, plus the one PySpark's
+    worker daemon makes for itself and its forked task workers (``os.setpgid(0, 0)``)."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    groups, todo = {root}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            groups.add(table[pid][2])
+        todo.extend(children.get(pid, []))
+    groups.discard(os.getpgrp())  # never this test's own group
+    return groups
+
+
+def _alive_in(groups: set[int]) -> list[int]:
+    """Live (non-zombie) processes of the process groups ``groups``."""
+    return [
+        pid for pid, (state, _, group) in _processes().items() if group in groups and state != "Z"
+    ]
 
 
 @dataclass
@@ -134,6 +162,7 @@ class Publisher:
     count: int
     proc: subprocess.Popen[str]
     log: Path
+    finished: bool = False
 
     @classmethod
     def start(
@@ -160,12 +189,15 @@ class Publisher:
 
     def finish(self, timeout: float = PUBLISH_TIMEOUT) -> None:
         """Wait for the publisher's exit and check that every message was acknowledged."""
+        if self.finished:
+            return
         out, _ = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, (
             f"publisher of {self.topic} failed ({self.proc.returncode}):\n{_tail(self.log)}"
         )
         report = json.loads(out.strip().splitlines()[-1])
         assert report["published"] == self.count, report
+        self.finished = True
 
     def kill(self) -> None:
         if self.running:
@@ -196,9 +228,8 @@ class Job:
         if code is not None:
             pytest.fail(f"the ingest job exited with {code}:\n{_tail(self.log)}", pytrace=False)
 
-    def wait_for(self, what: str, predicate: object, timeout: float) -> None:
-        """Poll ``predicate`` (a callable) until true, failing early if the job dies."""
-        assert callable(predicate)
+    def wait_for(self, what: str, predicate: Callable[[], object], timeout: float) -> None:
+        """Poll ``predicate`` until it is true, failing early if the job dies."""
 
         def check() -> bool:
             self.alive_or_fail()
@@ -229,22 +260,32 @@ class Job:
         except (FileNotFoundError, ValueError):
             return None
 
-    def kill(self) -> None:
-        """SIGKILL the whole process group and wait until none of its processes is left."""
-        pgid = self.proc.pid
-        os.killpg(pgid, signal.SIGKILL)
+    def kill(self, *, quiet: bool = False) -> None:
+        """SIGKILL the job's process groups (its own: the driver, the JVM, the streaming source
+        runner; the worker daemon's: the task workers) and wait until none of them is left."""
+        groups = _job_groups(self.proc.pid)
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         self.proc.wait(timeout=30)
         wait_until(
-            lambda: not _group_alive(pgid),
+            lambda: not _alive_in(groups),
             30,
-            message=lambda: f"processes of the killed job still alive: {_group_alive(pgid)}",
+            message=lambda: f"processes of the killed job still alive: {_alive_in(groups)}",
         )
+        if quiet:
+            return
         log.info(
-            "killed the job after %.1f s: offsets %s, commits %s",
+            "killed the job (%d process groups) after %.1f s: offsets %s, commits %s",
+            len(groups),
             time.monotonic() - self.started,
             self.offsets,
             self.commits,
         )
+
+    def leftovers(self) -> bool:
+        """Whether the job or anything in its process groups is still running."""
+        return self.proc.poll() is None or bool(_alive_in(_job_groups(self.proc.pid)))
 
 
 @dataclass
@@ -289,12 +330,13 @@ class Scenario:
         return job
 
     def cleanup(self) -> None:
+        """Kill what is left of every run (an exited job's JVM may still be shutting down)."""
         for job in self.jobs:
-            if job.proc.poll() is None or _group_alive(job.proc.pid):
-                job.kill()
+            if job.leftovers():
+                job.kill(quiet=True)
 
 
-@contextmanager
+@contextlib.contextmanager
 def scenario(broker: MosquittoBroker, qos: int, workdir: Path) -> Iterator[Scenario]:
     run = Scenario(broker, qos, workdir, client_id=f"crash-recovery-q{qos}")
     try:
@@ -369,21 +411,22 @@ def test_kill_9_and_restart_delivers_exactly_once(
             job = run.start_job()
             job.wait_new_commits(1, START_TIMEOUT)
             publishers.append(Publisher.start(broker, STAGE_B, qos, tmp_path))
-            job.wait_new_commits(1)
             wal = job.wal_position()
             job.wait_for("the receiver appending", lambda: job.wal_position() != wal, 30)
             assert publishers[-1].running, "kill (b) was meant to land while messages flow"
             job.kill()
 
-            # (c) killed right after a commit: a new file in <checkpoint>/commits.
-            publishers.append(Publisher.start(broker, STAGE_C, qos, tmp_path))
+            # (c) killed right after a commit: a new file in <checkpoint>/commits. The run
+            # starts while the tail of stage b is still being published.
             job = run.start_job()
-            job.wait_new_commits(1, START_TIMEOUT)
-            committed = job.wait_new_commits(1)
+            assert publishers[-1].running, "stage b was meant to go on into the third run"
+            committed = job.wait_new_commits(1, START_TIMEOUT)
             job.kill()
-            assert job.commits[: len(committed)] == committed
+            assert job.commits == committed, "kill (c) was meant to land right after a commit"
 
-            # Last run: every publisher done, the available-now run drains the session's queue.
+            # Last run: stage c is queued by the broker while no job runs; with every
+            # publisher done, the available-now run drains the session's queue and exits.
+            publishers.append(Publisher.start(broker, STAGE_C, qos, tmp_path))
             for publisher in publishers:
                 publisher.finish()
             job = run.start_job("available-now")

@@ -1,0 +1,1188 @@
+"""Backlog into Delta: queued QoS 1 messages landed by the ingest query, in messages per second.
+
+``python -m bench.ingest [--messages N] [--repeat R] [--modes wal inline] [--trigger T]
+[--sink job|delta] [--no-synthetic] [--no-paho] [--no-warmup] [--profile] [--output FILE]``
+
+For every repetition and peer a fresh Mosquitto (``tests.brokers.MosquittoBroker``) gets a
+fresh backlog: a ``clean_session=False`` session is created for the peer's client id
+(subscribe QoS 1, leave), then N numbered 100-byte JSON payloads are published with QoS 1 (at
+most 20 in flight) and acknowledged, i.e. queued for the offline session. Peers:
+
+* ``ours-wal`` / ``ours-inline``: the ingest job's query (``format("mqtt")`` with the options
+  ``streaming_jobs.ingest`` derives from its flags, written by the job's own ``foreachBatch``
+  writer, or with ``--sink delta`` by ``writeStream.format("delta")``; processing-time trigger,
+  default 0 seconds) run inside this process on ``streaming_jobs.spark_session.local_spark``
+  (local[2]), with ``partitionData`` wal or inline;
+* ``synthetic``: the same write path and trigger fed by Spark's file source reading Parquet
+  files of the same rows (the source's schema, the same 100-byte JSON payloads) made
+  beforehand, two files (tasks) per batch, as many rows per batch as ``ours-wal`` had in that
+  repetition: Spark + Delta's own ceiling;
+* ``paho``: a paho-mqtt 2.x subscriber (subprocess, automatic PUBACKs) draining the backlog:
+  the raw rate of a plain MQTT client, nothing written.
+
+The headline clock of the Spark peers, from the query's progress events: start of the first
+batch with input rows -> end (start + batchDuration) of the batch that completes the N rows.
+Also shown: first message received (the earliest WAL receive timestamp in the table) -> that
+end, which includes the receive that overlaps the query's first (empty) batch; the receiver's
+own rate (first -> last WAL receive timestamp); ``query start -> done``. paho: CONNACK -> last
+message, inside its process. Ratios pair the runs of one repetition.
+
+Checks: every Delta table holds exactly N rows with N distinct sequence numbers 0..N-1 (a
+Spark read after the query stopped); paho saw N distinct sequence numbers.
+
+Profile: every Spark run samples, from /proc, the CPU time of this process's descendants by
+component (JVM threads by name, the streaming source runner that hosts the receiver, the
+Python task workers, this process as the driver's Python side that runs the job's
+``foreachBatch`` function, Mosquitto) and of the other processes on the machine, around the
+measured batches. ``--profile`` also times the source's Python stages in process (WAL append,
+WAL read, Arrow conversion, inline blob encode / pickle / decode, the receiver loop on its own)
+and prints cProfile's top functions of the read path and of the receiver loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import math
+import os
+import pickle
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    REPO_ROOT,
+    Stats,
+    describe_machine,
+    format_table,
+    machine_info,
+    package_version,
+    paired_ratio,
+    profile_report,
+    rate,
+    ratio,
+    write_results,
+)
+
+TOPIC = "plant/line-3/sensor-17/telemetry"
+TOPIC_FILTER = "plant/+/+/telemetry"
+PAYLOAD_BYTES = 100
+MODES = ("wal", "inline")
+FILES_PER_BATCH = 2
+SINKS = ("job", "delta")
+SINK_NAMES = {
+    "job": "the ingest job's writer: foreachBatch(BatchWriter), idempotent Delta appends",
+    "delta": "Spark's Delta sink: writeStream.format('delta')",
+}
+PEERS = ("ours-wal", "ours-inline", "synthetic", "paho")
+GOAL_RATE = 50_000.0
+INFLIGHT = 20
+SEQ_AT = len('{"seq":')
+SEQ_DIGITS = 10
+
+
+def _payload_template(size: int) -> str:
+    """A printf template (Python ``%`` and Java ``String.format`` alike) of ``size`` bytes."""
+    head = '{"seq":%010d,"sensor":"line-3/sensor-17","value":%08.3f,"unit":"degC","pad":"'
+    tail = '"}'
+    filler = size - len(head % (0, 0.0)) - len(tail)
+    if filler < 0:
+        raise ValueError(f"payloads must be at least {size - filler} bytes")
+    return head + "x" * filler + tail
+
+
+PAYLOAD_TEMPLATE = _payload_template(PAYLOAD_BYTES)
+
+
+def payload(seq: int) -> bytes:
+    """The JSON payload of message ``seq``: exactly PAYLOAD_BYTES bytes."""
+    return (PAYLOAD_TEMPLATE % (seq, (seq % 1000) / 8)).encode()
+
+
+def sequence_of(data: bytes) -> int:
+    return int(data[SEQ_AT : SEQ_AT + SEQ_DIGITS])
+
+
+# ------------------------------------------------------------------------------ paho worker
+
+
+def worker_paho(url: str, client_id: str, count: int, timeout: float, stall: float) -> dict:
+    """Drain with paho-mqtt 2.x: on_message checks, paho sends each PUBACK itself; the loop is
+    loop_forever's cycle through the external-loop API so it can stop at the last message."""
+    from urllib.parse import urlsplit
+
+    from paho.mqtt import client as paho
+
+    parts = urlsplit(url)
+    seen = bytearray(count)
+    state = {"received": 0, "distinct": 0, "bad": 0, "last": 0.0, "connected": 0.0}
+
+    def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        state["connected"] = time.perf_counter()
+        client.subscribe(TOPIC_FILTER, qos=1)
+
+    def on_message(client: Any, userdata: Any, message: Any) -> None:
+        state["received"] += 1
+        state["last"] = time.perf_counter()
+        try:
+            seq = sequence_of(message.payload)
+        except ValueError:
+            state["bad"] += 1
+            return
+        if 0 <= seq < count and not seen[seq]:
+            seen[seq] = 1
+            state["distinct"] += 1
+
+    client = paho.Client(
+        paho.CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        clean_session=False,
+        protocol=paho.MQTTv311,
+    )
+    client.on_connect = on_connect
+    client.on_message = on_message
+    start = time.perf_counter()
+    deadline = start + timeout
+    client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=60)
+    sock = client.socket()
+    while state["distinct"] < count:
+        now = time.perf_counter()
+        if now > deadline or now - (state["last"] or start) > stall:
+            break
+        writable = [sock] if client.want_write() else []
+        readable, _, _ = select.select([sock], writable, [], 1.0)
+        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
+            break
+        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
+            break
+        client.loop_misc()
+    client.disconnect()
+    connected = state["connected"] or start
+    return {
+        "received": state["received"],
+        "distinct": state["distinct"],
+        "bad_payloads": state["bad"],
+        "connect_to_last_seconds": (state["last"] or connected) - connected,
+    }
+
+
+def run_worker(argv: Sequence[str]) -> int:
+    """``python -m bench.ingest paho-worker URL CLIENT_ID COUNT``: one JSON line out."""
+    parser = argparse.ArgumentParser(prog="python -m bench.ingest paho-worker")
+    parser.add_argument("url")
+    parser.add_argument("client_id")
+    parser.add_argument("count", type=int)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--stall", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    result = worker_paho(args.url, args.client_id, args.count, args.timeout, args.stall)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0 if result["distinct"] == args.count else 1
+
+
+# ------------------------------------------------------------------------------ backlogs
+
+
+class BenchError(RuntimeError):
+    """A backlog could not be prepared, a peer failed or a check did not hold."""
+
+
+def create_session(url: str, client_id: str) -> None:
+    """Connect with clean_session=False, subscribe with QoS 1, leave: the session stays."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)])
+    if client.connect().session_present:
+        raise BenchError(f"the broker already had a session for {client_id!r}")
+    client.disconnect()
+
+
+def publish_backlog(url: str, count: int, timeout: float) -> float:
+    """Publish ``count`` JSON payloads with QoS 1, at most INFLIGHT unacknowledged; returns
+    the rate. Returns once the broker acknowledged every one, i.e. queued it."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    client = MqttClient(url, SessionConfig(f"bench-ingest-pub-{time.time_ns()}"), [])
+    with client:
+        client.connect()
+        session = client.session
+        start = time.monotonic()
+        deadline = start + timeout
+        sent = 0
+        while sent < count or session.outbound_in_flight:
+            if time.monotonic() > deadline:
+                raise BenchError(f"publishing stalled at {sent} of {count} messages")
+            room = min(INFLIGHT - session.outbound_in_flight, count - sent)
+            if room <= 0:
+                client.pump(1.0)
+                continue
+            now = time.monotonic()
+            for seq in range(sent, sent + room):
+                session.publish(TOPIC, payload(seq), 1, now)
+            sent += room
+            client.flush()
+            if not client.connected:
+                raise BenchError(f"lost the connection to {url} while publishing")
+        elapsed = time.monotonic() - start
+    return count / elapsed
+
+
+@dataclass(slots=True)
+class Backlog:
+    """A broker holding ``count`` queued messages for session ``client_id``."""
+
+    broker: Any
+    client_id: str
+    publish_rate: float
+
+
+def backlog(count: int, client_id: str, timeout: float) -> Backlog:
+    from tests.brokers import MosquittoBroker
+
+    broker = MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count))
+    broker.start()
+    try:
+        create_session(broker.url, client_id)
+        publish_rate = publish_backlog(broker.url, count, timeout)
+    except BaseException:
+        broker.close()
+        raise
+    return Backlog(broker, client_id, publish_rate)
+
+
+# ------------------------------------------------------------------------------ CPU sampler
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Components of a Spark peer's run, by process (descendants of this process) and, inside the
+# JVM, by thread name (Linux keeps the first 15 characters).
+JVM_THREADS = (
+    ("jvm: task threads", re.compile(r"^Executor task")),
+    ("jvm: JIT compiler", re.compile(r"Compiler")),
+    ("jvm: GC", re.compile(r"^(GC Thread|G1 |VM Thread|VM Periodic)")),
+    ("jvm: stream execution", re.compile(r"^stream exec")),
+)
+COMPONENTS = (
+    "jvm: task threads",
+    "jvm: stream execution",
+    "jvm: JIT compiler",
+    "jvm: GC",
+    "jvm: other threads",
+    "python: source runner (receiver, offsets, partitions)",
+    "python: task workers (read)",
+    "mosquitto",
+    "driver Python process (foreachBatch, Py4J)",
+    "bench: this CPU sampler",
+    "other descendants",
+    "not ours (other processes)",
+)
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+
+
+def _comm(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other processes)"})
+
+
+def _system_busy() -> int:
+    """Busy clock ticks of all CPUs since boot (``/proc/stat``: total minus idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(values) - values[3] - values[4]
+
+
+class CpuSampler:
+    """Samples the CPU time of this process's descendants, grouped into COMPONENTS, and of the
+    whole machine, every ``interval`` seconds in a thread. A process's CPU time after its last
+    sample is lost when it exits; totals carry every process's last value forward. The
+    sampler's own CPU time (in this process) is kept in ``own_cpu``."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.own_cpu = 0.0
+        self._last: dict[tuple[str, int], tuple[str, int]] = {}  # (kind, id) -> component, ticks
+        self._kind: dict[int, str] = {}
+        self._foreign: set[int] = set()  # pids that are not descendants: never read again
+        self._threads: dict[int, str] = {}  # JVM thread id -> component
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def _component(self, pid: int, me: int) -> str:
+        kind = self._kind.get(pid)
+        if kind is None:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                cmd = ""
+            if pid == me:
+                kind = "driver Python process (foreachBatch, Py4J)"
+            elif "python_streaming_source_runner" in cmd:
+                kind = "python: source runner (receiver, offsets, partitions)"
+            elif "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+                kind = "python: task workers (read)"
+            elif "mosquitto" in cmd:
+                kind = "mosquitto"
+            elif cmd.split(" ", 1)[0].endswith("/java") and "SparkSubmit" in cmd:
+                kind = "jvm"
+            else:
+                kind = "other descendants"
+            self._kind[pid] = kind
+        return kind
+
+    def _jvm_threads(self, pid: int) -> None:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return
+        for tid in map(int, tids):
+            fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+            if fields is None:
+                continue
+            group = self._threads.get(tid)
+            if group is None:
+                name = _comm(f"/proc/{pid}/task/{tid}/comm")
+                group = next((g for g, rx in JVM_THREADS if rx.search(name)), "jvm: other threads")
+                self._threads[tid] = group
+            self._last[("tid", tid)] = (group, int(fields[11]) + int(fields[12]))
+
+    def sample(self) -> None:
+        began = time.thread_time()
+        me = os.getpid()
+        parents: dict[int, int] = {}
+        ticks: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in self._foreign:
+                continue
+            if fields := _stat_fields(f"/proc/{entry}/stat"):
+                parents[int(entry)] = int(fields[1])
+                ticks[int(entry)] = int(fields[11]) + int(fields[12])
+        busy = _system_busy()
+        for pid in ticks:
+            ancestor = pid
+            while ancestor != me and ancestor in parents:
+                ancestor = parents[ancestor]
+            if ancestor != me:
+                self._foreign.add(pid)  # a process never becomes our descendant later
+                continue
+            component = self._component(pid, me)
+            if component == "jvm":
+                self._jvm_threads(pid)
+            else:
+                self._last[("pid", pid)] = (component, ticks[pid])
+        totals = dict.fromkeys(COMPONENTS, 0.0)
+        for component, value in self._last.values():
+            totals[component] += value / CLOCK_TICKS
+        totals["driver Python process (foreachBatch, Py4J)"] -= self.own_cpu
+        totals["bench: this CPU sampler"] = self.own_cpu
+        ours = sum(totals.values())
+        totals["not ours (other processes)"] = busy / CLOCK_TICKS - ours
+        self.samples.append((time.time(), totals))
+        self.own_cpu += time.thread_time() - began
+
+    def window(self, start: float, end: float) -> tuple[float, dict[str, float]]:
+        """Seconds covered and CPU seconds per component from the last sample at or before
+        ``start`` to the first at or after ``end`` (epoch seconds)."""
+        before = [s for s in self.samples if s[0] <= start] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= end] or self.samples[-1:]
+        (t0, first), (t1, last) = before[-1], after[0]
+        return t1 - t0, {c: max(0.0, last[c] - first[c]) for c in COMPONENTS}
+
+
+# ------------------------------------------------------------------------------ Spark peers
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    batch_id: int
+    start: float  # epoch seconds
+    seconds: float
+    rows: int
+    durations_ms: dict[str, int]
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+
+@dataclass(slots=True)
+class Landing:
+    """One Spark peer's run: N rows landed in a Delta table."""
+
+    peer: str
+    rows: int
+    run: QueryRun
+    publish_rate: float | None = None
+    first_received: float | None = None  # epoch seconds, from the WAL timestamps in the rows
+    last_received: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batches(self) -> list[BatchProgress]:
+        return self.run.batches
+
+    @property
+    def query_seconds(self) -> float:
+        return self.run.seconds
+
+    @property
+    def receive_seconds(self) -> float | None:
+        """The receiver's first to last WAL append (ours only)."""
+        if self.first_received is None or self.last_received is None:
+            return None
+        return self.last_received - self.first_received
+
+    @property
+    def landing_seconds(self) -> float | None:
+        """First message received -> end of the batch completing the backlog (ours only)."""
+        if self.first_received is None:
+            return None
+        return self.batches[-1].end - self.first_received
+
+    @property
+    def seconds(self) -> float:
+        """First non-empty batch's start -> end of the batch completing the rows."""
+        return self.batches[-1].end - self.batches[0].start
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def _epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def _landed_batches(query: Any) -> list[BatchProgress]:
+    """Distinct batches with input rows, in order, from the query's recent progress."""
+    batches: dict[int, BatchProgress] = {}
+    for p in query.recentProgress:
+        if p.numInputRows > 0:
+            batches[p.batchId] = BatchProgress(
+                p.batchId,
+                _epoch(p.timestamp),
+                p.batchDuration / 1000,
+                p.numInputRows,
+                dict(p.durationMs),
+            )
+    return [batches[key] for key in sorted(batches)]
+
+
+@dataclass(slots=True)
+class QueryRun:
+    batches: list[BatchProgress]
+    seconds: float  # writeStream.start() -> the last batch's progress seen
+    cpu_window: float  # seconds the CPU figures cover (around the measured batches)
+    cpu: dict[str, float]  # CPU seconds per component in that window
+
+
+def run_query(writer: Any, rows: int, timeout: float) -> QueryRun:
+    """Start ``writer``, wait until ``rows`` rows are committed, stop it.
+    Keeps the non-empty batches up to the one completing ``rows``."""
+    with CpuSampler() as sampler:
+        started = time.perf_counter()
+        query = writer.start()
+        deadline = started + timeout
+        try:
+            while True:
+                batches = _landed_batches(query)
+                landed = sum(b.rows for b in batches)
+                if landed >= rows:
+                    done = time.perf_counter() - started
+                    break
+                if not query.isActive:
+                    raise BenchError(f"the query stopped after {landed} rows: {query.exception()}")
+                if time.perf_counter() > deadline:
+                    raise BenchError(f"only {landed} of {rows} rows landed within {timeout} s")
+                time.sleep(0.1)
+        finally:
+            query.stop()
+    total, kept = 0, []
+    for batch in batches:
+        kept.append(batch)
+        total += batch.rows
+        if total >= rows:
+            break
+    window, cpu = sampler.window(kept[0].start, kept[-1].end)
+    return QueryRun(kept, done, window, cpu)
+
+
+def _check_table(spark: Any, table: Path, rows: int) -> dict[str, Any]:
+    """Row count, distinct sequence numbers and their range, payload sizes, WAL receive span."""
+    from pyspark.sql import functions as F
+
+    seq = F.substring("payload", SEQ_AT + 1, SEQ_DIGITS).cast("string").cast("bigint")
+    found = (
+        spark.read.format("delta")
+        .load(str(table))
+        .agg(
+            F.count("*").alias("rows"),
+            F.countDistinct(seq).alias("distinct"),
+            F.min(seq).alias("min_seq"),
+            F.max(seq).alias("max_seq"),
+            F.min(F.length("payload")).alias("min_bytes"),
+            F.max(F.length("payload")).alias("max_bytes"),
+            F.min("timestamp").alias("first_received"),
+            F.max("timestamp").alias("last_received"),
+        )
+        .first()
+        .asDict()
+    )
+    ok = (
+        found["rows"] == rows
+        and found["distinct"] == rows
+        and found["min_seq"] == 0
+        and found["max_seq"] == rows - 1
+        and found["min_bytes"] == found["max_bytes"] == PAYLOAD_BYTES
+    )
+    if not ok:
+        raise BenchError(f"{table}: expected {rows} rows, sequence numbers 0..{rows - 1}: {found}")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """How the Spark peers run: trigger interval, write path, time limit of each step."""
+
+    trigger: str
+    sink: str
+    timeout: float
+
+
+def job_sink_available() -> bool:
+    """Whether the ingest job's own ``foreachBatch`` writer can be imported."""
+    try:
+        from streaming_jobs.batch_writer import BatchWriter  # noqa: F401
+        from streaming_jobs.payloads import make_plan  # noqa: F401
+        from streaming_jobs.progress import RunStats  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def stream_writer(frame: Any, setup: Setup, table: Path, checkpoint: Path) -> Any:
+    """``frame.writeStream`` into ``table`` the way ``setup.sink`` says: ``job``, the ingest
+    job's writer (``foreachBatch(BatchWriter)``, raw payloads, idempotent Delta appends) or
+    ``delta``, Spark's Delta sink (``writeStream.format("delta")``)."""
+    stream = frame.writeStream.option("checkpointLocation", str(checkpoint)).trigger(
+        processingTime=setup.trigger
+    )
+    if setup.sink == "delta":
+        return stream.format("delta").option("path", str(table))
+    from streaming_jobs.batch_writer import BatchWriter
+    from streaming_jobs.payloads import make_plan
+    from streaming_jobs.progress import RunStats
+
+    return stream.foreachBatch(BatchWriter(make_plan("binary", None), str(table), None, RunStats()))
+
+
+def run_ours(spark: Any, mode: str, count: int, setup: Setup, workdir: Path) -> Landing:
+    """The ingest job's query over a fresh backlog of ``count`` messages."""
+    from streaming_jobs.ingest import build_parser, source_options
+
+    client_id = f"bench-ingest-{mode}"
+    table, checkpoint = workdir / f"{mode}-table", workdir / f"{mode}-checkpoint"
+    queued = backlog(count, client_id, setup.timeout)
+    with queued.broker:
+        args = build_parser().parse_args(
+            [
+                "--broker", queued.broker.url, "--topic", TOPIC_FILTER, "--qos", "1",
+                "--table", str(table), "--checkpoint", str(checkpoint),
+                "--client-id", client_id, "--partition-data", mode,
+            ]
+        )  # fmt: skip
+        reader = spark.readStream.format("mqtt")
+        for key, value in source_options(args).items():
+            reader = reader.option(key, value)
+        writer = stream_writer(reader.load(), setup, table, checkpoint)
+        run = run_query(writer, count, setup.timeout)
+        if queued.broker.crashed:
+            raise BenchError(f"mosquitto crashed:\n{queued.broker.log_text()}")
+    found = _check_table(spark, table, count)
+    return Landing(
+        f"ours-{mode}",
+        count,
+        run,
+        publish_rate=queued.publish_rate,
+        first_received=found["first_received"].timestamp(),
+        last_received=found["last_received"].timestamp(),
+    )
+
+
+def run_synthetic(
+    spark: Any, count: int, rows_per_batch: int, setup: Setup, workdir: Path
+) -> Landing:
+    """The same rows through the same write path from a bounded in-JVM stream: Parquet files
+    of the source's schema, made beforehand, read ``FILES_PER_BATCH`` files per batch (the two
+    tasks of one of ours' batches). Unlike ``rate-micro-batch`` it ends, so no batch is
+    interrupted when the query stops."""
+    from pyspark.sql import functions as F
+
+    from connector.source.schema import SCHEMA_DDL
+
+    source = workdir / "synthetic-source"
+    table, checkpoint = workdir / "synthetic-table", workdir / "synthetic-checkpoint"
+    files = math.ceil(count / rows_per_batch) * FILES_PER_BATCH
+    value = F.col("id")
+    (
+        spark.range(0, count, 1, numPartitions=files)
+        .select(
+            F.lit(TOPIC).alias("topic"),
+            F.format_string(PAYLOAD_TEMPLATE, value, (value % 1000) / 8)
+            .cast("binary")
+            .alias("payload"),
+            F.lit(1).cast("int").alias("qos"),
+            F.lit(False).alias("retained"),
+            F.lit(False).alias("duplicate"),
+            (value % 65535 + 1).cast("int").alias("messageId"),
+            F.current_timestamp().alias("timestamp"),
+            value.alias("offset"),
+        )
+        .write.parquet(str(source))
+    )
+    rows = (
+        spark.readStream.schema(SCHEMA_DDL)
+        .option("maxFilesPerTrigger", str(FILES_PER_BATCH))
+        .parquet(str(source))
+    )
+    run = run_query(stream_writer(rows, setup, table, checkpoint), count, setup.timeout)
+    _check_table(spark, table, count)
+    return Landing("synthetic", count, run, details={"rows_per_batch": rows_per_batch})
+
+
+# ------------------------------------------------------------------------------ paho peer
+
+
+@dataclass(slots=True)
+class Drain:
+    seconds: float
+    publish_rate: float
+    details: dict[str, Any]
+
+    @property
+    def rate(self) -> float:
+        return self.details["distinct"] / self.seconds
+
+
+def run_paho(count: int, timeout: float) -> Drain:
+    client_id = "bench-ingest-paho"
+    queued = backlog(count, client_id, timeout)
+    with queued.broker:
+        command = [
+            sys.executable, "-m", "bench.ingest", "paho-worker", queued.broker.url, client_id,
+            str(count), "--timeout", str(timeout),
+        ]  # fmt: skip
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout + 30, cwd=REPO_ROOT
+        )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        last = lines[-1] if lines else "nothing"
+        raise BenchError(f"paho worker failed ({done.returncode}): {last}\n{done.stderr[-2000:]}")
+    details = json.loads(lines[-1])
+    return Drain(details["connect_to_last_seconds"], queued.publish_rate, details)
+
+
+# ------------------------------------------------------------------------------ profile
+
+
+def _timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
+    """Best wall time of ``repeat`` calls and the last result."""
+    best, result = math.inf, None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def profile_stages(count: int, workdir: Path) -> tuple[list[tuple[str, float]], str]:
+    """Per-stage rates of the source's Python code on ``count`` messages, in this process,
+    and a cProfile of the read path (WAL read + Arrow) of the ``wal`` mode."""
+    from connector.source.reader import MqttPartition
+    from connector.source.schema import to_record_batches
+    from connector.wal import NewRecord, WalReader, WalWriter, decode_blob, encode_range
+
+    wal_dir = workdir / "profile-wal"
+    shutil.rmtree(wal_dir, ignore_errors=True)
+    payloads = [payload(i) for i in range(count)]
+    chunk = 4_096  # a 1 MiB socket read holds ~7,000 of these PUBLISHes; 4 KiB-ish batches
+    now_us = time.time_ns() // 1000
+
+    def append() -> None:
+        shutil.rmtree(wal_dir, ignore_errors=True)
+        wal = WalWriter.open(wal_dir)
+        try:
+            for at in range(0, count, chunk):
+                wal.append(
+                    [
+                        NewRecord(TOPIC, p, 1, False, False, (at + i) % 65535 + 1, now_us)
+                        for i, p in enumerate(payloads[at : at + chunk])
+                    ]
+                )
+        finally:
+            wal.close()
+
+    stages: list[tuple[str, float]] = []
+    seconds, _ = _timed(append, repeat=1)
+    stages.append(("receiver: NewRecord + WAL append + fsync", seconds))
+    reader = WalReader(wal_dir)
+    seconds, columns = _timed(lambda: reader.read(0, count))
+    stages.append(("wal: WalReader.read -> columns", seconds))
+    seconds, _ = _timed(lambda: list(to_record_batches(columns)))
+    stages.append(("wal+inline: columns -> Arrow batches", seconds))
+    seconds, blob = _timed(lambda: encode_range(wal_dir, 0, count))
+    stages.append(("inline: encode_range (driver)", seconds))
+    part = MqttPartition(str(wal_dir), reader.identity or "", 0, count, blob)
+    seconds, pickled = _timed(lambda: pickle.dumps(part))
+    stages.append(("inline: pickle partition (driver)", seconds))
+    seconds, _ = _timed(lambda: pickle.loads(pickled))
+    stages.append(("inline: unpickle partition (task)", seconds))
+    seconds, _ = _timed(lambda: decode_blob(blob))
+    stages.append(("inline: decode_blob -> columns (task)", seconds))
+
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: list(to_record_batches(WalReader(wal_dir).read(0, count))))
+    shutil.rmtree(wal_dir, ignore_errors=True)
+    report = "cProfile of the wal mode's read path (WalReader.read + Arrow):\n"
+    report += profile_report(profiler, 12)
+
+    seconds, _ = profile_receiver(count, workdir / "profile-receiver", 300.0, profile=False)
+    stages.append(("receiver loop: MQTT -> WAL -> PUBACK (no Spark)", seconds))
+    _, receiver_profile = profile_receiver(count, workdir / "profile-receiver", 300.0)
+    report += "\ncProfile of the receiver loop draining the backlog into a WAL (no Spark):\n"
+    report += profile_report(receiver_profile, 15)
+    return stages, report
+
+
+def profile_receiver(
+    count: int, wal_dir: Path, timeout: float, *, profile: bool = True
+) -> tuple[float, cProfile.Profile]:
+    """The source's receiver loop alone, in this thread (under cProfile unless ``profile`` is
+    false): a fresh backlog of ``count`` messages drained into a WAL. Returns connect -> the
+    loop's end once the last message was appended, and the profile."""
+    from connector.source.options import SourceOptions
+    from connector.source.receiver import Receiver
+
+    client_id = "bench-ingest-receiver"
+    queued = backlog(count, client_id, timeout)
+    with queued.broker:
+        options = SourceOptions.parse(
+            {
+                "brokerUrl": queued.broker.url,
+                "topic": TOPIC_FILTER,
+                "qos": "1",
+                "clientId": client_id,
+                "walPath": str(wal_dir),
+            }
+        )
+        receiver = Receiver(options)
+        done = threading.Event()
+        reached = [math.inf]
+
+        def watch() -> None:  # stop the loop once the whole backlog is in the WAL
+            deadline = time.monotonic() + timeout
+            while receiver.wal.next_offset < count and time.monotonic() < deadline:
+                time.sleep(0.002)
+            reached[0] = time.perf_counter()
+            receiver._stop.set()
+            done.set()
+
+        profiler = cProfile.Profile()
+        start = time.perf_counter()
+        receiver.client.connect()
+        threading.Thread(target=watch, daemon=True).start()
+        if profile:  # Receiver.start() runs _run in a thread of its own
+            profiler.runcall(receiver._run)
+        else:
+            receiver._run()
+        done.wait()
+        seconds = reached[0] - start
+        appended = receiver.wal.next_offset
+        receiver.stop()
+    shutil.rmtree(wal_dir, ignore_errors=True)
+    if appended != count:
+        raise BenchError(f"the receiver appended {appended} of {count} messages")
+    return seconds, profiler
+
+
+# ------------------------------------------------------------------------------ main
+
+# Spark's per-batch phases, as reported in StreamingQueryProgress.durationMs.
+PHASES = (
+    "latestOffset",
+    "queryPlanning",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
+
+
+def _phase_means(landing: Landing) -> dict[str, float]:
+    return {
+        phase: sum(b.durations_ms.get(phase, 0) for b in landing.batches) / len(landing.batches)
+        for phase in PHASES
+    }
+
+
+def _landing_dict(landing: Landing) -> dict[str, Any]:
+    return {
+        "rows": landing.rows,
+        "rate": round(landing.rate),
+        "seconds": round(landing.seconds, 3),
+        "query_seconds": round(landing.query_seconds, 3),
+        "receive_rate": (
+            round(landing.rows / landing.receive_seconds) if landing.receive_seconds else None
+        ),
+        "first_receive_to_last_commit_seconds": (
+            round(landing.landing_seconds, 3) if landing.landing_seconds else None
+        ),
+        "backlog_publish_rate": (
+            round(landing.publish_rate) if landing.publish_rate is not None else None
+        ),
+        "batches": [
+            {"id": b.batch_id, "rows": b.rows, "seconds": round(b.seconds, 3), **b.durations_ms}
+            for b in landing.batches
+        ],
+        "cpu_window_seconds": round(landing.run.cpu_window, 3),
+        "cpu_seconds": {c: round(v, 3) for c, v in landing.run.cpu.items()},
+        **landing.details,
+    }
+
+
+FIRST_BATCH = "first batch -> last commit"
+FIRST_RECEIVE = "first receive -> last commit"
+RECEIVER = "receiver: first -> last WAL append"
+QUERY = "query start -> done"
+PAHO_CLOCK = "connect -> last message"
+CLOCKS = {
+    FIRST_BATCH: "query progress: start of the first batch with input rows to start + "
+    "batchDuration of the batch that completes the backlog (the headline figure)",
+    FIRST_RECEIVE: "first WAL receive timestamp in the table to the end of that batch",
+    RECEIVER: "first to last WAL receive timestamp in the table (MQTT -> WAL, ours only)",
+    QUERY: "writeStream.start() until the bench saw the last batch's progress",
+    PAHO_CLOCK: "inside the paho process, from CONNACK to the last message",
+}
+
+
+def _clock_rates(landings: list[Landing]) -> dict[str, list[float]]:
+    rates = {
+        FIRST_BATCH: [r.rate for r in landings],
+        QUERY: [r.rows / r.query_seconds for r in landings],
+    }
+    if all(r.landing_seconds for r in landings):
+        rates[FIRST_RECEIVE] = [r.rows / r.landing_seconds for r in landings]  # type: ignore[operator]
+    if all(r.receive_seconds for r in landings):
+        rates[RECEIVER] = [r.rows / r.receive_seconds for r in landings]  # type: ignore[operator]
+    return rates
+
+
+def _cpu_table(spark_peers: dict[str, list[Landing]]) -> tuple[list[str], list[list[str]]]:
+    """CPU seconds per 100,000 messages by component (median over repetitions), measured
+    around each run's measured batches."""
+    headers = ["CPU s per 100k msgs", *spark_peers]
+    rows = []
+    for component in COMPONENTS:
+        cells = [
+            Stats.of(r.run.cpu[component] / r.rows * 100_000 for r in runs).median
+            for runs in spark_peers.values()
+        ]
+        if any(cell >= 0.005 for cell in cells):
+            rows.append([component, *(f"{cell:.2f}" for cell in cells)])
+    totals = [
+        Stats.of(
+            sum(v for c, v in r.run.cpu.items() if c not in NOT_THE_PIPELINE) / r.rows * 100_000
+            for r in runs
+        ).median
+        for runs in spark_peers.values()
+    ]
+    rows.append(["total of the pipeline (without the sampler)", *(f"{t:.2f}" for t in totals)])
+    window = [Stats.of(r.run.cpu_window for r in runs).median for runs in spark_peers.values()]
+    rows.append(["(window seconds)", *(f"{w:.2f}" for w in window)])
+    return headers, rows
+
+
+def _others_share(spark_peers: dict[str, list[Landing]]) -> float:
+    """Median share of the machine's CPU that processes not ours used in the windows."""
+    cores = os.cpu_count() or 1
+    return Stats.of(
+        r.run.cpu["not ours (other processes)"] / (r.run.cpu_window * cores)
+        for runs in spark_peers.values()
+        for r in runs
+    ).median
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["paho-worker"]:
+        return run_worker(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ingest", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--messages", type=int, default=200_000, help="backlog size")
+    parser.add_argument("--repeat", type=int, default=3, help="backlogs per peer")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument(
+        "--trigger", default="0 seconds", help="processing-time interval (default 0 seconds)"
+    )
+    parser.add_argument(
+        "--sink",
+        choices=SINKS,
+        default="job",
+        help="job: the ingest job's foreachBatch writer (default; Spark's Delta sink when the "
+        "job's writer is not there); delta: writeStream.format('delta')",
+    )
+    parser.add_argument("--no-synthetic", action="store_true", help="skip the Spark ceiling")
+    parser.add_argument("--no-paho", action="store_true", help="skip the paho drain")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per step, in seconds")
+    parser.add_argument("--output", help="results file (default bench/results/ingest.json)")
+    parser.add_argument(
+        "--profile", action="store_true", help="time the source's Python stages in process"
+    )
+    args = parser.parse_args(argv)
+    if args.messages < 2 or args.repeat < 1:
+        parser.error("--messages must be >= 2 and --repeat >= 1")
+    n = args.messages
+    modes: list[str] = list(dict.fromkeys(args.modes))
+    info = machine_info()
+    info["pyspark"] = package_version("pyspark")
+    info["delta_spark"] = package_version("delta-spark")
+    info["load_average_at_start"] = list(os.getloadavg())
+    sink = args.sink if args.sink == "delta" or job_sink_available() else "delta"
+    setup = Setup(args.trigger, sink, args.timeout)
+
+    from streaming_jobs.spark_session import local_spark
+
+    spark = local_spark(
+        "bench-ingest",
+        "local[2]",
+        spark__sql__streaming__numRecentProgressUpdates="10000",
+        spark__ui__showConsoleProgress="false",
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    ours: dict[str, list[Landing]] = {f"ours-{mode}": [] for mode in modes}
+    synthetic: list[Landing] = []
+    paho: list[Drain] = []
+    stages: list[tuple[str, float]] = []
+    report = ""
+    try:
+        if not args.no_warmup:  # JIT, class loading, the data source lookup: not measured
+            warm = min(n, 20_000)
+            for mode in modes:
+                run_ours(spark, mode, warm, setup, work / "warmup")
+            if not args.no_synthetic:
+                run_synthetic(spark, warm, warm // 2, setup, work / "warmup")
+            shutil.rmtree(work / "warmup", ignore_errors=True)
+        for rep in range(args.repeat):
+            order = modes[rep % len(modes) :] + modes[: rep % len(modes)]
+            for mode in order:
+                run_dir = work / f"rep{rep}"
+                ours[f"ours-{mode}"].append(run_ours(spark, mode, n, setup, run_dir))
+                shutil.rmtree(run_dir, ignore_errors=True)
+            if not args.no_synthetic:
+                # As many rows per batch as ours had: the same per-batch overheads.
+                reference = ours[f"ours-{modes[0]}"][-1]
+                per_batch = math.ceil(n / len(reference.batches))
+                synthetic.append(run_synthetic(spark, n, per_batch, setup, work / "syn"))
+                shutil.rmtree(work / "syn", ignore_errors=True)
+            if not args.no_paho:
+                paho.append(run_paho(n, args.timeout))
+        if args.profile:
+            stages, report = profile_stages(n, work)
+    except (BenchError, subprocess.TimeoutExpired, RuntimeError) as exc:
+        sys.stderr.write(f"bench.ingest: {exc}\n")
+        return 1
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    spark_peers: dict[str, list[Landing]] = dict(ours)
+    if synthetic:
+        spark_peers["synthetic"] = synthetic
+    clock_rates = {peer: _clock_rates(runs) for peer, runs in spark_peers.items()}
+    if paho:
+        clock_rates["paho"] = {PAHO_CLOCK: [d.rate for d in paho]}
+    headline = {
+        peer: rates[FIRST_BATCH if FIRST_BATCH in rates else PAHO_CLOCK]
+        for peer, rates in clock_rates.items()
+    }
+    ratios: dict[str, Stats] = {}
+    for peer in ours:
+        for other in ("synthetic", "paho"):
+            if other in headline:
+                ratios[f"{peer}/{other}"] = paired_ratio(headline[peer], headline[other])
+
+    versions = f"pyspark {info['pyspark']}, delta-spark {info['delta_spark']}"
+    load = ", ".join(f"{v:.2f}" for v in info["load_average_at_start"])
+    print(f"bench.ingest: {describe_machine(info)}, {versions}; load average {load}")
+    print(
+        f"backlog of {n:,} QoS 1 messages ({PAYLOAD_BYTES}-byte JSON payloads) per run, "
+        f"local[2], processing-time trigger {args.trigger!r}, median of {args.repeat}; written "
+        f"by {SINK_NAMES[sink]}"
+        + (f" (asked for {args.sink}: not available)" if sink != args.sink else "")
+        + "; every "
+        "table verified (N rows, N distinct sequence numbers 0..N-1)"
+    )
+    print()
+    rows = []
+    for clock in (FIRST_BATCH, PAHO_CLOCK, FIRST_RECEIVE, RECEIVER, QUERY):
+        for peer, rates in clock_rates.items():
+            if clock in rates:
+                st = Stats.of(rates[clock])
+                rows.append([clock, peer, rate(st.median), rate(st.min), rate(st.max)])
+    print(format_table(["clock", "peer", "msg/s median", "min", "max"], rows))
+    print()
+    if ratios:
+        print(
+            format_table(
+                [f"ratio ({FIRST_BATCH}; paho: {PAHO_CLOCK})", "median", "min", "max"],
+                [[name, ratio(r.median), ratio(r.min), ratio(r.max)] for name, r in ratios.items()],
+            )
+        )
+        print()
+    goals = {}
+    for peer in ours:
+        measured = Stats.of(headline[peer]).median
+        goals[peer] = {
+            "target": GOAL_RATE,
+            "measured": round(measured),
+            "met": measured >= GOAL_RATE,
+        }
+        verdict = "met" if measured >= GOAL_RATE else "NOT met"
+        print(f"goal {peer} >= {GOAL_RATE:,.0f} msg/s into Delta: {rate(measured)} -> {verdict}")
+    print()
+    phase_rows = []
+    for peer, runs in spark_peers.items():
+        last = runs[-1]
+        means = _phase_means(last)
+        phase_rows.append(
+            [peer, len(last.batches), round(last.rows / len(last.batches))]
+            + [f"{means[p]:.0f}" for p in PHASES]
+        )
+    print("Spark's per-batch phases, last repetition (mean ms per non-empty batch):")
+    print(format_table(["peer", "batches", "rows/batch", *PHASES], phase_rows))
+    print()
+    print("where the CPU goes while the measured batches run (sampled from /proc):")
+    print(format_table(*_cpu_table(spark_peers)))
+    others = _others_share(spark_peers)
+    print(
+        f"other processes on the machine took {others:.0%} of its CPU during the measured "
+        "windows (median)"
+        + ("; the figures are disturbed, run again on a quiet machine" if others > 0.1 else "")
+    )
+    if stages:
+        print()
+        print(f"the source's Python stages on {n:,} messages, in process (best of 3):")
+        print(
+            format_table(
+                ["stage", "seconds", "msg/s", "us/msg"],
+                [[name, f"{s:.3f}", rate(n / s), f"{s / n * 1e6:.2f}"] for name, s in stages],
+            )
+        )
+        print()
+        print(report)
+
+    peers_json: dict[str, Any] = {
+        peer: {
+            "rates": {clock: Stats.of(v).as_dict(1) for clock, v in clock_rates[peer].items()},
+            "runs": [_landing_dict(r) for r in runs],
+        }
+        for peer, runs in spark_peers.items()
+    }
+    if paho:
+        peers_json["paho"] = {
+            "rates": {PAHO_CLOCK: Stats.of(headline["paho"]).as_dict(1)},
+            "runs": [
+                {
+                    "rate": round(d.rate),
+                    "backlog_publish_rate": round(d.publish_rate),
+                    **d.details,
+                }
+                for d in paho
+            ],
+        }
+    results = {
+        "benchmark": "ingest",
+        "machine": info,
+        "parameters": {
+            "messages": n,
+            "qos": 1,
+            "payload_bytes": PAYLOAD_BYTES,
+            "payload_example": payload(0).decode(),
+            "repeat": args.repeat,
+            "master": "local[2]",
+            "trigger": f"processingTime={args.trigger}",
+            "sink": SINK_NAMES[sink],
+            "modes": modes,
+            "publish_inflight": INFLIGHT,
+            "topic": TOPIC,
+            "topic_filter": TOPIC_FILTER,
+        },
+        "unit": "messages/s",
+        "clocks": CLOCKS,
+        "peers": peers_json,
+        "ratios": {name: r.as_dict(3) for name, r in ratios.items()},
+        "goal": goals,
+        "other_processes_cpu_share": round(_others_share(spark_peers), 3),
+        "cpu_seconds_per_100k_messages": {
+            peer: {
+                component: round(
+                    Stats.of(r.run.cpu[component] / r.rows * 100_000 for r in runs).median, 3
+                )
+                for component in COMPONENTS
+            }
+            for peer, runs in spark_peers.items()
+        },
+        "python_stages": (
+            {name: {"seconds": round(s, 4), "rate": round(n / s)} for name, s in stages}
+            if stages
+            else None
+        ),
+    }
+    path = write_results("ingest", results, None if args.output is None else Path(args.output))
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``foreachBatch`` writer: each micro-batch into ``--table`` and ``--dead-letter-table``.
+
+Both writes are idempotent appends: Delta's ``txnAppId`` / ``txnVersion`` writer options make
+a table skip a write whose (app id, version) it has already committed. The app id is the
+query's id, which Spark keeps in the checkpoint (the same id Delta's own streaming sink uses,
+so a table written by an earlier version of this job is continued seamlessly); the version is
+the batch id. A batch that Spark replays after a crash (same offsets, same rows) therefore
+lands at most once in each table, whichever of the two writes had finished. A new checkpoint
+means a new query id, so a reset never makes batches look already written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, table_rows
+from .progress import BatchStats, RunStats
+
+log = logging.getLogger(__name__)
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""Local property Spark sets on the thread that runs a streaming batch."""
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function of the ingest job."""
+
+    def __init__(
+        self,
+        plan: PayloadPlan,
+        table: str,
+        dead_letter_table: str | None,
+        stats: RunStats,
+        *,
+        merge_schema: bool = False,
+    ) -> None:
+        self.plan = plan
+        self.table = table
+        self.dead_letter_table = dead_letter_table
+        self.stats = stats
+        self.merge_schema = merge_schema
+        self._exists: set[str] = set()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        session = batch.sparkSession
+        app_id = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not app_id:
+            raise RuntimeError(f"no {QUERY_ID_PROPERTY} in the batch's context")
+        began = time.monotonic()
+        decoded = decode(batch, self.plan).persist()
+        try:
+            counts = decoded.agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.count(F.col(REASON)).alias("unparsed"),
+                F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
+            ).first()
+            assert counts is not None
+            rows, unparsed = int(counts["rows"]), int(counts["unparsed"])
+            log.debug("batch %d: read and counted in %.2f s", batch_id, time.monotonic() - began)
+            if self.dead_letter_table is None:
+                self._append(table_rows(decoded, self.plan), self.table, app_id, batch_id, rows)
+            else:
+                good = rows - unparsed
+                self._append(table_rows(decoded, self.plan), self.table, app_id, batch_id, good)
+                self._append(
+                    dead_letter_rows(decoded), self.dead_letter_table, app_id, batch_id, unparsed
+                )
+        finally:
+            decoded.unpersist()
+        newest = counts["newest"]
+        self.stats.record(
+            BatchStats(
+                batch_id, rows, unparsed, int(newest) if newest is not None else None, time.time()
+            )
+        )
+
+    def _append(self, rows: DataFrame, path: str, app_id: str, batch_id: int, count: int) -> None:
+        """Append ``rows`` once per (query, batch); an empty batch only creates the table."""
+        if count == 0 and self._table_exists(rows, path):
+            return
+        writer = (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", app_id)
+            .option("txnVersion", str(batch_id))
+        )
+        if self.merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if path == self.table and self.plan.partition_by:
+            writer = writer.partitionBy(*self.plan.partition_by)
+        began = time.monotonic()
+        writer.save(path)
+        self._exists.add(path)
+        log.debug(
+            "batch %d: %d rows into %s in %.2f s", batch_id, count, path, time.monotonic() - began
+        )
+
+    def _table_exists(self, rows: DataFrame, path: str) -> bool:
+        if path in self._exists:
+            return True
+        from delta.tables import DeltaTable
+
+        if DeltaTable.isDeltaTable(rows.sparkSession, path):
+            self._exists.add(path)
+            return True
+        return False

@@ -1,0 +1,259 @@
+"""Decoding of MQTT payloads into table columns, in Spark SQL only (no Python per row).
+
+``decode`` adds the columns of ``--payload-format`` and ``--topic-columns`` to the source's
+rows, plus ``__reason``: null when the payload parsed, else why not. How Spark 4.2's
+``from_json`` (PERMISSIVE, with a corrupt-record column) treats payloads, checked by the tests:
+
+* not JSON, truncated JSON, a JSON array, string, number, ``true``/``false`` or ``null`` at the
+  top: every field null, corrupt-record column set;
+* a value of the wrong type (``"temp": "hot"`` for DOUBLE, ``"seq": 1.5`` for BIGINT): the other
+  fields parsed, that one null, corrupt-record column set;
+* an empty payload: the whole struct null;
+* missing keys, keys of another case, extra keys and JSON ``null``: nulls, no error (declare a
+  field ``NOT NULL`` in ``--schema`` to make its absence a parse error);
+* numbers and objects are accepted for STRING fields (as their JSON text); text after the first
+  JSON value (``{"a": 1} junk``) is ignored; single-quoted strings are accepted (Spark's
+  ``allowSingleQuotes`` default);
+* ``cast(payload as string)`` keeps invalid UTF-8 bytes, so UTF-8 is checked first
+  (``is_valid_utf8``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+MQTT_COLUMNS = (
+    "topic",
+    "payload",
+    "qos",
+    "retained",
+    "duplicate",
+    "messageId",
+    "timestamp",
+    "offset",
+)
+METADATA_COLUMNS = ("qos", "retained", "duplicate", "messageId", "timestamp", "offset")
+DEAD_LETTER_COLUMNS = (*MQTT_COLUMNS, "reason")
+PARSE_ERROR = "_parse_error"
+TEXT = "text"
+REASON = "__reason"
+DATE = "date"
+_CORRUPT = "__corrupt_record"
+_PARSED = "__parsed"
+_MICROS_PER_DAY = 86_400_000_000
+RENAMED_PREFIX = "mqtt_"
+
+NOT_UTF8 = "payload is not valid UTF-8"
+EMPTY = "payload is empty"
+NOT_JSON = "payload is not valid JSON"
+NOT_OBJECT = "payload is JSON but not an object"
+NO_MATCH = "payload does not match the schema"
+
+
+class SchemaError(ValueError):
+    """``--schema``, ``--topic-columns`` or ``--partition-by`` do not fit together."""
+
+
+@dataclass(frozen=True)
+class PayloadPlan:
+    """What ``decode`` makes of the source's rows, and which columns go to which table."""
+
+    payload_format: str
+    schema: StructType | None
+    topic_columns: tuple[str | None, ...]
+    keep_payload: bool
+    dead_letters: bool
+    partition_by: tuple[str, ...]
+    renamed: dict[str, str]
+    """MQTT columns renamed because a ``--schema`` field has their name (old -> new)."""
+
+    @property
+    def adds_date(self) -> bool:
+        return DATE in self.partition_by and DATE not in self._data_names()
+
+    def _data_names(self) -> list[str]:
+        names = [n for n in self.topic_columns if n is not None]
+        if self.payload_format == "text":
+            names.append(TEXT)
+        elif self.schema is not None:
+            names += [f.name for f in self.schema.fields]
+        return names
+
+    def column(self, name: str) -> str:
+        """The table's name for MQTT column ``name``."""
+        return self.renamed.get(name, name)
+
+    def table_columns(self) -> list[str]:
+        """The columns of ``--table``, in order."""
+        cols = [self.column("topic"), *(n for n in self.topic_columns if n is not None)]
+        if self.payload_format == "binary":
+            cols.append("payload")
+        elif self.payload_format == "text":
+            cols.append(TEXT)
+        else:
+            assert self.schema is not None
+            cols += [f.name for f in self.schema.fields]
+        if self.payload_format != "binary" and (self.keep_payload or not self.dead_letters):
+            cols.append(self.column("payload"))
+        cols += [self.column(c) for c in METADATA_COLUMNS]
+        if self.payload_format != "binary" and not self.dead_letters:
+            cols.append(PARSE_ERROR)
+        if self.adds_date:
+            cols.append(DATE)
+        return cols
+
+
+def make_plan(
+    payload_format: str,
+    schema: StructType | None,
+    topic_columns: tuple[str | None, ...] = (),
+    *,
+    keep_payload: bool = False,
+    dead_letters: bool = False,
+    partition_by: tuple[str, ...] = (),
+) -> PayloadPlan:
+    """Check that the names fit together; MQTT columns that a schema field names are renamed
+    ``mqtt_<name>`` (a JSON ``timestamp`` field is common)."""
+    fields = list(schema.fields) if schema is not None else []
+    field_names = {f.name.lower() for f in fields}
+    if len(field_names) != len(fields):
+        raise SchemaError("--schema names a field twice")
+    renamed = {c: RENAMED_PREFIX + c for c in MQTT_COLUMNS if c.lower() in field_names}
+    for old, new in renamed.items():
+        if new.lower() in field_names:
+            raise SchemaError(f"--schema has both {old!r} and {new!r}: rename one of them")
+    reserved = {PARSE_ERROR, REASON, _CORRUPT, _PARSED}
+    clash = sorted(field_names & reserved)
+    if clash:
+        raise SchemaError(f"--schema field {clash[0]!r} is a name the job uses itself")
+    taken = {*(c.lower() for c in MQTT_COLUMNS), *field_names, PARSE_ERROR}
+    if payload_format == "text":
+        taken.add(TEXT)
+    for name in (n for n in topic_columns if n is not None):
+        if name.lower() in taken or name.lower() in {n.lower() for n in renamed.values()}:
+            raise SchemaError(f"--topic-columns {name!r}: the table already has a column {name!r}")
+    plan = PayloadPlan(
+        payload_format,
+        schema,
+        topic_columns,
+        keep_payload,
+        dead_letters,
+        partition_by,
+        renamed,
+    )
+    columns = {c.lower() for c in plan.table_columns()}
+    for name in partition_by:
+        if name.lower() not in columns:
+            raise SchemaError(
+                f"--partition-by {name!r}: no such column; the table has "
+                + ", ".join(plan.table_columns())
+            )
+    return plan
+
+
+def _json_path(name: str) -> str | None:
+    """``$['name']`` for ``get_json_object``, or None when the name cannot be quoted."""
+    if "'" in name or "]" in name or "\\" in name:
+        return None
+    return f"$['{name}']"
+
+
+def _json_reason(text: Column, parsed: Column, schema: StructType) -> Column:
+    """Why a payload that passed the UTF-8 check does not parse, or null."""
+    mismatches = []
+    for field in schema.fields:
+        path = _json_path(field.name)
+        if path is None:
+            continue
+        mismatches.append(
+            F.when(
+                parsed[field.name].isNull() & F.get_json_object(text, path).isNotNull(),
+                F.lit(f"field '{field.name}' is not a valid {field.dataType.simpleString()}"),
+            )
+        )
+    detail = F.concat_ws("; ", *mismatches) if mismatches else F.lit("")
+    corrupt = (
+        F.when(F.get_json_object(text, "$").isNull(), F.lit(NOT_JSON))
+        .when(F.json_object_keys(text).isNull(), F.lit(NOT_OBJECT))
+        .when(detail != "", detail)
+        .otherwise(F.lit(NO_MATCH))
+    )
+    reason = F.when(parsed.isNull(), F.lit(NOT_JSON)).when(parsed[_CORRUPT].isNotNull(), corrupt)
+    for field in _required(schema):
+        reason = reason.when(
+            parsed[field.name].isNull(), F.lit(f"required field '{field.name}' is missing or null")
+        )
+    return reason
+
+
+def _required(schema: StructType) -> list[StructField]:
+    return [f for f in schema.fields if not f.nullable]
+
+
+def decode(frame: DataFrame, plan: PayloadPlan) -> DataFrame:
+    """The source's rows with the plan's data columns and ``__reason`` (null: parsed)."""
+    payload = F.col("payload")
+    text = payload.cast("string")
+    columns: list[Column] = [F.col(c) for c in MQTT_COLUMNS]
+    if plan.topic_columns:
+        levels = F.split(F.col("topic"), "/")
+        columns += [
+            F.get(levels, F.lit(i)).alias(name)
+            for i, name in enumerate(plan.topic_columns)
+            if name is not None
+        ]
+    valid_utf8 = F.is_valid_utf8(text)
+    if plan.payload_format == "binary":
+        reason = F.lit(None).cast("string")
+    elif plan.payload_format == "text":
+        columns.append(F.when(valid_utf8, text).alias(TEXT))
+        reason = F.when(~valid_utf8, F.lit(NOT_UTF8))
+    else:
+        assert plan.schema is not None
+        with_corrupt = StructType([*plan.schema.fields, StructField(_CORRUPT, StringType())])
+        parsed = F.from_json(
+            text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        )
+        columns.append(parsed.alias(_PARSED))
+        reason = (
+            F.when(~valid_utf8, F.lit(NOT_UTF8))
+            .when(text.rlike(r"^\s*$"), F.lit(EMPTY))
+            .otherwise(_json_reason(text, F.col(_PARSED), plan.schema))
+        )
+    return frame.select(*columns, reason.cast("string").alias(REASON))
+
+
+def table_rows(decoded: DataFrame, plan: PayloadPlan) -> DataFrame:
+    """The rows for ``--table``: all of them, or only those that parsed when a dead-letter
+    table takes the others."""
+    rows = decoded.where(F.col(REASON).isNull()) if plan.dead_letters else decoded
+    out: list[Column] = []
+    for name in plan.table_columns():
+        if plan.schema is not None and name in plan.schema.names:
+            # all or nothing: a row that did not parse keeps no partial values
+            value = F.col(_PARSED)[name]
+            out.append(F.when(F.col(REASON).isNull(), value).alias(name))
+        elif name == PARSE_ERROR:
+            out.append(F.col(REASON).alias(PARSE_ERROR))
+        elif name == DATE and plan.adds_date:
+            micros = F.unix_micros(F.col("timestamp"))
+            day = F.floor(micros / F.lit(_MICROS_PER_DAY)).cast("int")
+            out.append(F.date_from_unix_date(day).alias(DATE))
+        elif name == plan.column("payload") and plan.payload_format != "binary":
+            keep = F.lit(True) if plan.keep_payload else F.col(REASON).isNotNull()
+            out.append(F.when(keep, F.col("payload")).alias(name))
+        else:
+            original = next((k for k, v in plan.renamed.items() if v == name), name)
+            out.append(F.col(original).alias(name))
+    return rows.select(*out)
+
+
+def dead_letter_rows(decoded: DataFrame) -> DataFrame:
+    """The rows for ``--dead-letter-table``: MQTT columns with the raw payload, and ``reason``."""
+    return decoded.where(F.col(REASON).isNotNull()).select(
+        *MQTT_COLUMNS, F.col(REASON).alias("reason")
+    )

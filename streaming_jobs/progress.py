@@ -1,0 +1,153 @@
+"""Per-batch progress lines and the summary at exit.
+
+Two sources are joined by batch id: the batch writer records what it saw in each batch (rows,
+dead-letter rows, newest message time) in :class:`RunStats`, and Spark's query progress gives
+the rate and the source's offsets. The backlog is what waits in the write-ahead log: the
+source's ``latestOffset`` (the WAL's high-water mark when the batch was planned, from
+``reportLatestOffset``) minus the batch's ``endOffset``. The lag is the time from the newest
+message of a batch reaching the receiver to the batch's write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("streaming_jobs.progress")
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What the batch writer saw in one micro-batch."""
+
+    batch_id: int
+    rows: int
+    dead_letters: int
+    newest_us: int | None
+    """Receive time of the batch's newest message, microseconds since the epoch."""
+    written_at: float
+    """``time.time()`` when both tables were written."""
+
+    @property
+    def lag(self) -> float | None:
+        """Seconds from the newest message's arrival to the batch's write."""
+        if self.newest_us is None:
+            return None
+        return max(0.0, self.written_at - self.newest_us / 1e6)
+
+
+class RunStats:
+    """Batch statistics of this run; written by the batch writer (a Py4J callback thread),
+    read by the main loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches: dict[int, BatchStats] = {}
+        self.started = time.monotonic()
+
+    def record(self, stats: BatchStats) -> None:
+        with self._lock:
+            self._batches[stats.batch_id] = stats
+
+    def get(self, batch_id: int) -> BatchStats | None:
+        with self._lock:
+            return self._batches.get(batch_id)
+
+    def totals(self) -> tuple[int, int, int]:
+        """(batches, rows, dead-letter rows) written by this run."""
+        with self._lock:
+            batches = list(self._batches.values())
+        return len(batches), sum(b.rows for b in batches), sum(b.dead_letters for b in batches)
+
+
+def wal_offset(offset_json: str | None) -> int | None:
+    """The WAL position of a source offset as progress reports it (a JSON string)."""
+    if not offset_json:
+        return None
+    try:
+        value = json.loads(offset_json)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("offset"), int):
+        return int(value["offset"])
+    return None
+
+
+def backlog(progress: Mapping[str, Any]) -> int | None:
+    """Messages in the WAL beyond the batch's end offset when it was planned."""
+    sources = progress.get("sources") or []
+    if not sources:
+        return None
+    latest = wal_offset(sources[0].get("latestOffset"))
+    end = wal_offset(sources[0].get("endOffset"))
+    if latest is None or end is None:
+        return None
+    return max(0, latest - end)
+
+
+def is_data_batch(progress: Mapping[str, Any]) -> bool:
+    """False for the progress Spark reports while idle (no batch ran)."""
+    return "addBatch" in (progress.get("durationMs") or {})
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def progress_line(
+    progress: Mapping[str, Any], stats: BatchStats | None, unparsed: str | None = "dead-letter"
+) -> str:
+    """One line about a finished micro-batch; ``unparsed`` names the rows that did not parse."""
+    rows = int(progress.get("numInputRows") or 0)
+    rate = float(progress.get("processedRowsPerSecond") or 0.0)
+    waiting = backlog(progress)
+    duration = (progress.get("durationMs") or {}).get("triggerExecution")
+    parts = [
+        f"batch {progress.get('batchId')}: {rows} rows",
+        f"{stats.dead_letters} {unparsed}" if stats is not None and stats.dead_letters else None,
+        f"{rate:.0f} rows/s",
+        f"took {_seconds(duration / 1000 if duration is not None else None)}",
+        f"backlog {'-' if waiting is None else waiting}",
+        f"lag {_seconds(stats.lag if stats is not None else None)}",
+    ]
+    return ", ".join(p for p in parts if p is not None)
+
+
+class ProgressReporter:
+    """Logs one line per finished micro-batch of a query, polled from the main loop."""
+
+    def __init__(self, stats: RunStats, unparsed: str | None = "dead-letter") -> None:
+        self.stats = stats
+        self.unparsed = unparsed
+        self.last_batch = -1
+
+    def poll(self, query: Any) -> None:
+        """Log the batches finished since the last call (``query`` is a StreamingQuery)."""
+        last = query.lastProgress
+        if last is None or int(last["batchId"]) <= self.last_batch:
+            return
+        for progress in query.recentProgress:
+            batch_id = int(progress["batchId"])
+            if batch_id <= self.last_batch or not is_data_batch(progress):
+                continue
+            self.last_batch = batch_id
+            log.info("%s", progress_line(progress, self.stats.get(batch_id), self.unparsed))
+
+    def summary(self, how: str) -> str:
+        """The line logged at exit."""
+        batches, rows, dead = self.stats.totals()
+        elapsed = time.monotonic() - self.stats.started
+        rate = rows / elapsed if elapsed > 0 else 0.0
+        parts = [
+            f"{how}: {batches} batch{'es' if batches != 1 else ''}",
+            f"{rows} rows",
+            f"{dead} {self.unparsed} rows" if self.unparsed else None,
+            f"{elapsed:.1f} s",
+            f"{rate:.0f} rows/s on average",
+        ]
+        return ", ".join(p for p in parts if p is not None)

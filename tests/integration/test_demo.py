@@ -1,0 +1,147 @@
+"""``python -m streaming_jobs.demo`` end to end, as ``make demo`` runs it (with fewer messages).
+
+The demo starts its own Mosquitto, publishers and ingest job (a Spark JVM), waits until the
+tables hold what was published, stops the job and writes ``report.json``. The test checks the
+report against what it asked for (``--messages``, ``--devices``), and the report's counts
+against the Delta tables as a separate Spark process reads them, so that neither the demo's
+bookkeeping nor its own reading of the tables is taken on trust. No second Spark session runs
+in the pytest process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MESSAGES = 150
+DEVICES = 4
+DEMO_TIMEOUT = 480.0  # seconds: the demo's own deadlines (publishing, --timeout, stop) come first
+READ_TIMEOUT = 180.0
+LOG_TAIL = 6_000
+SUBMIT_ARGS = (
+    "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false "
+    "--conf spark.ui.showConsoleProgress=false pyspark-shell"
+)
+
+READ_TABLES = """
+import json, sys
+from pyspark.sql import functions as F
+from streaming_jobs.spark_session import local_spark
+
+spark = local_spark("demo-check", "local[1]")
+spark.sparkContext.setLogLevel("ERROR")
+rows = spark.read.format("delta").load(sys.argv[1])
+dead = spark.read.format("delta").load(sys.argv[2])
+typed = ("ts", "temperature", "humidity", "seq", "site", "device")
+out = {
+    "rows": rows.count(),
+    "distinct_readings": rows.select("device", "seq").distinct().count(),
+    "incomplete": rows.where(" OR ".join(f"{c} IS NULL" for c in typed)).count(),
+    "per_device": {r["device"]: r["count"] for r in rows.groupBy("device").count().collect()},
+    "sites": {r["device"]: r["site"] for r in rows.select("device", "site").distinct().collect()},
+    "qos": {r["device"]: r["qos"] for r in rows.select("device", "qos").distinct().collect()},
+    "dead": dead.count(),
+    "reasons": {r["reason"]: r["count"] for r in dead.groupBy("reason").count().collect()},
+}
+print(json.dumps(out))
+spark.stop()
+"""
+
+
+def tail(text: str) -> str:
+    return text if len(text) <= LOG_TAIL else "[...]\n" + text[-LOG_TAIL:]
+
+
+def read_tables(table: str, dead_letter: str) -> dict:
+    """Counts from the two Delta tables, read by a short-lived Spark process."""
+    done = subprocess.run(
+        [sys.executable, "-c", READ_TABLES, table, dead_letter],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=READ_TIMEOUT,
+        env={**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS},
+    )
+    assert done.returncode == 0, f"reading the tables failed:\n{tail(done.stderr)}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention ``text`` (the demo's data directory)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.timeout(DEMO_TIMEOUT + READ_TIMEOUT + 60)
+def test_demo_lands_every_published_message_once_and_reports_it(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    command = [
+        sys.executable, "-m", "streaming_jobs.demo",
+        "--messages", str(MESSAGES), "--devices", str(DEVICES),
+        "--data-dir", str(data_dir), "--keep-data",
+        "--duration", "3", "--timeout", "300",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=DEMO_TIMEOUT
+    )
+    output = f"stdout:\n{tail(result.stdout)}\nstderr:\n{tail(result.stderr)}"
+    assert result.returncode == 0, output
+    assert not processes_mentioning(str(data_dir)), "the demo left its broker or job running"
+
+    report = json.loads((data_dir / "demo" / "report.json").read_text())
+    assert report["ok"] and report["problems"] == [], report["problems"]
+
+    # What was published, against what the test asked for: every message acknowledged,
+    # dealt round-robin over the devices, half of them QoS 1 and half QoS 2.
+    published = report["published"]
+    devices = published["devices"]
+    assert published["total"] == MESSAGES
+    assert sorted(devices) == [f"sensor-{i:02d}" for i in range(1, DEVICES + 1)]
+    for index, name in enumerate(sorted(devices)):
+        device = devices[name]
+        assert device["valid"] + device["malformed"] == len(range(index, MESSAGES, DEVICES))
+        assert device["qos"] == 1 + index % 2
+    malformed = sum(d["malformed"] for d in devices.values())
+    assert malformed == published["malformed"] >= 1
+    assert published["by_qos"] == {"1": MESSAGES // 2, "2": MESSAGES // 2}
+
+    # The demo's counts add up to what was published.
+    assert report["landed"] == MESSAGES - malformed
+    assert report["dead_letter"] == malformed
+    assert sum(report["dead_letter_reasons"].values()) == malformed
+
+    # The tables, read by Spark, hold exactly that: each reading once, typed, nothing lost.
+    counts = read_tables(report["tables"]["telemetry"], report["tables"]["dead_letter"])
+    assert counts["rows"] == report["landed"]
+    assert counts["distinct_readings"] == report["landed"]
+    assert counts["incomplete"] == 0
+    assert counts["per_device"] == {n: d["valid"] for n, d in devices.items() if d["valid"]}
+    assert counts["sites"] == {n: d["site"] for n, d in devices.items() if d["valid"]}
+    assert counts["qos"] == {n: d["qos"] for n, d in devices.items() if d["valid"]}
+    assert counts["dead"] == report["dead_letter"]
+    assert counts["reasons"] == report["dead_letter_reasons"]
+
+    # The printed report says the same.
+    printed = dict(re.findall(r"^(published|landed|dead letter)\s+(\d+)", result.stdout, re.M))
+    assert printed == {
+        "published": str(MESSAGES),
+        "landed": str(report["landed"]),
+        "dead letter": str(report["dead_letter"]),
+    }, result.stdout
+    assert "match" in result.stdout and "MISMATCH" not in result.stdout

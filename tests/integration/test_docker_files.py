@@ -1,0 +1,148 @@
+"""docker/: the Dockerfile's essentials from its text (no Docker needed), the broker config it
+mounts, and ``docker compose config`` when the compose plugin is installed (it needs no engine).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKER_DIR = REPO_ROOT / "docker"
+DOCKERFILE = DOCKER_DIR / "Dockerfile"
+COMPOSE = DOCKER_DIR / "compose.yaml"
+MOSQUITTO_CONF = DOCKER_DIR / "mosquitto" / "mosquitto.conf"
+COMPOSE_TIMEOUT = 60.0
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(KEYWORD, arguments) of each Dockerfile instruction: continuations joined, comments
+    dropped, ``${NAME}`` of ``ARG NAME=default`` substituted."""
+    logical: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        logical.append(pending + stripped)
+        pending = ""
+    args: dict[str, str] = {}
+    result = []
+    for entry in logical:
+        keyword, _, rest = entry.partition(" ")
+        keyword = keyword.upper()
+        rest = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), rest.strip())
+        if keyword == "ARG" and "=" in rest:
+            name, _, default = rest.partition("=")
+            args[name] = default
+        result.append((keyword, " ".join(rest.split())))
+    return result
+
+
+def of(kind: str, parsed: list[tuple[str, str]]) -> list[str]:
+    return [rest for keyword, rest in parsed if keyword == kind]
+
+
+def test_dockerfile_has_the_essentials() -> None:
+    parsed = instructions(DOCKERFILE.read_text())
+    froms = of("FROM", parsed)
+    runs = of("RUN", parsed)
+    assert froms, "no FROM"
+    # The runtime image (the last stage) is Debian with Python 3.11 ...
+    base = froms[-1].split()[0]
+    stages = {f.split()[-1]: f.split()[0] for f in froms if " AS " in f.upper()}
+    runtime = stages.get(base, base)
+    assert re.fullmatch(r"python:3\.11(\.\d+)?-(slim-)?(bookworm|bullseye)", runtime), runtime
+    # ... with Java 17 for Spark's JVM,
+    assert any(re.search(r"apt-get install .*openjdk-17-jre", r) for r in runs), runs
+    # the project installed with pip,
+    assert any(re.search(r"\bpip install\b.*\.whl|\bpip install\b.* \.(\s|$)", r) for r in runs)
+    # Delta's jars fetched with Maven from the project's pom at build time,
+    copies = of("COPY", parsed)
+    assert any(c.startswith("tools/delta-jars/pom.xml ") for c in copies), copies
+    mvn = [r for r in runs if re.search(r"\bmvn\b", r)]
+    assert len(mvn) == 1 and "dependency:copy-dependencies" in mvn[0], mvn
+    jars_dir = re.search(r"-DoutputDirectory=(\S+)", mvn[0])
+    assert jars_dir is not None
+    assert any(c.endswith(f"{jars_dir.group(1)} {jars_dir.group(1)}") for c in copies), copies
+    # handed to Spark through DELTA_JARS_DIR (streaming_jobs.spark_session),
+    env = " ".join(of("ENV", parsed))
+    assert f"DELTA_JARS_DIR={jars_dir.group(1)}" in env
+    # and the ingest job as the entry point, in exec form so SIGTERM reaches it.
+    entrypoint = of("ENTRYPOINT", parsed)
+    assert len(entrypoint) == 1
+    command = json.loads(entrypoint[0])
+    assert command[-2:] == ["-m", "streaming_jobs.ingest"] or command[-1].endswith(
+        "streaming_jobs/ingest.py"
+    ), command
+    # Everything it copies from the build context exists, and the context skips the venv.
+    for copy in copies:
+        if copy.startswith("--from"):
+            continue
+        for source in copy.split()[:-1]:
+            assert (REPO_ROOT / source).exists(), f"COPY {source}: not in the repository"
+    ignored = (REPO_ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".jars", "data", ".git"} <= set(ignored)
+
+
+def test_broker_config_keeps_queued_messages() -> None:
+    settings = {}
+    for line in MOSQUITTO_CONF.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.strip().partition(" ")
+            settings.setdefault(key, value)
+    assert settings["persistence"] == "true"
+    assert int(settings["max_queued_messages"]) >= 100_000  # Mosquitto's default is 1000
+    assert settings["max_queued_bytes"] == "0"
+    assert settings["listener"] == "1883"
+
+
+def docker_compose() -> str:
+    """The docker command when ``docker compose`` works; skips the test otherwise."""
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("the docker command is not installed")
+    probe = subprocess.run(
+        [docker, "compose", "version"],
+        capture_output=True,
+        text=True,
+        timeout=COMPOSE_TIMEOUT,
+        check=False,
+    )
+    if probe.returncode != 0:
+        why = (probe.stderr or probe.stdout).strip().splitlines()
+        pytest.skip(f"`docker compose version` failed ({why[0] if why else probe.returncode})")
+    return docker
+
+
+def test_compose_config_names_both_services_and_the_volumes() -> None:
+    docker = docker_compose()
+    done = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE), "config", "--format", "json"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=COMPOSE_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout)
+    assert set(config["services"]) == {"mosquitto", "ingest"}
+    assert {"tables", "checkpoints", "mosquitto-data"} <= set(config["volumes"])
+    ingest = config["services"]["ingest"]
+    mounts = {v["target"]: v for v in ingest["volumes"]}
+    assert mounts["/data/tables"]["source"] == "tables"
+    assert mounts["/data/checkpoints"]["source"] == "checkpoints"
+    assert Path(ingest["build"]["context"]).resolve() == REPO_ROOT
+    assert "tcp://mosquitto:1883" in ingest["command"]
+    broker_mounts = {v["target"]: v for v in config["services"]["mosquitto"]["volumes"]}
+    conf = broker_mounts["/mosquitto/config/mosquitto.conf"]
+    assert Path(conf["source"]).resolve() == MOSQUITTO_CONF

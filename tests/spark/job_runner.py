@@ -1,0 +1,287 @@
+"""Helpers for end-to-end tests of ``streaming_jobs/ingest.py`` run as a subprocess.
+
+The job runs under plain ``python`` (local[2]) in its own session and process group, with its
+stdout and stderr in files. ``kill_9`` sends SIGKILL to the job's process groups, including the
+one PySpark's worker daemon makes for itself, so the JVM, the streaming source runner (the MQTT
+receiver and its WAL) and the task workers die at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streaming_jobs.local_broker import MosquittoBroker
+from tests.mqtt_clients import PahoClient
+from tests.waiting import wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INGEST = REPO_ROOT / "streaming_jobs" / "ingest.py"
+TRIGGER = "processing-time=300 milliseconds"
+START_TIMEOUT = 150.0
+"""A job's Spark session, query start and subscription, on a busy two-core machine."""
+LAND_TIMEOUT = 150.0
+EXIT_TIMEOUT = 90.0
+PUBLISH_TIMEOUT = 30.0
+LOG_TAIL = 6_000
+# The job's JVM: C1 JIT only (about halves the start), no web UI.
+SUBMIT_ARGS = (
+    "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false pyspark-shell"
+)
+
+
+def tail(path: Path, chars: int = LOG_TAIL) -> str:
+    """The end of a log file ('' when it does not exist)."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return text if len(text) <= chars else "[...]\n" + text[-chars:]
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """The environment of a job subprocess."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MQTT_USERNAME", "MQTT_PASSWORD")}
+    return {**env, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS, **extra}
+
+
+def run_job(
+    args: Sequence[str], timeout: float = 60.0, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the job to completion (for runs that are meant to fail or exit at once)."""
+    return subprocess.run(
+        [sys.executable, str(INGEST), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=job_env(**env),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """pid -> (state, parent pid, process group) of every process."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+    return found
+
+
+def _groups_of(root: int) -> set[int]:
+    """Process groups of ``root`` and its descendants (never this test's own group)."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    groups, todo = {root}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            groups.add(table[pid][2])
+        todo.extend(children.get(pid, []))
+    groups.discard(os.getpgrp())
+    return groups
+
+
+def _alive_in(groups: set[int]) -> list[int]:
+    return [p for p, (state, _, group) in _processes().items() if group in groups and state != "Z"]
+
+
+@dataclass
+class Job:
+    """One run of the ingest job."""
+
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+    started: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def start(cls, args: Sequence[str], workdir: Path, name: str, **env: str) -> Job:
+        out, err = workdir / f"{name}.out", workdir / f"{name}.err"
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, str(INGEST), *args],
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=job_env(**env),
+                start_new_session=True,
+            )
+        return cls(proc, out, err)
+
+    @property
+    def stdout(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+    def logs(self) -> str:
+        return f"--- stdout\n{tail(self.out)}\n--- stderr\n{tail(self.err)}"
+
+    def alive_or_fail(self) -> None:
+        code = self.proc.poll()
+        if code is not None:
+            raise AssertionError(f"the ingest job exited with {code}:\n{self.logs()}")
+
+    def wait_for(self, what: str, predicate: Callable[[], object], timeout: float) -> None:
+        """Poll ``predicate`` until it is true, failing at once if the job exits."""
+
+        def check() -> bool:
+            self.alive_or_fail()
+            return bool(predicate())
+
+        wait_until(check, timeout, interval=0.005, message=lambda: f"{what}\n{self.logs()}")
+
+    def terminate(self, timeout: float = EXIT_TIMEOUT) -> int:
+        """SIGTERM to the job's main process only (as ``docker stop`` does); its exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit {timeout} s after SIGTERM:\n{self.logs()}") from None
+
+    def kill_9(self) -> None:
+        """SIGKILL every process group of the job and wait until none of them is left."""
+        groups = _groups_of(self.proc.pid)
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        wait_until(lambda: not _alive_in(groups), 30, message="the killed job's processes live")
+
+    def cleanup(self) -> None:
+        """Kill whatever is left of the job (after a failure, or a JVM still shutting down)."""
+        if self.proc.poll() is None or _alive_in(_groups_of(self.proc.pid)):
+            self.kill_9()
+
+
+def wait_subscribed(
+    broker: MosquittoBroker, client_id: str, topic: str, qos: int, job: Job
+) -> None:
+    """Wait until the broker logged the job's SUBSCRIBE (messages before it are not queued)."""
+    line = f": {client_id} {qos} {topic}\n"
+    job.wait_for(
+        f"{client_id} never subscribed to {topic}",
+        lambda: line in broker.log_text(),
+        START_TIMEOUT,
+    )
+
+
+def publish(broker: MosquittoBroker, messages: Sequence[tuple[str, bytes]], qos: int = 1) -> None:
+    """Publish (topic, payload) pairs in order; return once the broker took every one."""
+    client = PahoClient(f"pub-{time.monotonic_ns() % 10**9}")
+    outcome = client.connect(broker.host, broker.port)
+    assert outcome.accepted, outcome
+    try:
+        infos = [client.client.publish(t, p, qos=qos) for t, p in messages]
+        for info in infos:
+            info.wait_for_publish(PUBLISH_TIMEOUT)
+            assert info.is_published()
+    finally:
+        client.disconnect()
+
+
+class PacedPublisher(threading.Thread):
+    """Publishes (topic, payload) pairs at about ``rate`` per second in the background."""
+
+    def __init__(
+        self, broker: MosquittoBroker, messages: Sequence[tuple[str, bytes]], rate: float
+    ) -> None:
+        super().__init__(daemon=True, name="paced-publisher")
+        self.broker = broker
+        self.messages = list(messages)
+        self.rate = rate
+        self.error: BaseException | None = None
+        self.sent = 0
+
+    def run(self) -> None:
+        try:
+            client = PahoClient(f"paced-{time.monotonic_ns() % 10**9}")
+            assert client.connect(self.broker.host, self.broker.port).accepted
+            began = time.monotonic()
+            infos = []
+            for index, (topic, payload) in enumerate(self.messages):
+                pause = began + index / self.rate - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)  # pacing the load, not waiting for a condition
+                infos.append(client.client.publish(topic, payload, qos=1))
+                self.sent += 1
+            for info in infos:
+                info.wait_for_publish(PUBLISH_TIMEOUT)
+                assert info.is_published()
+            client.disconnect()
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+
+    def finish(self, timeout: float = 120.0) -> None:
+        self.join(timeout)
+        assert not self.is_alive(), "the publisher did not finish"
+        if self.error is not None:
+            raise self.error
+
+
+def delta_commits(table: Path) -> list[dict]:
+    """The actions of each commit of a Delta table, oldest first ([] before the first)."""
+    log_dir = table / "_delta_log"
+    try:
+        names = sorted(n for n in os.listdir(log_dir) if n.endswith(".json") and n[:-5].isdigit())
+    except FileNotFoundError:
+        return []
+    commits = []
+    for name in names:
+        try:
+            lines = (log_dir / name).read_text().splitlines()
+        except FileNotFoundError:
+            continue
+        commits.append({"version": int(name[:-5]), "actions": [json.loads(x) for x in lines if x]})
+    return commits
+
+
+def delta_row_count(table: Path) -> int:
+    """Rows of an append-only Delta table, from its log (no Spark job): the ``numRecords``
+    statistics of the files its commits added; 0 before the first commit."""
+    return sum(
+        json.loads(action["add"]["stats"])["numRecords"]
+        for commit in delta_commits(table)
+        for action in commit["actions"]
+        if "add" in action
+    )
+
+
+def txn_versions(table: Path) -> list[int]:
+    """The ``txnVersion`` (batch id) of every commit of the table that added data files."""
+    versions = []
+    for commit in delta_commits(table):
+        actions = commit["actions"]
+        if any("add" in a for a in actions):
+            versions += [a["txn"]["version"] for a in actions if "txn" in a]
+    return versions
+
+
+def batch_files(checkpoint: Path, kind: str) -> list[int]:
+    """Batch ids with a file in ``<checkpoint>/offsets`` or ``<checkpoint>/commits``."""
+    try:
+        return sorted(int(n) for n in os.listdir(checkpoint / kind) if n.isdigit())
+    except FileNotFoundError:
+        return []

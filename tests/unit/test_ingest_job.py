@@ -1,0 +1,175 @@
+"""The ingest job's pieces that need no Spark: settings precedence, error lines, progress."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streaming_jobs.ingest import root_cause
+from streaming_jobs.ingest_config import (
+    UsageError,
+    build_parser,
+    parse_config,
+    read_password,
+    source_options,
+)
+from streaming_jobs.progress import BatchStats, ProgressReporter, RunStats, progress_line
+
+BASE = ["--broker", "tcp://127.0.0.1:1883", "--topic", "a/#", "--table", "t", "--checkpoint", "c"]
+
+
+def test_defaults() -> None:
+    config, print_config = parse_config(BASE, environ={})
+    assert not print_config
+    assert (config.qos, config.payload_format, config.trigger) == (
+        "1",
+        "binary",
+        "processing-time=1 second",
+    )
+    assert config.trigger_interval == "1 second"
+    assert (config.log_level, config.spark_log_level, config.stop_timeout) == ("INFO", "WARN", 60)
+    assert config.username is None and config.topic_columns == () and config.partition_by == ()
+
+
+def test_precedence_flag_over_file_over_environment(tmp_path: Path) -> None:
+    config_file = tmp_path / "ingest.toml"
+    config_file.write_text('username = "from-file"\nqos = 2\ntrigger = "available-now"\n')
+    argv = [*BASE, "--config", str(config_file), "--qos", "0"]
+    config, _ = parse_config(argv, environ={"MQTT_USERNAME": "from-env"})
+    assert (config.qos, config.username, config.trigger_interval) == ("0", "from-file", None)
+    config, _ = parse_config([*BASE, "--username", "flag"], environ={"MQTT_USERNAME": "env"})
+    assert config.username == "flag"
+    config, _ = parse_config(BASE, environ={"MQTT_USERNAME": "env"})
+    assert config.username == "env"
+
+
+def test_repeatable_flags_from_the_file_are_replaced_by_the_command_line(tmp_path: Path) -> None:
+    config_file = tmp_path / "ingest.toml"
+    config_file.write_text(
+        'broker = "tcp://127.0.0.1:1883"\ntopic = ["x/#", "y/#"]\ntable = "t"\n'
+        'checkpoint = "c"\nspark-conf = ["spark.a=1"]\n'
+    )
+    config, _ = parse_config(["--config", str(config_file)], environ={})
+    assert config.topic == ("x/#", "y/#") and config.spark_settings == {"spark.a": "1"}
+    config, _ = parse_config(["--config", str(config_file), "--topic", "z/#"], environ={})
+    assert config.topic == ("z/#",)
+
+
+def test_topic_columns_and_partition_by() -> None:
+    argv = [*BASE, "--topic-columns", "_,site,,device,_", "--partition-by", "date, site"]
+    config, _ = parse_config(argv, environ={})
+    assert config.topic_columns == (None, "site", None, "device")
+    assert config.partition_by == ("date", "site")
+    with pytest.raises(UsageError, match="site given twice"):
+        parse_config([*BASE, "--topic-columns", "site,Site"], environ={})
+
+
+def test_password_from_environment_or_file(tmp_path: Path) -> None:
+    config, _ = parse_config([*BASE, "--username", "u", "--password-env", "PW"], environ={})
+    assert read_password(config, {"PW": "from-env"}) == "from-env"
+    secret = tmp_path / "secret"
+    secret.write_text("from-file\nignored\n")
+    config, _ = parse_config([*BASE, "--username", "u", "--password-file", str(secret)], {})
+    assert read_password(config, {"MQTT_PASSWORD": "from-env"}) == "from-file"
+    assert "from-file" not in json.dumps(config.as_dict())
+
+
+def test_tls_flags_become_source_options(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    argv = [*BASE[:1], "ssl://broker:8883", *BASE[2:], "--cafile", str(ca), "--insecure"]
+    config, _ = parse_config(argv, environ={})
+    options = source_options(config)
+    assert options["tls.caFile"] == str(ca) and options["tls.verify"] == "false"
+    assert options["walPath"].endswith("/c/mqtt-wal")
+
+
+def test_source_options_accepts_a_plain_namespace() -> None:
+    """bench/ingest.py builds options from ``build_parser().parse_args``."""
+    args = build_parser().parse_args([*BASE, "--client-id", "bench", "--partition-data", "wal"])
+    options = source_options(args)
+    assert (options["clientId"], options["partitionData"], options["qos"]) == ("bench", "wal", "1")
+
+
+SOURCE_FAILURE = """[STREAM_FAILED] Query [id = 1f, runId = 2e] terminated with exception: \
+[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform \
+latestOffset: Traceback (most recent call last):
+  File "/x/pyspark/sql/streaming/python_streaming_source_runner.py", line 80, in main
+    offset = reader.latestOffset()
+  File "/x/connector/source/reader.py", line 60, in receiver
+    receiver.start()
+connector.mqtt.errors.NotAuthorized: not authorized (CONNACK return code 5)
+ SQLSTATE: 38000
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.pythonStreamingDataSourceRuntimeError
+"""
+WRITER_FAILURE = """[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: \
+An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
+  File "/x/py4j/clientserver.py", line 644, in _call_proxy
+    return_value = getattr(self.pool[obj_id], method)(*params)
+pyspark.errors.exceptions.captured.AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] Failed \
+to merge fields 'temp' and 'temp'. SQLSTATE: 22005
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (SOURCE_FAILURE, "NotAuthorized: not authorized (CONNACK return code 5)"),
+        (WRITER_FAILURE, "AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge "
+         "fields 'temp' and 'temp'. SQLSTATE: 22005"),
+        ("[PARSE_SYNTAX_ERROR] Syntax error at or near ','.\n== SQL ==\nx,,\n",
+         "[PARSE_SYNTAX_ERROR] Syntax error at or near ','."),
+        ("An error occurred while calling o41.start.\n: java.io.IOException: No space left on "
+         "device\n\tat java.base/x", "IOException: No space left on device"),
+    ],
+)  # fmt: skip
+def test_root_cause_is_the_line_that_says_what_went_wrong(text: str, expected: str) -> None:
+    assert root_cause(text) == expected
+
+
+def _progress(batch: int, rows: int, end: int, latest: int, added: bool = True) -> dict:
+    source = {
+        "endOffset": json.dumps({"wal": "w", "offset": end}),
+        "latestOffset": json.dumps({"wal": "w", "offset": latest}),
+    }
+    durations = {"addBatch": 400, "triggerExecution": 500} if added else {"latestOffset": 1}
+    return {
+        "batchId": batch,
+        "numInputRows": rows,
+        "processedRowsPerSecond": rows / 0.5,
+        "durationMs": durations,
+        "sources": [source],
+    }
+
+
+def test_progress_line_reports_rate_backlog_and_lag() -> None:
+    stats = BatchStats(7, 100, 3, newest_us=1_000_000_000, written_at=1_000.25)
+    line = progress_line(_progress(7, 100, end=500, latest=620), stats)
+    assert line == (
+        "batch 7: 100 rows, 3 dead-letter, 200 rows/s, took 0.50 s, backlog 120, lag 0.25 s"
+    )
+    assert "backlog -" in progress_line({"batchId": 1, "sources": []}, None)
+
+
+class _Query:
+    def __init__(self, progresses: list[dict]) -> None:
+        self.recentProgress = progresses
+        self.lastProgress = progresses[-1] if progresses else None
+
+
+def test_reporter_logs_each_finished_batch_once(caplog: pytest.LogCaptureFixture) -> None:
+    stats = RunStats()
+    stats.record(BatchStats(0, 5, 1, None, 0.0))
+    stats.record(BatchStats(1, 7, 0, None, 0.0))
+    reporter = ProgressReporter(stats)
+    caplog.set_level("INFO", logger="streaming_jobs.progress")
+    progresses = [_progress(0, 5, 5, 5), _progress(1, 7, 12, 12), _progress(2, 0, 12, 12, False)]
+    reporter.poll(_Query(progresses[:1]))
+    reporter.poll(_Query(progresses))
+    reporter.poll(_Query(progresses))
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["batch 0", "batch 1"]
+    summary = reporter.summary("stopped")
+    assert summary.startswith("stopped: 2 batches, 12 rows, 1 dead-letter rows, ")
+    assert summary.endswith("rows/s on average")
