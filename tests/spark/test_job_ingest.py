@@ -148,13 +148,21 @@ def test_text_payloads_with_toml_config_and_sigterm_during_a_batch(
     try:
         wait_subscribed(broker, client_id, "text/#", 1, job)  # QoS 1: the flag won
         publish(broker, [("text/a", t.encode()) for t in texts] + [("text/b", b"\xc3\x28")])
-        job.wait_for("5 rows", lambda: delta_row_count(table) >= 5, LAND_TIMEOUT)
+        job.wait_for(
+            "5 rows, their batch committed in the checkpoint",
+            lambda: (
+                delta_row_count(table) >= 5
+                and batch_files(checkpoint, "commits")[-1:]
+                == batch_files(checkpoint, "offsets")[-1:]
+            ),
+            LAND_TIMEOUT,
+        )
 
-        committed = batch_files(checkpoint, "commits")
+        committed = max(batch_files(checkpoint, "commits"))
         publish(broker, [("text/last", b"the last one")])
         job.wait_for(
             "a batch planned after the last message",
-            lambda: max(batch_files(checkpoint, "offsets")) > max(committed),
+            lambda: max(batch_files(checkpoint, "offsets")) > committed,
             LAND_TIMEOUT,
         )
         in_flight = max(batch_files(checkpoint, "offsets"))
