@@ -85,6 +85,7 @@ lint: $(VENV_STAMP)
 bench: setup
 	$(VENV_PY) -m bench.codec
 	$(VENV_PY) -m bench.drain
+	$(VENV_PY) -m bench.ingest
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo, then a report;
 ## flags via DEMO_ARGS="--messages 5000 --devices 10 --keep-data"

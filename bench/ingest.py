@@ -3,8 +3,8 @@
 ``python -m bench.ingest [--messages N] [--repeat R] [--modes wal inline] [--trigger T]
 [--sink job|delta] [--no-synthetic] [--no-paho] [--no-warmup] [--profile] [--output FILE]``
 
-For every repetition and peer a fresh Mosquitto (``tests.brokers.MosquittoBroker``) gets a
-fresh backlog: a ``clean_session=False`` session is created for the peer's client id
+For every repetition and peer a fresh Mosquitto (``streaming_jobs.local_broker``) gets a fresh
+backlog: a ``clean_session=False`` session is created for the peer's client id
 (subscribe QoS 1, leave), then N numbered 100-byte JSON payloads are published with QoS 1 (at
 most 20 in flight) and acknowledged, i.e. queued for the offline session. Peers:
 
@@ -250,7 +250,7 @@ class Backlog:
 
 
 def backlog(count: int, client_id: str, timeout: float) -> Backlog:
-    from tests.brokers import MosquittoBroker
+    from streaming_jobs.local_broker import MosquittoBroker
 
     broker = MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count))
     broker.start()

@@ -36,6 +36,7 @@ KNOWN_OPTIONS = (
     "failOnDataLoss",
     "maxBacklogMessages",
     "availableNowIdleTimeout",
+    "availableNowMaxWait",
     "partitionData",
     "recordsPerPartition",
     "tls.caFile",
@@ -119,6 +120,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     max_backlog_messages: int = 1_000_000
     available_now_idle_timeout: float = 2.0
+    available_now_max_wait: float = 60.0
     partition_data: str = "inline"
     records_per_partition: int = 100_000
     tls: TlsOptions | None = None
@@ -230,7 +232,11 @@ class SourceOptions:
                 "maxBacklogMessages", opts.get("maxBacklogMessages", "1000000"), 1
             ),
             available_now_idle_timeout=_seconds(
-                "availableNowIdleTimeout", opts.get("availableNowIdleTimeout", "2"), 0.01
+                "availableNowIdleTimeout",
+    "availableNowMaxWait", opts.get("availableNowIdleTimeout", "2"), 0.01
+            ),
+            available_now_max_wait=_seconds(
+                "availableNowMaxWait", opts.get("availableNowMaxWait", "60"), 0.01
             ),
             partition_data=partition_data,
             records_per_partition=_int(

@@ -154,8 +154,12 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset(self.receiver.wal.next_offset)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Wait until the broker's queue for this session is drained, then fix the target."""
-        self.receiver.wait_idle(self.options.available_now_idle_timeout)
+        """Wait until the broker's queue for this session is drained (no message for
+        ``availableNowIdleTimeout``), at most ``availableNowMaxWait``, then fix the target: with
+        steady traffic there is no drained moment, and the run takes what arrived by then."""
+        self.receiver.wait_idle(
+            self.options.available_now_idle_timeout, timeout=self.options.available_now_max_wait
+        )
         self._target = self.receiver.wal.next_offset
         log.info("Trigger.AvailableNow: reading up to WAL offset %d", self._target)
 

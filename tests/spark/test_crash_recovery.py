@@ -1,12 +1,12 @@
 """``kill -9`` of the ingest job at several moments, then restart: exactly once into Delta.
 
 The job (``streaming_jobs/ingest.py`` under plain ``python``, local[2]) runs as a subprocess in
-its own process group; every kill is SIGKILL to that whole group and to the group PySpark's
-worker daemon makes for itself, so the JVM, the Python streaming source runner (which holds the
-receiver, its MQTT connection and the WAL) and the Python task workers die at once, with no
+its own process group; every kill is SIGKILL to that whole group and to the groups PySpark's
+worker daemons make for themselves, so the JVM, the Python streaming source runner (which holds
+the receiver, its MQTT connection and the WAL) and the Python task workers die at once, with no
 goodbye to the broker and no WAL close.
 
-Publishers (``python -m connector.mqtt pub``, QoS 2 with at most 20 in flight) send numbered
+Publishers (``python -m connector.mqtt pub`` at the test's QoS, at most 20 in flight) send numbered
 payloads into a persistent session pre-created for the job's client id, one topic per stage
 so that each stage's sequence numbers 0..count-1 can be checked separately:
 
@@ -19,9 +19,9 @@ c. the third run starts while the tail of ``crash/b`` is still published and is 
    the next batch is planned, with later records in the WAL or not yet acknowledged);
 
 then ``crash/c`` is queued while no job runs and a last run with ``--trigger available-now``
-drains the broker's queue (and whatever the WAL still holds) and exits. A
-separate short-lived Spark process reads the Delta table and prints its (topic, sequence)
-pairs as JSON; every published number must be there exactly once, for QoS 1 and QoS 2.
+drains the broker's queue (and whatever the WAL still holds) and exits. A separate short-lived
+Spark process reads the Delta table and prints its (topic, sequence) pairs as JSON; every
+published number must be there exactly once, for QoS 1 and QoS 2.
 """
 
 from __future__ import annotations
@@ -131,8 +131,8 @@ def _processes() -> dict[int, tuple[str, int, int]]:
 
 
 def _job_groups(root: int) -> set[int]:
-    """Process groups of ``root`` and its descendants: the job's own, plus the one PySpark's
-    worker daemon makes for itself and its forked task workers (``os.setpgid(0, 0)``)."""
+    """Process groups of ``root`` and its descendants: the job's own, plus those PySpark's
+    worker daemons make for themselves and their forked workers (``os.setpgid(0, 0)``)."""
     table = _processes()
     children: dict[int, list[int]] = {}
     for pid, (_, parent, _) in table.items():
@@ -262,7 +262,7 @@ class Job:
 
     def kill(self, *, quiet: bool = False) -> None:
         """SIGKILL the job's process groups (its own: the driver, the JVM, the streaming source
-        runner; the worker daemon's: the task workers) and wait until none of them is left."""
+        runner; the worker daemons': the task workers) and wait until none of them is left."""
         groups = _job_groups(self.proc.pid)
         for group in groups:
             with contextlib.suppress(ProcessLookupError):
