@@ -85,36 +85,41 @@ class JobError(RuntimeError):
 # ---------------------------------------------------------------------------------- errors
 
 
-_PY_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|\w+)): (.+)$")
+_PY_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Z]\w*): (.+)$")
 _JAVA_PREFIX = re.compile(r"^(?::\s*)?(?:[a-z_][\w$]*\.)+([A-Z][\w$]*): ")
 _SPARK_PREFIX = re.compile(
     r"^\[STREAM_FAILED\] Query \[id = [^\]]*\] terminated with exception: ", re.S
 )
+_SKIP = ("at ", "JVM stacktrace", "An error occurred while", "Caused by", "...")
 
 
 def root_cause(error: BaseException | str) -> str:
     """The first line that says what went wrong, from a Spark, Py4J or Python error.
 
     A Python error inside Spark (the MQTT source's process, the batch writer) arrives as text
-    holding a Python traceback; its last line is the error itself.
+    holding a Python traceback; its last line is the error itself (for a ``Py4JJavaError``,
+    the Java exception after it).
     """
     text = error if isinstance(error, str) else _error_text(error)
     if "Traceback (most recent call last):" in text:
-        block = text.rsplit("Traceback (most recent call last):", 1)[1]
-        for line in block.splitlines():
-            match = _PY_EXCEPTION_LINE.match(line.strip())
-            if match and not line.startswith((" ", "\t")):
+        block = text.rsplit("Traceback (most recent call last):", 1)[1].splitlines()
+        for index, line in enumerate(block):
+            match = _PY_EXCEPTION_LINE.match(line)
+            if match is None:
+                continue
+            if match.group(1) == "Py4JJavaError":
                 return (
-                    root_cause(f"{match.group(1)}: {match.group(2)}")
-                    if ("Py4JJavaError" in match.group(1))
-                    else _tidy(f"{match.group(1)}: {match.group(2)}")
+                    root_cause("\n".join(block[index + 1 :]))
+                    if index + 1 < len(block)
+                    else (_tidy(line))
                 )
+            return _tidy(f"{match.group(1)}: {match.group(2)}")
     text = _SPARK_PREFIX.sub("", text.strip())
     for line in text.splitlines():
         line = line.strip()
-        if line and not line.startswith(("at ", "JVM stacktrace", "An error occurred while")):
+        if line and not line.startswith(_SKIP):
             return _tidy(line)
-    return type(error).__name__ if not isinstance(error, str) else "unknown error"
+    return "unknown error" if isinstance(error, str) else type(error).__name__
 
 
 def _error_text(error: BaseException) -> str:
@@ -161,10 +166,11 @@ def preflight(options: SourceOptions) -> None:
 # ----------------------------------------------------------------------------------- spark
 
 
-def quiet_spark_logs(level: str) -> None:
-    """Before a local JVM starts: Spark's console log at WARN without its banner. (Under
-    spark-submit the JVM is already running with the user's log4j settings.)"""
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
+def quiet_spark_logs(level: str, *, launching: bool = False) -> None:
+    """Before a JVM starts (a local one, or the job submitting itself again): Spark's console
+    log at ``level`` without its INFO start-up lines. A JVM that spark-submit already runs
+    keeps the user's log4j settings."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ and not launching:
         return
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if "log4j" in opts:
@@ -298,6 +304,7 @@ def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
     from streaming_jobs.spark_session import job_spark, resubmit_with_delta, submit_lacks_delta
 
     if submit_lacks_delta():
+        quiet_spark_logs(config.spark_log_level, launching=True)
         resubmit_with_delta(os.path.abspath(__file__), list(argv))
     quiet_spark_logs(config.spark_log_level)
     settings = {"spark.ui.showConsoleProgress": "false", **config.spark_settings}

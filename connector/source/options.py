@@ -232,8 +232,7 @@ class SourceOptions:
                 "maxBacklogMessages", opts.get("maxBacklogMessages", "1000000"), 1
             ),
             available_now_idle_timeout=_seconds(
-                "availableNowIdleTimeout",
-    "availableNowMaxWait", opts.get("availableNowIdleTimeout", "2"), 0.01
+                "availableNowIdleTimeout", opts.get("availableNowIdleTimeout", "2"), 0.01
             ),
             available_now_max_wait=_seconds(
                 "availableNowMaxWait", opts.get("availableNowMaxWait", "60"), 0.01

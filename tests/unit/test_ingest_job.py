@@ -123,6 +123,11 @@ to merge fields 'temp' and 'temp'. SQLSTATE: 22005
          "[PARSE_SYNTAX_ERROR] Syntax error at or near ','."),
         ("An error occurred while calling o41.start.\n: java.io.IOException: No space left on "
          "device\n\tat java.base/x", "IOException: No space left on device"),
+        ("An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
+         "call last):\n  File \"/x/batch_writer.py\", line 9, in __call__\n    writer.save(p)\n"
+         "py4j.protocol.Py4JJavaError: An error occurred while calling o99.save.\n"
+         ": java.nio.file.AccessDeniedException: /data/t/_delta_log\n\tat x.y(Z.java:1)\n",
+         "AccessDeniedException: /data/t/_delta_log"),
     ],
 )  # fmt: skip
 def test_root_cause_is_the_line_that_says_what_went_wrong(text: str, expected: str) -> None:

@@ -42,6 +42,7 @@ def test_option_names_are_case_insensitive() -> None:
         ({"keepAlive": "x"}, "keepAlive"),
         ({"partitionData": "disk"}, "partitionData"),
         ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"availableNowMaxWait": "soon"}, "availableNowMaxWait"),
     ],
 )
 def test_invalid_options_name_the_option(extra: dict[str, str], named: str) -> None:
