@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, table_rows
@@ -51,35 +51,61 @@ class BatchWriter:
         if not app_id:
             raise RuntimeError(f"no {QUERY_ID_PROPERTY} in the batch's context")
         began = time.monotonic()
+        if self.dead_letter_table is None:
+            rows, unparsed, newest = self._write_single(batch, app_id, batch_id)
+        else:
+            rows, unparsed, newest = self._write_split(batch, app_id, batch_id)
+        log.debug("batch %d: %d rows in %.2f s", batch_id, rows, time.monotonic() - began)
+        self.stats.record(BatchStats(batch_id, rows, unparsed, newest, time.time()))
+
+    def _metrics(self) -> list:
+        return [
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.col(REASON)).alias("unparsed"),
+            F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
+        ]
+
+    def _write_single(
+        self, batch: DataFrame, app_id: str, batch_id: int
+    ) -> tuple[int, int, int | None]:
+        """One table: a single pass, the counts observed while writing (no cache, no count)."""
+        observation = Observation(f"mqtt-ingest-{batch_id}")
+        decoded = decode(batch, self.plan).observe(observation, *self._metrics())
+        self._append(table_rows(decoded, self.plan), self.table, app_id, batch_id, None)
+        counts = observation.get
+        newest = counts.get("newest")
+        return (
+            int(counts["rows"]),
+            int(counts["unparsed"]),
+            int(newest) if newest is not None else None,
+        )
+
+    def _write_split(
+        self, batch: DataFrame, app_id: str, batch_id: int
+    ) -> tuple[int, int, int | None]:
+        """Good rows to the table, the rest to the dead-letter table, from one cached read."""
+        assert self.dead_letter_table is not None
         decoded = decode(batch, self.plan).persist()
         try:
-            counts = decoded.agg(
-                F.count(F.lit(1)).alias("rows"),
-                F.count(F.col(REASON)).alias("unparsed"),
-                F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
-            ).first()
+            counts = decoded.agg(*self._metrics()).first()
             assert counts is not None
             rows, unparsed = int(counts["rows"]), int(counts["unparsed"])
-            log.debug("batch %d: read and counted in %.2f s", batch_id, time.monotonic() - began)
-            if self.dead_letter_table is None:
-                self._append(table_rows(decoded, self.plan), self.table, app_id, batch_id, rows)
-            else:
-                good = rows - unparsed
-                self._append(table_rows(decoded, self.plan), self.table, app_id, batch_id, good)
-                self._append(
-                    dead_letter_rows(decoded), self.dead_letter_table, app_id, batch_id, unparsed
-                )
+            self._append(
+                table_rows(decoded, self.plan), self.table, app_id, batch_id, rows - unparsed
+            )
+            self._append(
+                dead_letter_rows(decoded), self.dead_letter_table, app_id, batch_id, unparsed
+            )
         finally:
             decoded.unpersist()
         newest = counts["newest"]
-        self.stats.record(
-            BatchStats(
-                batch_id, rows, unparsed, int(newest) if newest is not None else None, time.time()
-            )
-        )
+        return rows, unparsed, int(newest) if newest is not None else None
 
-    def _append(self, rows: DataFrame, path: str, app_id: str, batch_id: int, count: int) -> None:
-        """Append ``rows`` once per (query, batch); an empty batch only creates the table."""
+    def _append(
+        self, rows: DataFrame, path: str, app_id: str, batch_id: int, count: int | None
+    ) -> None:
+        """Append ``rows`` once per (query, batch); an empty batch only creates the table
+        (``count`` None: not known before writing)."""
         if count == 0 and self._table_exists(rows, path):
             return
         writer = (
@@ -96,7 +122,7 @@ class BatchWriter:
         writer.save(path)
         self._exists.add(path)
         log.debug(
-            "batch %d: %d rows into %s in %.2f s", batch_id, count, path, time.monotonic() - began
+            "batch %d: %s rows into %s in %.2f s", batch_id, count, path, time.monotonic() - began
         )
 
     def _table_exists(self, rows: DataFrame, path: str) -> bool:

@@ -100,7 +100,23 @@ def resubmit_with_delta(script: str, argv: list[str]) -> None:
     os.environ.pop("PYSPARK_GATEWAY_PORT", None)
     os.environ.pop("PYSPARK_GATEWAY_SECRET", None)
     log.info("adding Delta's jars from %s and submitting again", REPO_ROOT / ".jars")
+    _die_with_parent()
     os.execv(command[0], [*command, script, *argv])
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send SIGTERM to this process (and what it execs into) when its parent,
+    the first spark-submit JVM, dies: a SIGTERM to that JVM then stops the re-submitted job
+    instead of leaving it running on its own (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        log.debug("PR_SET_PDEATHSIG is not available here")
 
 
 def job_spark(
