@@ -44,6 +44,7 @@ from connector.mqtt.driver import MqttClient
 from connector.mqtt.errors import MqttError
 from connector.mqtt.session import SessionConfig
 from streaming_jobs.local_broker import BrokerError, MosquittoBroker
+from streaming_jobs.process_tree import alive_in, process_groups
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -434,42 +435,6 @@ class IngestJob:
             return self.log_path.read_text(errors="replace").splitlines()
         except FileNotFoundError:
             return []
-
-
-def _processes() -> dict[int, tuple[str, int, int]]:
-    """pid -> (state, parent pid, process group), from /proc."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces
-        table[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
-    return table
-
-
-def process_groups(root: int) -> set[int]:
-    """Process groups of ``root`` and its descendants (PySpark's daemon makes its own)."""
-    table = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (_, parent, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    groups, todo = {root}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in table:
-            groups.add(table[pid][2])
-        todo.extend(children.get(pid, []))
-    groups.discard(os.getpgrp())
-    return groups
-
-
-def alive_in(groups: set[int]) -> bool:
-    """Whether a live (non-zombie) process is left in ``groups``."""
-    return any(g in groups and s != "Z" for s, _, g in _processes().values())
 
 
 def ingest_command(broker_url: str, paths: DemoPaths) -> list[str]:

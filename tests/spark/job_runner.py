@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streaming_jobs.local_broker import MosquittoBroker
+from streaming_jobs.process_tree import alive_in, process_groups
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until
 
@@ -67,41 +68,6 @@ def run_job(
         env=job_env(**env),
         stdin=subprocess.DEVNULL,
     )
-
-
-def _processes() -> dict[int, tuple[str, int, int]]:
-    """pid -> (state, parent pid, process group) of every process."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
-    return found
-
-
-def _groups_of(root: int) -> set[int]:
-    """Process groups of ``root`` and its descendants (never this test's own group)."""
-    table = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (_, parent, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    groups, todo = {root}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in table:
-            groups.add(table[pid][2])
-        todo.extend(children.get(pid, []))
-    groups.discard(os.getpgrp())
-    return groups
-
-
-def _alive_in(groups: set[int]) -> list[int]:
-    return [p for p, (state, _, group) in _processes().items() if group in groups and state != "Z"]
 
 
 @dataclass
@@ -163,16 +129,16 @@ class Job:
 
     def kill_9(self) -> None:
         """SIGKILL every process group of the job and wait until none of them is left."""
-        groups = _groups_of(self.proc.pid)
+        groups = process_groups(self.proc.pid)
         for group in groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
         self.proc.wait(timeout=30)
-        wait_until(lambda: not _alive_in(groups), 30, message="the killed job's processes live")
+        wait_until(lambda: not alive_in(groups), 30, message="the killed job's processes live")
 
     def cleanup(self) -> None:
         """Kill whatever is left of the job (after a failure, or a JVM still shutting down)."""
-        if self.proc.poll() is None or _alive_in(_groups_of(self.proc.pid)):
+        if self.proc.poll() is None or alive_in(process_groups(self.proc.pid)):
             self.kill_9()
 
 

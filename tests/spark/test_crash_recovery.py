@@ -43,6 +43,7 @@ import pytest
 
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.session import SessionConfig
+from streaming_jobs.process_tree import alive_in, process_groups
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.waiting import wait_until
 
@@ -112,46 +113,6 @@ def _batch_files(directory: Path) -> list[int]:
     except FileNotFoundError:
         return []
     return sorted(int(name) for name in names if name.isdigit())
-
-
-def _processes() -> dict[int, tuple[str, int, int]]:
-    """pid -> (state, parent pid, process group) of every process."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2 :].split()
-        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
-    return found
-
-
-def _job_groups(root: int) -> set[int]:
-    """Process groups of ``root`` and its descendants: the job's own, plus those PySpark's
-    worker daemons make for themselves and their forked workers (``os.setpgid(0, 0)``)."""
-    table = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (_, parent, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    groups, todo = {root}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in table:
-            groups.add(table[pid][2])
-        todo.extend(children.get(pid, []))
-    groups.discard(os.getpgrp())  # never this test's own group
-    return groups
-
-
-def _alive_in(groups: set[int]) -> list[int]:
-    """Live (non-zombie) processes of the process groups ``groups``."""
-    return [
-        pid for pid, (state, _, group) in _processes().items() if group in groups and state != "Z"
-    ]
 
 
 @dataclass
@@ -263,15 +224,15 @@ class Job:
     def kill(self, *, quiet: bool = False) -> None:
         """SIGKILL the job's process groups (its own: the driver, the JVM, the streaming source
         runner; the worker daemons': the task workers) and wait until none of them is left."""
-        groups = _job_groups(self.proc.pid)
+        groups = process_groups(self.proc.pid)
         for group in groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
         self.proc.wait(timeout=30)
         wait_until(
-            lambda: not _alive_in(groups),
+            lambda: not alive_in(groups),
             30,
-            message=lambda: f"processes of the killed job still alive: {_alive_in(groups)}",
+            message=lambda: f"processes of the killed job still alive: {alive_in(groups)}",
         )
         if quiet:
             return
@@ -285,7 +246,7 @@ class Job:
 
     def leftovers(self) -> bool:
         """Whether the job or anything in its process groups is still running."""
-        return self.proc.poll() is None or bool(_alive_in(_job_groups(self.proc.pid)))
+        return self.proc.poll() is None or bool(alive_in(process_groups(self.proc.pid)))
 
 
 @dataclass

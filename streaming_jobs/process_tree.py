@@ -1,0 +1,50 @@
+"""The process groups of a job and its descendants, read from ``/proc`` (Linux).
+
+A Spark job is more than one process group: PySpark's worker daemons put themselves and their
+forked workers in groups of their own (``os.setpgid(0, 0)``), so stopping a job for good means
+signalling every group its descendants use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def processes() -> dict[int, tuple[str, int, int]]:
+    """pid -> (state, parent pid, process group) of every process."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+    return found
+
+
+def process_groups(root: int) -> set[int]:
+    """Process groups of ``root`` and its descendants, never the caller's own group."""
+    table = processes()
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    groups, todo = {root}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            groups.add(table[pid][2])
+        todo.extend(children.get(pid, []))
+    groups.discard(os.getpgrp())
+    return groups
+
+
+def alive_in(groups: set[int]) -> list[int]:
+    """Live (non-zombie) processes of the process groups ``groups``."""
+    return [
+        pid for pid, (state, _, group) in processes().items() if group in groups and state != "Z"
+    ]
