@@ -86,6 +86,7 @@ bench: setup
 	$(VENV_PY) -m bench.codec
 	$(VENV_PY) -m bench.drain
 	$(VENV_PY) -m bench.ingest
+	$(VENV_PY) -m bench.backlog_rss
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo, then a report;
 ## flags via DEMO_ARGS="--messages 5000 --devices 10 --keep-data"
