@@ -10,9 +10,11 @@ import os
 import platform
 import pstats
 import re
+import select
 import statistics
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -165,3 +167,33 @@ def profile_report(profile: cProfile.Profile | str, limit: int = 20) -> str:
     out = io.StringIO()
     pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(limit)
     return out.getvalue()
+
+
+def paho_loop(
+    client: Any,
+    done: Callable[[], bool],
+    last: Callable[[], float | None],
+    start: float,
+    timeout: float,
+    stall: float,
+) -> None:
+    """Drive a connected paho-mqtt client until ``done()``, ``timeout`` seconds after ``start``,
+    or ``stall`` seconds without a message (``last()`` is the newest message's time).
+
+    It is loop_forever's cycle through paho's external-loop API, so the caller can stop right
+    after the PUBACK of the last message was written (before DISCONNECT)."""
+    import paho.mqtt.client as paho
+
+    sock = client.socket()
+    deadline = start + timeout
+    while not done():
+        now = time.perf_counter()
+        if now > deadline or now - (last() or start) > stall:
+            break
+        writable = [sock] if client.want_write() else []
+        readable, _, _ = select.select([sock], writable, [], 1.0)
+        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
+            break
+        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
+            break
+        client.loop_misc()

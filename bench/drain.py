@@ -29,7 +29,6 @@ import argparse
 import cProfile
 import json
 import re
-import select
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from .common import (
     describe_machine,
     format_table,
     machine_info,
+    paho_loop,
     paired_ratio,
     profile_report,
     rate,
@@ -140,22 +140,8 @@ def worker_paho(
     client.on_connect = on_connect
     client.on_message = on_message
     start = time.perf_counter()
-    deadline = start + timeout
     client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=60)
-    sock = client.socket()
-    # loop_forever's cycle through the external-loop API, so the loop can end right after
-    # the PUBACK of the last message was written (before DISCONNECT).
-    while counters[1] < count:
-        now = time.perf_counter()
-        if now > deadline or now - (state["last"] or start) > stall:
-            break
-        writable = [sock] if client.want_write() else []
-        readable, _, _ = select.select([sock], writable, [], 1.0)
-        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
-            break
-        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
-            break
-        client.loop_misc()
+    paho_loop(client, lambda: counters[1] >= count, lambda: state["last"], start, timeout, stall)
     client.disconnect()
     connected = state["connected"] or start
     return _worker_result(counters, start, connected, state["last"] or connected, 1)

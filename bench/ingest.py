@@ -48,7 +48,6 @@ import math
 import os
 import pickle
 import re
-import select
 import shutil
 import subprocess
 import sys
@@ -68,6 +67,7 @@ from .common import (
     format_table,
     machine_info,
     package_version,
+    paho_loop,
     paired_ratio,
     profile_report,
     rate,
@@ -153,20 +153,10 @@ def worker_paho(url: str, client_id: str, count: int, timeout: float, stall: flo
     client.on_connect = on_connect
     client.on_message = on_message
     start = time.perf_counter()
-    deadline = start + timeout
     client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=60)
-    sock = client.socket()
-    while state["distinct"] < count:
-        now = time.perf_counter()
-        if now > deadline or now - (state["last"] or start) > stall:
-            break
-        writable = [sock] if client.want_write() else []
-        readable, _, _ = select.select([sock], writable, [], 1.0)
-        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
-            break
-        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
-            break
-        client.loop_misc()
+    paho_loop(
+        client, lambda: state["distinct"] >= count, lambda: state["last"], start, timeout, stall
+    )
     client.disconnect()
     connected = state["connected"] or start
     return {
