@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-password-over-plain-tcp",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="send a password over tcp:// to a host that is not loopback (default: refused)",
+        help="send the password over plain tcp:// (default: refused; use ssl:// instead)",
     )
     mqtt.add_argument("--cafile", metavar="FILE", help="CA bundle that signed the broker (TLS)")
     mqtt.add_argument("--certfile", metavar="FILE", help="client certificate (mutual TLS)")

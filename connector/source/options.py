@@ -175,15 +175,13 @@ class SourceOptions:
         allow_plain = _bool(
             "allowPasswordOverPlainTcp", opts.get("allowPasswordOverPlainTcp", "false")
         )
-        if (
-            password is not None
-            and not broker.tls
-            and not allow_plain
-            and broker.host not in ("localhost", "127.0.0.1", "::1")
-        ):
+        # No exemption, not even for loopback: a tunnel or a proxy can make a local port reach
+        # another machine, and the rule is simpler to state and audit.
+        if password is not None and not broker.tls and not allow_plain:
             raise InvalidOptionError(
-                "option 'password' would be sent unencrypted over tcp://; use ssl:// or mqtts://, "
-                "or set option 'allowPasswordOverPlainTcp' to true"
+                f"option 'password' would be sent unencrypted to {broker}; use an ssl:// or "
+                "mqtts:// 'brokerUrl', or set option 'allowPasswordOverPlainTcp' to true to "
+                "send it over plain TCP anyway"
             )
 
         tls = None

@@ -193,6 +193,7 @@ def test_refused_credentials_exit_1_with_one_line(
     done = run_job(
         [
             "--broker", broker.url, "--topic", "a/#", "--username", "ingest",
+            "--allow-password-over-plain-tcp",
             "--table", str(tmp_path / "t"), "--checkpoint", str(tmp_path / "c"),
         ],
         timeout=180,

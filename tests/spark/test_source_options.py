@@ -124,7 +124,7 @@ def test_password_appears_in_no_plan_progress_error_or_file(
     dirs = StreamDirs.under(tmp_path / "good")
     frame = mqtt_reader(
         spark, broker.url, dirs.wal, topic="sec/#", clientId=client_id,
-        username="ingest", password=secret,
+        username="ingest", password=secret, allowPasswordOverPlainTcp="true",
     ).load()  # fmt: skip
     texts = {"df.explain": printed(lambda: frame.explain(True))}
     query = to_delta(frame, dirs)
@@ -146,7 +146,7 @@ def test_password_appears_in_no_plan_progress_error_or_file(
     bad = StreamDirs.under(tmp_path / "bad")
     frame = mqtt_reader(
         spark, broker.url, bad.wal, topic="sec/#", clientId=unique_id(),
-        username="nobody", password=secret,
+        username="nobody", password=secret, allowPasswordOverPlainTcp="true",
     ).load()  # fmt: skip
     failing = to_delta(frame, bad)
     try:

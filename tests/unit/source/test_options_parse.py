@@ -65,12 +65,41 @@ def test_password_never_in_repr_or_redacted_view() -> None:
     assert "s3cr3t-pw" not in str(opts.redacted())
 
 
-def test_password_over_plain_tcp_needs_an_explicit_opt_in() -> None:
-    creds = {"username": "u", "password": "pw"}
-    with pytest.raises(InvalidOptionError, match="allowPasswordOverPlainTcp"):
+@pytest.mark.parametrize(
+    "url",
+    [
+        "tcp://broker.example:1883",
+        "mqtt://broker.example",
+        "broker.example:1883",
+        "tcp://127.0.0.1:1883",
+        "tcp://localhost:1883",
+        "tcp://[::1]:1883",
+    ],
+)
+def test_password_over_plain_tcp_needs_an_explicit_opt_in(url: str) -> None:
+    """No host is exempt, loopback included: the error says how to opt in or use TLS."""
+    creds = {"brokerUrl": url, "username": "u", "password": "pw-never-shown"}
+    with pytest.raises(InvalidOptionError) as refused:
         SourceOptions.parse({**BASE, **creds})
-    SourceOptions.parse({**BASE, **creds, "allowPasswordOverPlainTcp": "true"})
-    SourceOptions.parse({**BASE, **creds, "brokerUrl": "tcp://127.0.0.1:1883"})
+    message = str(refused.value)
+    assert "unencrypted" in message and "tcp://" in message
+    assert "ssl://" in message and "'allowPasswordOverPlainTcp' to true" in message
+    assert "pw-never-shown" not in message
+    opted_in = SourceOptions.parse({**BASE, **creds, "allowPasswordOverPlainTcp": "true"})
+    assert opted_in.password == "pw-never-shown"
+    with pytest.raises(InvalidOptionError):
+        SourceOptions.parse({**BASE, **creds, "allowPasswordOverPlainTcp": "false"})
+
+
+@pytest.mark.parametrize("url", ["ssl://broker.example:8883", "mqtts://127.0.0.1"])
+def test_password_over_tls_needs_no_opt_in(url: str) -> None:
+    opts = SourceOptions.parse({**BASE, "brokerUrl": url, "username": "u", "password": "pw"})
+    assert opts.tls is not None and opts.tls.verify  # verification is on by default
+    assert opts.password == "pw"
+
+
+def test_user_name_without_password_over_plain_tcp_is_fine() -> None:
+    assert SourceOptions.parse({**BASE, "username": "u"}).password is None
 
 
 def test_mqtt_3_1_limits_client_ids_to_23_characters() -> None:
