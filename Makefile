@@ -43,7 +43,9 @@ $(VENV_STAMP): pyproject.toml
 	done
 	@touch $@
 
-# System packages the tests need. Nothing runs when everything is present.
+# System packages the tests need. Nothing runs when everything is present. Next to a docker
+# client without the compose plugin, Debian's docker-compose lets the tests check
+# docker/compose.yaml (`config` needs no engine).
 system-deps:
 	@missing=""; \
 	if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x "$(MOSQUITTO_SBIN)" ]; then \
@@ -52,6 +54,10 @@ system-deps:
 	if ! command -v mosquitto_sub >/dev/null 2>&1; then missing="$$missing mosquitto-clients"; fi; \
 	if ! command -v openssl >/dev/null 2>&1; then missing="$$missing openssl"; fi; \
 	if ! command -v mvn >/dev/null 2>&1; then missing="$$missing maven"; fi; \
+	if command -v docker >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1 \
+		&& ! command -v docker-compose >/dev/null 2>&1; then \
+		missing="$$missing docker-compose"; \
+	fi; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
 		elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \

@@ -105,36 +105,74 @@ def test_broker_config_keeps_queued_messages() -> None:
     assert settings["listener"] == "1883"
 
 
-def docker_compose() -> str:
-    """The docker command when ``docker compose`` works; skips the test otherwise."""
+def compose_config() -> dict:
+    """``docker compose config`` of docker/compose.yaml as a dict, volumes as
+    ``{"source", "target"}`` dicts. Uses the compose plugin when it works, else the standalone
+    ``docker-compose`` that ``make setup`` installs from Debian next to a docker client (its
+    ``config`` prints YAML, parsed with the interpreter that runs it); skips without docker."""
     docker = shutil.which("docker")
     if docker is None:
         pytest.skip("the docker command is not installed")
-    probe = subprocess.run(
-        [docker, "compose", "version"],
+    plugin = run([docker, "compose", "version"])
+    if plugin.returncode == 0:
+        done = run([docker, "compose", "-f", str(COMPOSE), "config", "--format", "json"])
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+    standalone = shutil.which("docker-compose")
+    assert standalone is not None, (
+        "docker is installed but neither `docker compose` nor "
+        "`docker-compose` works: `make setup` installs docker-compose"
+    )
+    done = run([standalone, "-f", str(COMPOSE), "config"])
+    assert done.returncode == 0, done.stderr
+    interpreter = Path(standalone).read_text().splitlines()[0].removeprefix("#!").split()
+    as_json = run(
+        [
+            *interpreter,
+            "-c",
+            "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)",
+        ],
+        stdin=done.stdout,
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    config = json.loads(as_json.stdout)
+    for service in config["services"].values():
+        service["volumes"] = [volume_dict(v) for v in service.get("volumes", [])]
+    return config
+
+
+def run(command: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=COMPOSE_TIMEOUT,
         check=False,
     )
-    if probe.returncode != 0:
-        why = (probe.stderr or probe.stdout).strip().splitlines()
-        pytest.skip(f"`docker compose version` failed ({why[0] if why else probe.returncode})")
-    return docker
+
+
+def volume_dict(volume: str | dict) -> dict:
+    """``source:target[:mode]`` (the short syntax ``docker-compose config`` prints) as a dict."""
+    if isinstance(volume, dict):
+        return volume
+    source, target, *_ = volume.split(":")
+    return {"source": source, "target": target}
+
+
+def test_compose_project_name_is_set_for_both_compose_tools() -> None:
+    settings = dict(
+        line.split("=", 1)
+        for line in (DOCKER_DIR / ".env").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    assert settings["COMPOSE_PROJECT_NAME"] == "mqtt-lakehouse"
 
 
 def test_compose_config_names_both_services_and_the_volumes() -> None:
-    docker = docker_compose()
-    done = subprocess.run(
-        [docker, "compose", "-f", str(COMPOSE), "config", "--format", "json"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=COMPOSE_TIMEOUT,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    config = json.loads(done.stdout)
+    config = compose_config()
+    assert config.get("name", "mqtt-lakehouse") == "mqtt-lakehouse"
     assert set(config["services"]) == {"mosquitto", "ingest"}
     assert {"tables", "checkpoints", "mosquitto-data"} <= set(config["volumes"])
     ingest = config["services"]["ingest"]
@@ -142,7 +180,7 @@ def test_compose_config_names_both_services_and_the_volumes() -> None:
     assert mounts["/data/tables"]["source"] == "tables"
     assert mounts["/data/checkpoints"]["source"] == "checkpoints"
     assert Path(ingest["build"]["context"]).resolve() == REPO_ROOT
-    assert "tcp://mosquitto:1883" in ingest["command"]
+    assert "tcp://mosquitto:1883" in " ".join(ingest["command"])
     broker_mounts = {v["target"]: v for v in config["services"]["mosquitto"]["volumes"]}
     conf = broker_mounts["/mosquitto/config/mosquitto.conf"]
     assert Path(conf["source"]).resolve() == MOSQUITTO_CONF
