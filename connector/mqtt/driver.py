@@ -22,6 +22,7 @@ from .errors import (
     ConnectionRefused,
     KeepAliveTimeout,
     MqttError,
+    RepeatedProtocolViolation,
     SubscriptionRefused,
 )
 from .packets import Publish
@@ -397,7 +398,11 @@ class MqttClient:
         if not data:
             raise ConnectionLost(f"{self.broker} closed the connection")
         now = self.clock()
-        events = self.session.receive_data(data, now)
+        try:
+            events = self.session.receive_data(data, now)
+        except RepeatedProtocolViolation as exc:
+            log.error("giving up on %s: %s", self.broker, exc.reason)
+            raise RepeatedProtocolViolation(exc.count, exc.reason, str(self.broker)) from None
         self.session.tick(now)
         return events
 
@@ -432,6 +437,12 @@ class MqttClient:
                 elif isinstance(event, ProtocolViolation):
                     # Drop the whole read: nothing of it was persisted or acknowledged, so the
                     # broker redelivers the good messages on the next connection.
+                    log.warning(
+                        "protocol violation by %s: %s; closing the connection (%d in a row)",
+                        self.broker,
+                        event.reason,
+                        self.session.violations_in_a_row,
+                    )
                     self.close()
                     return Batch()
             self.flush()

@@ -30,6 +30,24 @@ class ProtocolError(MqttError):
     """A well-formed packet that is not allowed in the current session state."""
 
 
+class RepeatedProtocolViolation(ProtocolError):
+    """The broker broke the protocol on ``count`` connections in a row with no message or
+    release delivered in between: reconnecting again would not help, so the client gives up.
+
+    ``reason`` is the last rule broken (with its spec section); ``broker`` is filled in by the
+    driver, which knows the address.
+    """
+
+    def __init__(self, count: int, reason: str, broker: str | None = None) -> None:
+        self.count = count
+        self.reason = reason
+        self.broker = broker
+        super().__init__(
+            f"{broker or 'the broker'} broke the MQTT protocol {count} times in a row without "
+            f"delivering a message in between; giving up. Last violation: {reason}"
+        )
+
+
 class ConnectionRefused(MqttError):
     """CONNACK carried a non-zero return code (3.1.1 section 3.2.2.3, table 3.1)."""
 

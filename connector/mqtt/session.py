@@ -25,6 +25,7 @@ from .errors import (
     KeepAliveTimeout,
     MalformedPacket,
     ProtocolError,
+    RepeatedProtocolViolation,
 )
 from .packets import (
     SUBACK_FAILURE,
@@ -69,6 +70,10 @@ class SessionConfig:
     level: ProtocolLevel = ProtocolLevel.MQTT_3_1_1
     will: Will | None = None
     max_packet_size: int = MAX_REMAINING_LENGTH
+    max_violations_in_a_row: int = 5
+    """Protocol violations on consecutive connections, with no message delivered in between,
+    after which ``receive_data`` raises :class:`RepeatedProtocolViolation` instead of asking
+    for one more reconnect."""
 
     def __post_init__(self) -> None:
         if self.level == ProtocolLevel.MQTT_3_1 and not 1 <= len(self.client_id) <= 23:
@@ -82,6 +87,10 @@ class SessionConfig:
             raise ValueError(f"keep alive must be 0..65535 seconds, got {self.keep_alive}")
         if self.password is not None and self.username is None:
             raise ValueError("a password needs a user name (section 3.1.2.9)")
+        if self.max_violations_in_a_row < 1:
+            raise ValueError(
+                f"max_violations_in_a_row must be >= 1, got {self.max_violations_in_a_row}"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,6 +163,17 @@ Event = (
 )
 
 
+_PROGRESS = (Publish, Released, PublishDone)
+"""Events that show the broker doing its job: they end a run of protocol violations."""
+
+
+def _reused(packet: Publish) -> str:
+    return (
+        f"PUBLISH QoS {packet.qos} with DUP=0 reuses packet id {packet.packet_id} while its "
+        "exchange is still open on this connection (section 2.3.1)"
+    )
+
+
 class State(Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
@@ -182,6 +202,8 @@ class ClientSession:
         self.expect_session_present = False
         """Set True when a persistent session should exist (e.g. restored after a restart)."""
         self._qos2_in: dict[int, int] = {}
+        self._qos2_here: set[int] = set()
+        """QoS 2 ids first delivered on the current connection whose PUBCOMP is not sent."""
         self._inbound: dict[int, Publish] = {}
         """QoS 1/2 messages delivered on the current connection and not yet acknowledged."""
         self._outbound: dict[int, Publish] = {}
@@ -192,6 +214,8 @@ class ClientSession:
         self._last_sent = 0.0
         self._last_received = 0.0
         self._ping_sent_at: float | None = None
+        self.violations_in_a_row = 0
+        """Violations since a read last delivered a message, release or outbound ack."""
 
     # ---------------------------------------------------------------- connection lifecycle
 
@@ -236,6 +260,7 @@ class ClientSession:
         """Forget what belonged to the previous network connection (if any)."""
         self._out = []
         self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st == _RECORDED}
+        self._qos2_here = set()
         self._inbound.clear()
         self._subscribing.clear()
         self._unsubscribing.clear()
@@ -359,6 +384,7 @@ class ClientSession:
     def complete(self, packet_id: int, now: float) -> None:
         """Send PUBCOMP for a released QoS 2 id (after the release is persisted)."""
         self._qos2_in.pop(packet_id, None)
+        self._qos2_here.discard(packet_id)
         if self.state is State.CONNECTED:
             self._send(_ACK_WORD.pack(_PUBCOMP | packet_id), now)
 
@@ -424,7 +450,10 @@ class ClientSession:
         """Decode ``data`` and return the events it produces, in order.
 
         A protocol violation ends the list with :class:`ProtocolViolation`; the packets that
-        preceded it in ``data`` are still processed.
+        preceded it in ``data`` are still processed. The ``max_violations_in_a_row``-th
+        violation with no message, release or outbound ack delivered since the first one raises
+        :class:`RepeatedProtocolViolation` instead: the broker keeps breaking the protocol and
+        reconnecting again will not help (3.1.1 section 4.8 only asks to close the connection).
         """
         self._last_received = now
         self._ping_sent_at = None
@@ -438,7 +467,10 @@ class ClientSession:
         if self.state is State.CONNECTED:
             for packet in packets:
                 if type(packet) is Publish:
-                    self._on_publish(packet, events, now)
+                    problem = self._on_publish(packet, events, now)
+                    if problem:
+                        violation = problem
+                        break
                     continue
                 problem = self._handle(packet, events, now)  # type: ignore[arg-type]
                 if problem:
@@ -451,9 +483,13 @@ class ClientSession:
                     violation = problem
                     break
         if violation is not None:
-            log.warning("MQTT protocol violation by the broker: %s", violation)
-            events.append(ProtocolViolation(violation))
             self.state = State.CLOSED
+            self.violations_in_a_row += 1
+            if self.violations_in_a_row >= self.config.max_violations_in_a_row:
+                raise RepeatedProtocolViolation(self.violations_in_a_row, violation)
+            events.append(ProtocolViolation(violation))
+        elif self.violations_in_a_row and any(type(e) in _PROGRESS for e in events):
+            self.violations_in_a_row = 0
         return events
 
     def _handle(self, packet: Packet, events: list[Event], now: float) -> str | None:
@@ -467,9 +503,12 @@ class ClientSession:
                 )
             return self._on_connack(packet, events, now)
         if self.state is not State.CONNECTED:
-            return f"{type(packet).__name__.upper()} received while {self.state.value}"
+            return (
+                f"{type(packet).__name__.upper()} received while {self.state.value} "
+                "(section 4.8: nothing is read after a violation closed the connection)"
+            )
         if isinstance(packet, Publish):  # e.g. in the same read as CONNACK
-            self._on_publish(packet, events, now)
+            return self._on_publish(packet, events, now)
         elif isinstance(packet, Puback | Pubcomp):
             pending = self._outbound.get(packet.packet_id)
             expected_qos = 1 if isinstance(packet, Puback) else 2
@@ -499,11 +538,15 @@ class ClientSession:
             else:
                 # Unknown PUBREL: answer PUBCOMP so the broker can release the id (4.3.3).
                 self._qos2_in.pop(packet.packet_id, None)
+                self._qos2_here.discard(packet.packet_id)
                 self._send(_ACK_WORD.pack(_PUBCOMP | packet.packet_id), now)
         elif isinstance(packet, Suback):
             filters = self._subscribing.pop(packet.packet_id, None)
             if filters is None:
-                return f"SUBACK for packet id {packet.packet_id}, which no SUBSCRIBE used"
+                return (
+                    f"SUBACK for packet id {packet.packet_id}, which no SUBSCRIBE in flight used "
+                    "(section 3.9.2)"
+                )
             if len(filters) != len(packet.return_codes):
                 return (
                     f"SUBACK has {len(packet.return_codes)} return codes for "
@@ -512,7 +555,10 @@ class ClientSession:
             events.append(Subscribed(packet.packet_id, filters, list(packet.return_codes)))
         elif isinstance(packet, Unsuback):
             if packet.packet_id not in self._unsubscribing:
-                return f"UNSUBACK for packet id {packet.packet_id}, which no UNSUBSCRIBE used"
+                return (
+                    f"UNSUBACK for packet id {packet.packet_id}, which no UNSUBSCRIBE in flight "
+                    "used (section 3.11.2)"
+                )
             self._unsubscribing.discard(packet.packet_id)
             events.append(Unsubscribed(packet.packet_id))
         elif isinstance(packet, Pingresp):
@@ -526,19 +572,42 @@ class ClientSession:
             )
         return None
 
-    def _on_publish(self, packet: Publish, events: list[Event], now: float) -> None:
-        """Deliver an inbound PUBLISH unless it duplicates a pending QoS 2 id (4.3.3)."""
+    def _on_publish(self, packet: Publish, events: list[Event], now: float) -> str | None:
+        """Deliver an inbound PUBLISH unless it duplicates a pending QoS 2 id (4.3.3).
+
+        A first attempt (DUP=0) that reuses a packet id whose exchange is still open on this
+        connection breaks section 2.3.1 (an id is free again only after PUBACK, or PUBCOMP for
+        QoS 2): acknowledging one would acknowledge the other, so one would be lost. Returns
+        the violation, or None. An identical copy of a message not yet acknowledged is taken
+        for a resend with a missing DUP flag; a QoS 2 id already acknowledged with PUBREC on
+        this connection can only come back with DUP=1 (section 3.3.1.1)."""
         pid = packet.packet_id
         if packet.qos == 2:
             state = self._qos2_in.get(pid)  # type: ignore[arg-type]
             if state is not None:
+                if not packet.dup and pid in self._qos2_here:
+                    pending = self._inbound.get(pid)  # type: ignore[arg-type]
+                    if (
+                        pending is None
+                        or pending.topic != packet.topic
+                        or pending.payload != packet.payload
+                    ):
+                        return _reused(packet)
                 if state == _RECORDED:
                     self._send(_ACK_WORD.pack(_PUBREC | pid), now)  # type: ignore[operator]
-                return
+                return None
             self._qos2_in[pid] = _RECEIVED  # type: ignore[index]
+            self._qos2_here.add(pid)  # type: ignore[arg-type]
+        elif packet.qos and not packet.dup:
+            pending = self._inbound.get(pid)  # type: ignore[arg-type]
+            if pending is not None and (
+                pending.topic != packet.topic or pending.payload != packet.payload
+            ):
+                return _reused(packet)
         if packet.qos:
             self._inbound[pid] = packet  # type: ignore[index]
         events.append(packet)
+        return None
 
     def _on_connack(self, packet: Connack, events: list[Event], now: float) -> str | None:
         if packet.return_code:
