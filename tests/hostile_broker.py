@@ -1,0 +1,107 @@
+"""A scripted MQTT broker on loopback, built on our own codec, that misbehaves on purpose.
+
+It answers CONNECT with CONNACK and SUBSCRIBE with SUBACK, then hands the connection to a
+script with the connection number (1, 2, ...). Everything the client sends is decoded and kept
+per connection, so tests can check what was acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from connector.mqtt.codec import encode
+from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.errors import MqttError
+from connector.mqtt.packets import Connack, Connect, Packet, Suback, Subscribe
+
+Script = Callable[[socket.socket, int], None]
+"""Runs after SUBACK: what the broker sends on connection ``number``."""
+OnConnect = Callable[[socket.socket, int], None]
+"""Answers CONNECT on connection ``number`` (default: an accepting CONNACK)."""
+
+CONNACK = encode(Connack(False, 0))
+
+
+def send_connack(conn: socket.socket, number: int) -> None:
+    conn.sendall(CONNACK)
+
+
+def trickle(conn: socket.socket, data: bytes, interval: float) -> None:
+    """Send ``data`` one byte at a time, ``interval`` seconds apart."""
+    for byte in data:
+        conn.sendall(bytes([byte]))
+        time.sleep(interval)
+
+
+class ScriptedBroker:
+    """Accepts connections on 127.0.0.1 and plays ``script`` on each one."""
+
+    def __init__(self, script: Script, on_connect: OnConnect = send_connack) -> None:
+        self.script = script
+        self.on_connect = on_connect
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.url = f"tcp://127.0.0.1:{self.port}"
+        self.connections = 0
+        self.received: dict[int, list[Packet]] = {}
+        """Packets the client sent, per connection number."""
+        self._conns: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.server.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            self._conns.append(conn)
+            threading.Thread(
+                target=self._handle, args=(conn, self.connections), daemon=True
+            ).start()
+
+    def _handle(self, conn: socket.socket, number: int) -> None:
+        decoder = StreamDecoder()
+        received = self.received.setdefault(number, [])
+        conn.settimeout(10)
+        with conn:
+            try:
+                while not self._stop.is_set():
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    for packet in decoder.feed(data):
+                        received.append(packet)
+                        if isinstance(packet, Connect):
+                            self.on_connect(conn, number)
+                        elif isinstance(packet, Subscribe):
+                            codes = [qos for _, qos in packet.subscriptions]
+                            conn.sendall(encode(Suback(packet.packet_id, codes)))
+                            self.script(conn, number)
+            except (OSError, MqttError):
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.close()
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)  # wakes a handler blocked in recv
+            with contextlib.suppress(OSError):
+                conn.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
