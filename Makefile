@@ -21,7 +21,7 @@ MOSQUITTO_SBIN ?= /usr/sbin/mosquitto
 
 .PHONY: setup system-deps test lint bench demo fuzz clean
 
-## setup: virtualenv with the project and its dev extras, Mosquitto, Delta's jars
+## setup: virtualenv with the project and its dev and bench extras, Mosquitto, Delta's jars
 setup: $(VENV_STAMP) system-deps $(JARS_STAMP)
 
 # Re-runs when pyproject.toml changes; the stamp lives inside .venv, so deleting
@@ -32,7 +32,7 @@ $(VENV_STAMP): pyproject.toml
 		$(PYTHON) -m venv $(VENV); \
 	fi
 	$(VENV_PY) -m pip install --quiet --upgrade pip
-	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
+	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev,bench]'
 	@# `.venv/bin/spark-submit` finds Spark and runs the job with `python3` from PATH unless
 	@# told otherwise: pin both to this virtualenv's interpreter.
 	@for launcher in spark-submit pyspark; do \
@@ -87,12 +87,23 @@ test: setup
 lint: $(VENV_STAMP)
 	$(VENV_PY) -m ruff check .
 
-## bench: codec and drain benchmarks
+## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
+## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, INGEST_ARGS,
+## BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS (e.g. LATENCY_ARGS=--quick SCALE_ARGS=--quick)
+CODEC_ARGS ?=
+DRAIN_ARGS ?=
+INGEST_ARGS ?=
+BACKLOG_RSS_ARGS ?=
+LATENCY_ARGS ?=
+SCALE_ARGS ?=
 bench: setup
-	$(VENV_PY) -m bench.codec
-	$(VENV_PY) -m bench.drain
-	$(VENV_PY) -m bench.ingest
-	$(VENV_PY) -m bench.backlog_rss
+	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
+	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
+	$(VENV_PY) -m bench.ingest $(INGEST_ARGS)
+	$(VENV_PY) -m bench.backlog_rss $(BACKLOG_RSS_ARGS)
+	$(VENV_PY) -m bench.latency $(LATENCY_ARGS)
+	$(VENV_PY) -m bench.scale $(SCALE_ARGS)
+	$(VENV_PY) -m bench.report
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo, then a report;
 ## flags via DEMO_ARGS="--messages 5000 --devices 10 --keep-data"

@@ -1,0 +1,606 @@
+"""Benchmark report: ``python -m bench.report [--results DIR] [--output FILE] [--charts DIR]``.
+
+Reads the ``bench/results/*.json`` files the benchmarks wrote and writes ``bench/REPORT.md``:
+the machine each run was measured on, one section per benchmark with its tables, and PNG
+charts under ``bench/charts/`` (throughput against payload size for ours, paho-mqtt and
+``mosquitto_sub``; the latency distribution; receiver RSS against the backlog; rate and RSS
+against the number of topics). Every figure is copied from one results file, so the numbers
+in a table and the ratios between them come from the same run. A missing results file leaves
+its section saying so; a file of an unexpected shape is reported in its section, never fatal.
+``## Chaos`` shows ``chaos.json`` (any dict of counters, nested dicts allowed) when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("bench.report")
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS = ("codec", "drain", "ingest", "backlog_rss", "latency", "scale", "chaos")
+PEER_COLOURS = {"ours": "tab:blue", "paho": "tab:orange", "mosquitto_sub": "tab:green"}
+
+Lines = list[str]
+
+
+# ------------------------------------------------------------------------------ formatting
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Lines:
+    """A GitHub-flavoured Markdown table; columns after the first are right-aligned."""
+    if not rows:
+        return ["(no rows)"]
+    align = ["---", *["---:"] * (len(headers) - 1)]
+    out = ["| " + " | ".join(str(h) for h in headers) + " |", "| " + " | ".join(align) + " |"]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return out
+
+
+def num(value: float | None, digits: int = 0) -> str:
+    """Thousands separators, ``digits`` decimals; an em dash for no value."""
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
+
+
+def mib(kib: float | None) -> str:
+    return "—" if kib is None else f"{kib / 1024:,.1f}"
+
+
+def machine_line(machine: Mapping[str, Any]) -> str:
+    """One line naming the machine and software of a run."""
+    parts = [
+        f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
+        str(machine.get("platform", "")),
+        str(machine.get("python", "")),
+        f"mosquitto {machine.get('mosquitto')}",
+        f"paho-mqtt {machine.get('paho_mqtt')}",
+    ]
+    if machine.get("pyspark"):
+        parts.append(f"pyspark {machine['pyspark']}, delta-spark {machine.get('delta_spark')}")
+    parts.append(f"git {machine.get('git_revision')}, {machine.get('date')}")
+    load = machine.get("load_average_at_start")
+    if load:
+        parts.append("load average at start " + ", ".join(f"{v:.2f}" for v in load))
+    return "; ".join(p for p in parts if p)
+
+
+def run_note(data: Mapping[str, Any]) -> Lines:
+    machine = data.get("machine")
+    return [f"*Run:* {machine_line(machine)}", ""] if isinstance(machine, Mapping) else []
+
+
+def stats_cells(stats: Mapping[str, Any], digits: int = 0) -> list[str]:
+    return [num(stats.get(k), digits) for k in ("median", "min", "max")]
+
+
+def goal_rows(goal: Any) -> list[list[str]]:
+    """Rows (goal, target, measured, met) from a goal dict or a dict of goal dicts."""
+    if not isinstance(goal, Mapping):
+        return []
+    if "met" in goal:
+        goal = {str(goal.get("ratio", "goal")): goal}
+    rows = []
+    for name, item in goal.items():
+        if isinstance(item, Mapping) and "met" in item:
+            rows.append(
+                [
+                    str(item.get("ratio", name)),
+                    str(item.get("target")),
+                    str(item.get("measured")),
+                    "met" if item["met"] else "**not met**",
+                ]
+            )
+    return rows
+
+
+def ratio_rows(ratios: Any) -> list[list[str]]:
+    if not isinstance(ratios, Mapping):
+        return []
+    return [
+        [name, *(times(r.get(k)) for k in ("median", "min", "max"))]
+        for name, r in ratios.items()
+        if isinstance(r, Mapping)
+    ]
+
+
+# ------------------------------------------------------------------------------ charts
+
+
+class Charts:
+    """Writes PNG charts with matplotlib (Agg) into ``directory``; links relative to the
+    report. Without matplotlib, charts are skipped and the report says so."""
+
+    def __init__(self, directory: Path, report_dir: Path) -> None:
+        self.directory = directory
+        self.report_dir = report_dir
+        self.written: list[Path] = []
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            self.plt = None
+        else:
+            self.plt = plt
+
+    def draw(self, name: str, title: str, paint: Callable[[Any], None]) -> Lines:
+        """Paint a figure with ``paint(plt)`` and return the Markdown image line."""
+        if self.plt is None:
+            return [f"*(chart {name}.png not drawn: matplotlib is not installed)*", ""]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{name}.png"
+        figure = self.plt.figure(figsize=(8, 4.5), dpi=100)
+        try:
+            paint(self.plt)
+            figure.suptitle(title)
+            figure.tight_layout()
+            figure.savefig(path)
+        finally:
+            self.plt.close(figure)
+        self.written.append(path)
+        try:
+            link = path.relative_to(self.report_dir)
+        except ValueError:
+            link = path
+        return [f"![{title}]({link.as_posix()})", ""]
+
+
+# ------------------------------------------------------------------------------ sections
+
+
+def section_machine(results: Mapping[str, Any]) -> Lines:
+    rows = []
+    for name, data in results.items():
+        machine = data.get("machine") if isinstance(data, Mapping) else None
+        if not isinstance(machine, Mapping):
+            continue
+        load = machine.get("load_average_at_start")
+        rows.append(
+            [
+                f"`{name}.json`",
+                str(machine.get("date", "?")),
+                str(machine.get("git_revision", "?")),
+                f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
+                ", ".join(f"{v:.2f}" for v in load) if load else "—",
+            ]
+        )
+    first = next(
+        (d["machine"] for d in results.values() if isinstance(d, Mapping) and "machine" in d),
+        None,
+    )
+    out = ["## Machine", ""]
+    if first is not None:
+        out += [f"Measured on: {machine_line(first)}.", ""]
+    out += [
+        "Each benchmark records the machine it ran on; every figure below is copied from one "
+        "results file, and every ratio compares peers measured in that same run. The machine "
+        "is shared: a high load average means noisy absolute figures (the ratios cancel much "
+        "of it).",
+        "",
+    ]
+    out += md_table(["results", "date", "git", "CPU", "load average at start"], rows)
+    return [*out, ""]
+
+
+def section_codec(data: Mapping[str, Any], charts: Charts) -> Lines:
+    params = data.get("parameters", {})
+    out = [
+        f"PUBLISH decoding in process: {num(params.get('messages'))} QoS {params.get('qos')} "
+        f"frames of {params.get('payload_bytes')}-byte payloads, the same bytes for every "
+        "parser; median of "
+        f"{params.get('repeat')} runs.",
+        "",
+    ]
+    rows = [
+        [peer, *stats_cells(st), num(st.get("us_per_message"), 3)]
+        for peer, st in data["peers"].items()
+    ]
+    out += [*md_table(["parser", "msg/s median", "min", "max", "µs/msg"], rows), ""]
+    out += md_table(
+        ["ratio vs paho-mqtt", "median", "min", "max"], ratio_rows(data.get("ratios_vs_paho"))
+    )
+    out += ["", *md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goal")))]
+    return out
+
+
+def _peer_clock_table(data: Mapping[str, Any]) -> Lines:
+    rows = []
+    for peer, item in data["peers"].items():
+        for clock, st in item.get("rates", {}).items():
+            rows.append([peer, clock, *stats_cells(st)])
+    return md_table(["peer", "clock", "msg/s median", "min", "max"], rows)
+
+
+def _clock_notes(data: Mapping[str, Any]) -> Lines:
+    clocks = data.get("clocks")
+    if not isinstance(clocks, Mapping):
+        return []
+    return ["Clocks:", "", *(f"* **{k}**: {v}" for k, v in clocks.items()), ""]
+
+
+def section_drain(data: Mapping[str, Any], charts: Charts) -> Lines:
+    params = data.get("parameters", {})
+    out = [
+        f"A persistent session's backlog of {num(params.get('messages'))} QoS "
+        f"{params.get('qos')} messages ({params.get('payload_bytes')}-byte payloads) drained "
+        f"and acknowledged by each peer on a fresh Mosquitto; median of {params.get('repeat')}.",
+        "",
+        *_clock_notes(data),
+    ]
+    out += [*_peer_clock_table(data), ""]
+    out += [*md_table(["ratio", "median", "min", "max"], ratio_rows(data.get("ratios"))), ""]
+    out += md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goals")))
+    return out
+
+
+def section_ingest(data: Mapping[str, Any], charts: Charts) -> Lines:
+    params = data.get("parameters", {})
+    out = [
+        f"A backlog of {num(params.get('messages'))} QoS {params.get('qos')} messages "
+        f"({params.get('payload_bytes')}-byte JSON) landed in Delta by the ingest job's query "
+        f"on {params.get('master')}, trigger {params.get('trigger')}, written by "
+        f"{params.get('sink')}; median of {params.get('repeat')}.",
+        "",
+        *_clock_notes(data),
+    ]
+    out += [*_peer_clock_table(data), ""]
+    out += [*md_table(["ratio", "median", "min", "max"], ratio_rows(data.get("ratios"))), ""]
+    out += md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goal")))
+    share = data.get("other_processes_cpu_share")
+    if share is not None:
+        out += ["", f"Other processes took {share:.0%} of the machine's CPU during the run."]
+    return out
+
+
+def section_backlog_rss(data: Mapping[str, Any], charts: Charts) -> Lines:
+    return [
+        f"{num(data['messages_published'])} QoS 1 messages published to a receiver bounded "
+        f"by `maxBacklogMessages` {num(data['max_backlog_messages'])}.",
+        "",
+        *md_table(
+            ["stored in the WAL", "waiting at the broker", "RSS after start MiB", "peak MiB",
+             "growth MiB"],
+            [[
+                num(data["records_in_wal_at_end"]),
+                num(data["waiting_at_broker_at_end"]),
+                mib(data["rss_kib_after_start"]),
+                mib(data["rss_kib_peak"]),
+                mib(data["rss_growth_kib"]),
+            ]],
+        ),
+    ]  # fmt: skip
+
+
+def section_latency(data: Mapping[str, Any], charts: Charts) -> Lines:
+    params = data.get("parameters", {})
+    runs = data["runs"]
+    out = [
+        f"A publisher ({params.get('publisher')}) sends {params.get('payload_bytes')}-byte "
+        f"QoS {params.get('qos')} messages at a fixed rate for {params.get('duration_seconds')} "
+        f"s into the ingest job's query ({params.get('master')}, {params.get('sink')}); the "
+        f"first {params.get('warmup_seconds')} s of each run are left out of the percentiles.",
+        "",
+        f"Clock: {data.get('clock')}.",
+        "",
+    ]
+    rows = []
+    for r in runs:
+        lat = r["latency_seconds"]
+        batch = r.get("batch_duration_ms") or {}
+        rows.append(
+            [
+                num(r["rate"]),
+                r["trigger"],
+                num(r["publisher"].get("achieved_rate")),
+                num(r["measured_rows"]),
+                *(num(lat[k], 3) for k in ("p50", "p95", "p99", "max")),
+                num(r.get("rows_per_commit_median")),
+                num(batch.get("p50")),
+            ]
+        )
+    out += md_table(
+        ["msg/s", "trigger", "achieved msg/s", "rows measured", "p50 s", "p95 s", "p99 s",
+         "max s", "rows/commit", "batch ms p50"],
+        rows,
+    )  # fmt: skip
+    goal = data.get("goal") or {}
+    if "met" in goal:
+        out += [
+            "",
+            *md_table(
+                ["goal", "target", "measured", "verdict"],
+                [
+                    [
+                        f"p99 at {num(goal['rate'])} msg/s, trigger {goal['trigger']}",
+                        f"≤ {goal['p99_seconds']} s",
+                        f"{goal['p99_measured_seconds']:.3f} s",
+                        "met" if goal["met"] else "**not met**",
+                    ]
+                ],
+            ),
+        ]
+
+    def paint(plt: Any) -> None:
+        axes = plt.gca()
+        for r in runs:
+            cdf = r["cdf"]
+            axes.plot(
+                [v for _, v in cdf],
+                [q / 100 for q, _ in cdf],
+                label=f"{r['rate']:,} msg/s, {r['trigger']}",
+            )
+        axes.set_xlabel("send → visible in Delta (s)")
+        axes.set_ylabel("fraction of messages")
+        axes.set_ylim(0, 1.01)
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+
+    return [*out, "", *charts.draw("latency_cdf", "Latency distribution (CDF)", paint)]
+
+
+def _sweep_table(sweep: Mapping[str, Any], key: str, label: str) -> Lines:
+    rows = []
+    for x, row in sweep[key].items():
+        for peer in PEER_COLOURS:
+            cell = row.get(peer)
+            if not isinstance(cell, Mapping):
+                continue
+            rows.append(
+                [
+                    num(int(x)),
+                    peer,
+                    num(cell.get("messages")),
+                    num(cell["rate"]["median"]),
+                    num(cell.get("in_process_rate")),
+                    num(cell.get("mb_per_s"), 1),
+                    mib(cell.get("peak_rss_kib")),
+                    times(row.get("ours/paho")) if peer == "ours" else "",
+                    times(row.get("ours/mosquitto_sub")) if peer == "ours" else "",
+                ]
+            )
+    return md_table(
+        [label, "peer", "messages", "msg/s (wall)", "msg/s (in process)", "MB/s",
+         "peak RSS MiB", "ours/paho", "ours/mosquitto_sub"],
+        rows,
+    )  # fmt: skip
+
+
+def _sweep_chart(
+    charts: Charts, sweep: Mapping[str, Any], key: str, name: str, title: str, xlabel: str
+) -> Lines:
+    by_x = sweep[key]
+    xs = sorted(int(x) for x in by_x)
+
+    def paint(plt: Any) -> None:
+        left = plt.subplot(1, 2, 1)
+        right = plt.subplot(1, 2, 2)
+        for peer, colour in PEER_COLOURS.items():
+            pts = [(x, by_x[str(x)][peer]) for x in xs if peer in by_x[str(x)]]
+            if not pts:
+                continue
+            left.plot(
+                [x for x, _ in pts], [c["rate"]["median"] for _, c in pts], "o-",
+                color=colour, label=peer,
+            )  # fmt: skip
+            if key == "by_payload_bytes":
+                right.plot(
+                    [x for x, _ in pts], [c["mb_per_s"] for _, c in pts], "o-",
+                    color=colour, label=peer,
+                )  # fmt: skip
+            else:
+                right.plot(
+                    [x for x, _ in pts], [c["peak_rss_kib"] / 1024 for _, c in pts], "o-",
+                    color=colour, label=peer,
+                )  # fmt: skip
+        for axes in (left, right):
+            axes.set_xscale("log")
+            axes.set_xlabel(xlabel)
+            axes.grid(True, alpha=0.3)
+        left.set_yscale("log")
+        left.set_ylabel("messages/s (drain process wall time)")
+        right.set_ylabel("MB/s" if key == "by_payload_bytes" else "peak RSS (MiB)")
+        left.legend()
+
+    return charts.draw(name, title, paint)
+
+
+def section_scale(data: Mapping[str, Any], charts: Charts) -> Lines:
+    out: Lines = []
+    payload = data.get("payload")
+    if isinstance(payload, Mapping):
+        out += [
+            "### Payload size",
+            "",
+            "A persistent session's backlog (QoS 1, one topic) drained by each peer; rates "
+            "over the drain process's wall time (start → exit, the same clock for the three "
+            "peers); in-process: connect → last message; peak RSS of the drain process.",
+            "",
+            *_sweep_table(payload, "by_payload_bytes", "payload bytes"),
+            "",
+            *_sweep_chart(
+                charts, payload, "by_payload_bytes", "throughput_vs_payload",
+                "Drain throughput vs payload size", "payload size (bytes)",
+            ),
+        ]  # fmt: skip
+    topics = data.get("topics")
+    if isinstance(topics, Mapping):
+        out += [
+            "### Distinct topics",
+            "",
+            "100-byte payloads spread round-robin over N distinct topic names, drained as above.",
+            "",
+            *_sweep_table(topics, "by_topics", "topics"),
+            "",
+            *_sweep_chart(
+                charts, topics, "by_topics", "topics_scale",
+                "Drain rate and memory vs distinct topics", "distinct topics",
+            ),
+        ]  # fmt: skip
+    backlog = data.get("backlog")
+    if isinstance(backlog, Mapping):
+        out += _backlog_section(backlog, charts)
+    return out
+
+
+def _backlog_section(backlog: Mapping[str, Any], charts: Charts) -> Lines:
+    points = backlog["points"]
+    params = backlog.get("parameters", {})
+    out = [
+        "### Backlog",
+        "",
+        "The source's receiver in its own process while N 100-byte QoS 1 messages wait: *at "
+        f"the broker* (`maxBacklogMessages` {num(params.get('bound_when_waiting_at_broker'))}: "
+        "the receiver stops reading and TCP pushes back) or *in the WAL* (the receiver stores "
+        "every message; nothing consumes them). Largest backlog reached: "
+        f"**{num(backlog.get('largest_reached'))}** messages.",
+        "",
+    ]
+    rows = [
+        [
+            num(p["backlog"]),
+            p["waiting"],
+            num(p["stored_in_wal"]),
+            num(p["waiting_at_broker"]),
+            num(p.get("store_rate")),
+            mib(p["baseline_rss_kib"]),
+            mib(p["peak_rss_kib"]),
+            mib(p["rss_growth_kib"]),
+        ]
+        for p in points
+    ]
+    out += md_table(
+        ["backlog", "waiting", "in WAL", "at broker", "store msg/s", "RSS after start MiB",
+         "peak MiB", "growth MiB"],
+        rows,
+    )  # fmt: skip
+    for skip in backlog.get("skipped", []):
+        out += ["", f"Skipped {num(skip['backlog'])}: {skip['reason']}."]
+
+    def paint(plt: Any) -> None:
+        axes = plt.gca()
+        for where, colour, label in (
+            ("broker", "tab:blue", "peak RSS, waiting at the broker"),
+            ("wal", "tab:red", "peak RSS, waiting in the WAL"),
+        ):
+            pts = sorted((p["backlog"], p["peak_rss_kib"] / 1024) for p in points
+                         if p["waiting"] == where)  # fmt: skip
+            if pts:
+                axes.plot(
+                    [x for x, _ in pts], [y for _, y in pts], "o-", color=colour,
+                    label=label,
+                )  # fmt: skip
+        base = sorted((p["backlog"], p["baseline_rss_kib"] / 1024) for p in points)
+        if base:
+            axes.plot([x for x, _ in base], [y for _, y in base], "k:", label="RSS after start")
+        axes.set_xscale("log")
+        axes.set_ylim(bottom=0)
+        axes.set_xlabel("messages waiting")
+        axes.set_ylabel("receiver process RSS (MiB)")
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+
+    return [*out, "", *charts.draw("rss_vs_backlog", "Receiver RSS vs backlog", paint)]
+
+
+def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts as (dotted key, value) pairs."""
+    if isinstance(data, Mapping):
+        items: list[tuple[str, Any]] = []
+        for key, value in data.items():
+            items += _flatten(value, f"{prefix}{key}.")
+        return items
+    return [(prefix.rstrip("."), data)]
+
+
+def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """Whatever counters the chaos run recorded (any dict, nested dicts flattened)."""
+    counters = _flatten({k: v for k, v in data.items() if k != "machine"})
+    rows = [
+        [f"`{k}`", json.dumps(v) if isinstance(v, list | dict) else str(v)] for k, v in counters
+    ]
+    return md_table(["counter", "value"], rows)
+
+
+SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines]], ...] = (
+    ("codec", "Codec", "python -m bench.codec", section_codec),
+    ("drain", "Drain", "python -m bench.drain", section_drain),
+    ("ingest", "Ingest into Delta", "python -m bench.ingest", section_ingest),
+    ("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", section_backlog_rss),
+    ("latency", "Latency", "python -m bench.latency", section_latency),
+    ("scale", "Scale of cost", "python -m bench.scale", section_scale),
+    ("chaos", "Chaos", "the chaos tests", section_chaos),
+)
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def load_results(directory: Path) -> dict[str, Any]:
+    """Every ``*.json`` file in ``directory`` by name; unreadable ones as their error text."""
+    results: dict[str, Any] = {}
+    for path in sorted(directory.glob("*.json")):
+        try:
+            results[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            results[path.stem] = f"could not be read: {exc}"
+    return results
+
+
+def build_report(results: Mapping[str, Any], charts: Charts) -> str:
+    out: Lines = [
+        "# Benchmark report",
+        "",
+        "Generated by `python -m bench.report` (`make bench` runs every benchmark, then this) "
+        "from `bench/results/*.json`.",
+        "",
+    ]
+    readable = {k: v for k, v in results.items() if isinstance(v, Mapping)}
+    out += section_machine(readable)
+    for name, title, command, render in SECTIONS:
+        out += [f"## {title}", "", f"`{command}` → `bench/results/{name}.json`", ""]
+        data = results.get(name)
+        if data is None:
+            out += ["*Not run: no results file.*", ""]
+            continue
+        if not isinstance(data, Mapping):
+            out += [f"*The results file {data}.*", ""]
+            continue
+        try:
+            body = render(data, charts)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            log.warning("%s.json: unexpected shape (%r)", name, exc)
+            body = [f"*The results file has an unexpected shape ({type(exc).__name__}: {exc}).*"]
+        out += [*run_note(data), *body, ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__)
+    parser.add_argument("--results", type=Path, default=BENCH_DIR / "results")
+    parser.add_argument("--output", type=Path, default=BENCH_DIR / "REPORT.md")
+    parser.add_argument("--charts", type=Path, default=None, help="default: <output dir>/charts")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    charts_dir = args.charts or args.output.parent / "charts"
+    charts = Charts(charts_dir, args.output.parent)
+    text = build_report(load_results(args.results), charts)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    log.info("wrote %s and %d chart(s) in %s", args.output, len(charts.written), charts_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,559 @@
+"""How cost grows with work: ``python -m bench.scale [payload] [topics] [backlog]``.
+
+Three sweeps, each point on a fresh Mosquitto (``streaming_jobs.local_broker``, unlimited queue
+bytes, a message limit above the backlog), QoS 1 throughout:
+
+* ``payload``: a persistent session's backlog of numbered messages of 10 B .. 64 KiB (as many as
+  ``--messages``, at most ``--payload-budget`` bytes, at least 2,000), drained by ``ours``
+  (``python -m bench.drain worker ours``: our client), ``paho`` (``... worker paho``:
+  paho-mqtt 2.x) and ``mosquitto_sub -c -q 1 -C N``. Messages/s and MB/s over each drain
+  process's wall time (start -> exit, the same clock for the three), plus the process's peak
+  RSS (``wait4``'s ``ru_maxrss``). Ours and paho also report connect -> last message inside
+  the process, and check every sequence number arrived.
+* ``topics``: the same three peers, 100-byte payloads spread round-robin over 1 .. 100,000
+  distinct topic names (``plant/line-<k / 1000>/sensor-<k>/telemetry``, at least one message
+  per topic): the decoder's per-connection topic cache must not make memory grow with it.
+* ``backlog``: the source's receiver (``connector.source.receiver.Receiver``, in a subprocess
+  that samples its own RSS every 0.25 s) while 10^4 .. 10^7 100-byte messages wait, two ways:
+  ``at the broker`` (``maxBacklogMessages`` 10,000: the receiver stops reading, TCP pushes back,
+  the broker holds the rest) and ``in the WAL`` (a bound above the backlog: the receiver stores
+  every message in its write-ahead log, which nothing consumes). Messages/s: the WAL variant's
+  first -> last append. RSS must stay flat as the backlog grows. Sizes whose estimated time
+  (from the previous size's) exceeds what is left of ``--backlog-budget`` seconds are skipped
+  and listed as such; ``--backlog-max`` caps the sizes.
+
+Writes ``bench/results/scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .common import (
+    REPO_ROOT,
+    Stats,
+    describe_machine,
+    format_table,
+    machine_info,
+    rate,
+    ratio,
+    write_results,
+)
+
+SWEEPS = ("payload", "topics", "backlog")
+PEERS = ("ours", "paho", "mosquitto_sub")
+TOPIC_FILTER = "plant/+/+/telemetry"
+PAYLOAD_SIZES = (10, 100, 1024, 16 * 1024, 64 * 1024)
+TOPIC_COUNTS = (1, 100, 10_000, 100_000)
+BACKLOG_SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
+BACKLOG_BOUND = 10_000
+BACKLOG_TOPIC = "rss/a"
+RECEIVER_ID = "bench-scale-receiver"
+INFLIGHT = 20
+SEQ_DIGITS = 10
+
+
+class BenchError(RuntimeError):
+    """A backlog could not be prepared, a peer failed or a check did not hold."""
+
+
+def topic_name(k: int) -> str:
+    return f"plant/line-{k // 1000}/sensor-{k}/telemetry"
+
+
+def _load() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+# ------------------------------------------------------------------------------ backlogs
+
+
+def create_session(url: str, client_id: str, topic_filter: str = TOPIC_FILTER) -> None:
+    """Connect with clean_session=False, subscribe with QoS 1, leave: the session stays."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(topic_filter, 1)])
+    if client.connect().session_present:
+        raise BenchError(f"the broker already had a session for {client_id!r}")
+    client.disconnect()
+
+
+def publish(url: str, count: int, size: int, topics: int, timeout: float) -> float:
+    """Publish ``count`` QoS 1 messages (payload: 10-digit sequence number, filler to ``size``
+    bytes) round-robin over ``topics`` topic names, at most INFLIGHT unacknowledged; returns
+    the rate once the broker acknowledged every one."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    names = [topic_name(k) for k in range(topics)]
+    filler = b"x" * max(0, size - SEQ_DIGITS)
+    client = MqttClient(url, SessionConfig(f"bench-scale-pub-{time.time_ns()}"), [])
+    with client:
+        client.connect()
+        session = client.session
+        start = time.monotonic()
+        deadline = start + timeout
+        sent = 0
+        while sent < count or session.outbound_in_flight:
+            if time.monotonic() > deadline:
+                raise BenchError(f"publishing stalled at {sent} of {count} messages")
+            room = min(INFLIGHT - session.outbound_in_flight, count - sent)
+            if room <= 0:
+                client.pump(1.0)
+                continue
+            now = time.monotonic()
+            for seq in range(sent, sent + room):
+                data = (b"%010d" % seq + filler)[:size]
+                session.publish(names[seq % topics], data, 1, now)
+            sent += room
+            client.flush()
+            if not client.connected:
+                raise BenchError(f"lost the connection to {url} while publishing")
+        return count / (time.monotonic() - start)
+
+
+def status_kib(pid: int | str, field: str) -> int | None:
+    """A ``/proc/<pid>/status`` memory field (``VmRSS``, ``VmHWM``) in KiB, if there is one."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    match = re.search(rf"^{field}:\s+(\d+) kB", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+def run_measured(
+    command: list[str], timeout: float, keep_stdout: bool = True
+) -> tuple[float, int, int, str, str]:
+    """Run ``command``; (wall seconds, exit status, peak RSS in KiB, stdout, stderr).
+
+    Peak RSS: the process's own high-water mark (``VmHWM``), read every 10 ms until it exits
+    (``wait4``'s ``ru_maxrss`` would also count the forked parent's pages before ``exec``)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        target = out if keep_stdout else subprocess.DEVNULL
+        proc = subprocess.Popen(command, stdout=target, stderr=err, cwd=REPO_ROOT)
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], status_kib(proc.pid, "VmHWM") or 0)
+                done.wait(0.01)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status = os.waitpid(proc.pid, 0)
+        finally:
+            timer.cancel()
+            done.set()
+            sampler.join()
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return wall, proc.returncode, peak[0], out.read().decode(), err.read().decode()
+
+
+def drain(peer: str, url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
+    """One peer drains the session's ``count`` queued messages."""
+    from streaming_jobs.local_broker import find_tool
+
+    if peer == "mosquitto_sub":
+        parts = urlsplit(url)
+        command = [
+            find_tool("mosquitto_sub"), "-h", str(parts.hostname), "-p", str(parts.port),
+            "-c", "-i", client_id, "-q", "1", "-t", TOPIC_FILTER, "-C", str(count),
+        ]  # fmt: skip
+        command += ["-W", str(int(timeout))]
+    else:
+        command = [
+            sys.executable, "-m", "bench.drain", "worker", peer, url, client_id, str(count),
+            "--timeout", str(timeout),
+        ]  # fmt: skip
+    wall, code, rss, out, err = run_measured(command, timeout + 30, peer != "mosquitto_sub")
+    if peer == "mosquitto_sub":
+        # -C N: exits 0 only after N messages (written to /dev/null, as bench.drain does).
+        if code != 0:
+            raise BenchError(f"mosquitto_sub failed ({code}): {err[-2000:]}")
+        return {"wall_seconds": wall, "peak_rss_kib": rss}
+    lines = out.strip().splitlines()
+    if code != 0 or not lines:
+        raise BenchError(f"{peer} worker failed ({code}): {out[-500:]} {err[-2000:]}")
+    details = json.loads(lines[-1])
+    return {
+        "wall_seconds": wall,
+        "peak_rss_kib": rss,
+        "in_process_seconds": details["drain_seconds"],
+        "distinct": details["distinct"],
+    }
+
+
+def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -> dict[str, Any]:
+    """Fresh broker, backlog of ``count`` messages, drained by ``peer``."""
+    from streaming_jobs.local_broker import MosquittoBroker
+
+    client_id = f"bench-scale-{peer}"
+    with MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count)) as broker:
+        create_session(broker.url, client_id)
+        publish_rate = publish(broker.url, count, size, topics, timeout)
+        result = drain(peer, broker.url, client_id, count, timeout)
+        if broker.crashed:
+            raise BenchError(f"mosquitto crashed:\n{broker.log_text()[-2000:]}")
+    if "distinct" in result and result["distinct"] != count:
+        raise BenchError(f"{peer} got {result['distinct']} of {count} distinct messages")
+    wall = result["wall_seconds"]
+    point = {
+        "peer": peer,
+        "messages": count,
+        "payload_bytes": size,
+        "topics": topics,
+        "backlog_publish_rate": round(publish_rate),
+        "wall_seconds": round(wall, 4),
+        "rate": round(count / wall, 1),
+        "mb_per_s": round(count * size / wall / 1e6, 3),
+        "peak_rss_kib": result["peak_rss_kib"],
+    }
+    if "in_process_seconds" in result:
+        point["in_process_rate"] = round(count / result["in_process_seconds"], 1)
+    return point
+
+
+def _with_ratios(points: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Median rate and RSS per (x, peer) over repetitions, and ours / peer ratios of the
+    wall-clock rates paired by repetition."""
+    table: dict[str, dict[str, Any]] = {}
+    for x in sorted({p[key] for p in points}):
+        here = [p for p in points if p[key] == x]
+        row: dict[str, Any] = {}
+        for peer in PEERS:
+            mine = [p for p in here if p["peer"] == peer]
+            if not mine:
+                continue
+            row[peer] = {
+                "messages": mine[0]["messages"],
+                "rate": Stats.of(p["rate"] for p in mine).as_dict(1),
+                "mb_per_s": round(Stats.of(p["mb_per_s"] for p in mine).median, 3),
+                "peak_rss_kib": round(Stats.of(p["peak_rss_kib"] for p in mine).median),
+            }
+            if all("in_process_rate" in p for p in mine):
+                row[peer]["in_process_rate"] = round(
+                    Stats.of(p["in_process_rate"] for p in mine).median, 1
+                )
+        ours = [p["rate"] for p in here if p["peer"] == "ours"]
+        for peer in PEERS[1:]:
+            theirs = [p["rate"] for p in here if p["peer"] == peer]
+            if ours and len(theirs) == len(ours):
+                row[f"ours/{peer}"] = round(
+                    Stats.of(a / b for a, b in zip(ours, theirs, strict=True)).median, 3
+                )
+        table[str(x)] = row
+    return table
+
+
+def sweep_drains(
+    key: str, values: Sequence[int], count_of: Any, size_of: Any, topics_of: Any, args: Any
+) -> dict[str, Any]:
+    points = []
+    for x in values:
+        for _ in range(args.repeat):
+            for peer in args.peers:
+                point = drain_point(peer, count_of(x), size_of(x), topics_of(x), args.timeout)
+                points.append(point)
+                print(
+                    f"  {key} {x:>7,}: {peer:<13} {point['messages']:>8,} msgs "
+                    f"{rate(point['rate']):>9} msg/s {point['mb_per_s']:>8.1f} MB/s "
+                    f"RSS {point['peak_rss_kib'] / 1024:>6.1f} MiB",
+                    flush=True,
+                )
+    return {"points": points, "by_" + key: _with_ratios(points, key)}
+
+
+# ------------------------------------------------------------------------------ backlog
+
+
+def rss_kib() -> int:
+    """Resident set size of this process in KiB (Linux)."""
+    value = status_kib("self", "VmRSS")
+    if value is None:
+        raise RuntimeError("no VmRSS in /proc/self/status")
+    return value
+
+
+def run_receiver(argv: Sequence[str]) -> int:
+    """``python -m bench.scale receiver URL WAL BOUND TARGET IDLE``: run a Receiver and sample
+    its RSS every 50 ms; stop once TARGET messages are stored (TARGET > 0) or nothing new
+    was stored for IDLE seconds; one JSON line out."""
+    from connector.source.options import SourceOptions
+    from connector.source.receiver import Receiver
+
+    url, wal, bound, target, idle = argv[0], argv[1], int(argv[2]), int(argv[3]), float(argv[4])
+    options = SourceOptions.parse(
+        {
+            "brokerUrl": url,
+            "topic": "rss/#",
+            "qos": "1",
+            "clientId": RECEIVER_ID,
+            "walPath": wal,
+            "maxBacklogMessages": str(bound),
+        }
+    )
+    receiver = Receiver(options)
+    baseline = rss_kib()
+    samples: list[tuple[float, int, int]] = []
+    start = time.monotonic()
+    receiver.start()
+    first_at = changed_at = None
+    stored = 0
+    while True:
+        now = time.monotonic()
+        current = receiver.wal.next_offset
+        if current and first_at is None:
+            first_at = now
+        if current != stored:
+            stored, changed_at = current, now
+        samples.append((round(now - start, 3), stored, rss_kib()))
+        if target and stored >= target:
+            break
+        if stored and changed_at is not None and now - changed_at > idle:
+            break
+        receiver.check()
+        time.sleep(0.05)
+    receiver.stop()
+    peak = max(status_kib("self", "VmHWM") or 0, *(s[2] for s in samples))
+    result = {
+        "stored": stored,
+        "baseline_rss_kib": baseline,
+        "peak_rss_kib": peak,
+        "store_seconds": (changed_at - first_at) if first_at and changed_at else None,
+        "samples": samples[:: max(1, len(samples) // 40)],
+    }
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+def backlog_point(count: int, where: str, timeout: float) -> dict[str, Any]:
+    """Receiver RSS while ``count`` messages wait ``where`` ("broker" or "wal"): the backlog
+    is queued for the receiver's persistent session first, then the receiver connects."""
+    from streaming_jobs.local_broker import MosquittoBroker
+
+    bound = BACKLOG_BOUND if where == "broker" else count + BACKLOG_BOUND
+    target = 0 if where == "broker" else count
+    began = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp,
+        MosquittoBroker(
+            Path(tmp) / "broker", max_queued_messages=2 * count, max_inflight_messages=20
+        ) as broker,
+    ):
+        create_session(broker.url, RECEIVER_ID, "rss/#")
+        published = subprocess.run(
+            [
+                sys.executable, "-m", "connector.mqtt", "pub", "--broker", broker.url,
+                "--topic", BACKLOG_TOPIC, "--qos", "1", "--count", str(count), "--size", "100",
+            ],
+            capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
+        )  # fmt: skip
+        if published.returncode != 0:
+            raise BenchError(f"publishing failed: {published.stderr[-2000:]}")
+        publish_report = json.loads(published.stdout.strip().splitlines()[-1])
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "bench.scale", "receiver", broker.url,
+                str(Path(tmp) / "wal"), str(bound), str(target), "2.0",
+            ],
+            capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
+        )  # fmt: skip
+        if broker.crashed:
+            raise BenchError(f"mosquitto crashed:\n{broker.log_text()[-2000:]}")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise BenchError(f"the receiver worker failed ({done.returncode}): {done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    if where == "wal" and result["stored"] != count:
+        raise BenchError(f"the receiver stored {result['stored']} of {count}")
+    store = result.pop("store_seconds")
+    return {
+        "backlog": count,
+        "waiting": where,
+        "max_backlog_messages": bound,
+        "stored_in_wal": result["stored"],
+        "waiting_at_broker": count - result["stored"],
+        "publish_rate": publish_report["rate"],
+        "store_rate": round(result["stored"] / store) if where == "wal" and store else None,
+        "baseline_rss_kib": result["baseline_rss_kib"],
+        "peak_rss_kib": result["peak_rss_kib"],
+        "rss_growth_kib": result["peak_rss_kib"] - result["baseline_rss_kib"],
+        "seconds": round(time.monotonic() - began, 1),
+        "samples": result["samples"],
+    }
+
+
+def sweep_backlog(args: Any) -> dict[str, Any]:
+    sizes = [s for s in args.backlog_sizes if s <= args.backlog_max]
+    points: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    started = time.monotonic()
+    per_message = 0.0  # seconds per message of both variants, from the last size measured
+    for count in sizes:
+        left = args.backlog_budget - (time.monotonic() - started)
+        estimate = per_message * count
+        if points and estimate > left:
+            skipped.append(
+                {"backlog": count, "reason": f"estimated {estimate:.0f} s > {left:.0f} s left"}
+            )
+            print(
+                f"  backlog {count:>10,}: skipped (estimated {estimate:.0f} s, {left:.0f} s left)"
+            )
+            continue
+        spent = 0.0
+        for where in args.backlog_where:
+            point = backlog_point(count, where, args.timeout + count / 5_000)
+            points.append(point)
+            spent += point["seconds"]
+            before, peak = point["baseline_rss_kib"] / 1024, point["peak_rss_kib"] / 1024
+            store = f", {rate(point['store_rate'])} msg/s" if point["store_rate"] else ""
+            print(
+                f"  backlog {count:>10,} waiting in the {where:<6}: stored "
+                f"{point['stored_in_wal']:>10,}, RSS {before:.1f} -> {peak:.1f} MiB{store}",
+                flush=True,
+            )
+        per_message = spent / count
+    reached = max((p["backlog"] for p in points), default=0)
+    return {"points": points, "skipped": skipped, "largest_reached": reached}
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["receiver"]:
+        return run_receiver(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument("sweeps", nargs="*", help=f"any of {', '.join(SWEEPS)} (default: all)")
+    parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions per point")
+    parser.add_argument("--messages", type=int, default=100_000, help="payload sweep backlog")
+    parser.add_argument("--payload-sizes", type=int, nargs="+", default=list(PAYLOAD_SIZES))
+    parser.add_argument(
+        "--payload-budget", type=int, default=256 << 20, help="bytes per payload-sweep backlog"
+    )
+    parser.add_argument("--topic-counts", type=int, nargs="+", default=list(TOPIC_COUNTS))
+    parser.add_argument("--topic-messages", type=int, default=100_000)
+    parser.add_argument("--backlog-sizes", type=int, nargs="+", default=list(BACKLOG_SIZES))
+    parser.add_argument("--backlog-max", type=int, default=10_000_000)
+    parser.add_argument(
+        "--backlog-budget", type=float, default=300.0, help="seconds for the backlog sweep"
+    )
+    parser.add_argument(
+        "--backlog-where", nargs="+", choices=["broker", "wal"], default=["broker", "wal"]
+    )
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--quick", action="store_true", help="small backlogs, for smoke tests")
+    parser.add_argument("--output", help="results file (default bench/results/scale.json)")
+    args = parser.parse_args(argv)
+    args.sweeps = args.sweeps or list(SWEEPS)
+    if unknown := set(args.sweeps) - set(SWEEPS):
+        parser.error(f"unknown sweep(s): {', '.join(sorted(unknown))}")
+    if args.quick:
+        args.messages, args.topic_messages = 10_000, 10_000
+        args.topic_counts = [c for c in args.topic_counts if c <= 10_000]
+        args.payload_budget = 32 << 20
+        args.backlog_max = min(args.backlog_max, 100_000)
+    info = machine_info()
+    info["load_average_at_start"] = _load()
+    print(f"bench.scale: {describe_machine(info)}; load average {info['load_average_at_start']}")
+    results: dict[str, Any] = {"benchmark": "scale", "machine": info}
+    if "payload" in args.sweeps:
+        print("payload size sweep (wall clock of each drain process):")
+        results["payload"] = {
+            "parameters": {"max_messages": args.messages, "byte_budget": args.payload_budget},
+            **sweep_drains(
+                "payload_bytes",
+                args.payload_sizes,
+                lambda s: min(args.messages, max(2_000, args.payload_budget // s)),
+                lambda s: s,
+                lambda s: 1,
+                args,
+            ),
+        }
+    if "topics" in args.sweeps:
+        print("distinct topics sweep (100-byte payloads):")
+        results["topics"] = {
+            "parameters": {"messages": args.topic_messages, "payload_bytes": 100},
+            **sweep_drains(
+                "topics",
+                args.topic_counts,
+                lambda k: max(args.topic_messages, k),
+                lambda k: 100,
+                lambda k: k,
+                args,
+            ),
+        }
+    if "backlog" in args.sweeps:
+        print("backlog sweep (receiver process RSS):")
+        results["backlog"] = {
+            "parameters": {
+                "sizes": args.backlog_sizes,
+                "max": args.backlog_max,
+                "budget_seconds": args.backlog_budget,
+                "bound_when_waiting_at_broker": BACKLOG_BOUND,
+                "payload_bytes": 100,
+            },
+            **sweep_backlog(args),
+        }
+    info["load_average_at_end"] = _load()
+    _print_summary(results)
+    path = write_results("scale", results, None if args.output is None else Path(args.output))
+    print(f"results: {path}")
+    return 0
+
+
+def _print_summary(results: dict[str, Any]) -> None:
+    for sweep, key in (("payload", "by_payload_bytes"), ("topics", "by_topics")):
+        if sweep not in results:
+            continue
+        rows = []
+        for x, row in results[sweep][key].items():
+            for peer in PEERS:
+                if peer in row:
+                    cell = row[peer]
+                    vs = [ratio(row[k]) for k in ("ours/paho", "ours/mosquitto_sub") if k in row]
+                    rows.append(
+                        [
+                            f"{int(x):,}",
+                            peer,
+                            rate(cell["rate"]["median"]),
+                            f"{cell['mb_per_s']:.1f}",
+                            f"{cell['peak_rss_kib'] / 1024:.1f}",
+                            " / ".join(vs) if peer == "ours" else "",
+                        ]
+                    )
+        print()
+        print(
+            format_table(
+                [sweep, "peer", "msg/s", "MB/s", "peak RSS MiB", "ours/paho / ours/mosquitto_sub"],
+                rows,
+            )
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

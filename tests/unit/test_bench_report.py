@@ -1,0 +1,174 @@
+"""The benchmark report generator on small results files made here: tables, charts, and the
+sections of missing, malformed and optional (chaos) results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench.latency import parse_payload, payload, quantile
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MACHINE = {
+    "cpu_model": "Test CPU",
+    "cores": 2,
+    "platform": "Linux",
+    "python": "CPython 3.11",
+    "mosquitto": "2.0.11",
+    "paho_mqtt": "2.2.0",
+    "git_revision": "abc1234",
+    "date": "2026-01-01T00:00:00+00:00",
+    "load_average_at_start": [0.5, 0.25, 0.125],
+}
+
+
+def _stats(median: float) -> dict:
+    return {"median": median, "min": median * 0.9, "max": median * 1.1, "runs": [median]}
+
+
+def _latency() -> dict:
+    run = {
+        "rate": 10_000,
+        "trigger": "500 milliseconds",
+        "publisher": {"achieved_rate": 9_990.0},
+        "measured_rows": 550_000,
+        "latency_seconds": {"p50": 0.61, "p95": 1.2, "p99": 1.734, "max": 2.1, "min": 0.2},
+        "cdf": [[0, 0.2], [50, 0.61], [99, 1.734], [100, 2.1]],
+        "rows_per_commit_median": 5_000,
+        "batch_duration_ms": {"p50": 420, "max": 900, "batches": 120},
+    }
+    return {
+        "machine": MACHINE,
+        "parameters": {"duration_seconds": 60, "warmup_seconds": 5, "payload_bytes": 100},
+        "clock": "send -> commit seen",
+        "runs": [run],
+        "goal": {
+            "rate": 10_000,
+            "trigger": "500 milliseconds",
+            "p99_seconds": 2.0,
+            "p99_measured_seconds": 1.734,
+            "met": True,
+        },
+    }
+
+
+def _sweep_row(rate: float, rss: int) -> dict:
+    return {
+        "messages": 1000,
+        "rate": _stats(rate),
+        "mb_per_s": rate / 10_000,
+        "peak_rss_kib": rss,
+    }
+
+
+def _scale() -> dict:
+    by_size = {
+        str(size): {
+            "ours": {**_sweep_row(200_000 / (i + 1), 26_000), "in_process_rate": 250_000.0},
+            "paho": _sweep_row(40_000 / (i + 1), 25_000),
+            "mosquitto_sub": _sweep_row(90_000 / (i + 1), 3_600),
+            "ours/paho": 5.0,
+            "ours/mosquitto_sub": 2.22,
+        }
+        for i, size in enumerate((10, 100, 65_536))
+    }
+    by_topics = {
+        str(k): {"ours": _sweep_row(150_000, 26_000), "ours/paho": 3.5} for k in (1, 100_000)
+    }
+    backlog = [
+        {
+            "backlog": n,
+            "waiting": where,
+            "stored_in_wal": n if where == "wal" else 10_000,
+            "waiting_at_broker": 0 if where == "wal" else n - 10_000,
+            "store_rate": 100_000 if where == "wal" else None,
+            "baseline_rss_kib": 64_000,
+            "peak_rss_kib": 66_000,
+            "rss_growth_kib": 2_000,
+        }
+        for n in (10_000, 1_000_000)
+        for where in ("broker", "wal")
+    ]
+    return {
+        "machine": MACHINE,
+        "payload": {"by_payload_bytes": by_size},
+        "topics": {"by_topics": by_topics},
+        "backlog": {
+            "parameters": {"bound_when_waiting_at_broker": 10_000},
+            "points": backlog,
+            "skipped": [{"backlog": 10_000_000, "reason": "estimated 900 s > 300 s left"}],
+            "largest_reached": 1_000_000,
+        },
+    }
+
+
+def _write(directory: Path, name: str, data: object) -> None:
+    (directory / f"{name}.json").write_text(json.dumps(data))
+
+
+def _generate(tmp_path: Path, files: dict[str, object]) -> tuple[str, Path]:
+    results = tmp_path / "results"
+    results.mkdir()
+    for name, data in files.items():
+        _write(results, name, data)
+    output = tmp_path / "out" / "REPORT.md"
+    assert report.main(["--results", str(results), "--output", str(output)]) == 0
+    return output.read_text(), output.parent
+
+
+def _section(text: str, title: str) -> str:
+    body = text.split(f"\n## {title}\n", 1)[1]
+    return body.split("\n## ", 1)[0]
+
+
+def test_report_tables_charts_and_chaos(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    text, out = _generate(
+        tmp_path,
+        {
+            "latency": _latency(),
+            "scale": _scale(),
+            "drain": {"machine": MACHINE, "peers": "not a dict of peers"},
+            "chaos": {"machine": MACHINE, "runs": 12, "faults": {"broker_killed": 4, "lost": 0}},
+        },
+    )
+    assert "Test CPU, 2 cores" in _section(text, "Machine")
+    latency = _section(text, "Latency")
+    assert "| 10,000 | 500 milliseconds | 9,990 | 550,000 | 0.610 | 1.200 | 1.734 | 2.100 |" in (
+        latency
+    )
+    assert "| ≤ 2.0 s | 1.734 s | met |" in latency
+    scale = _section(text, "Scale of cost")
+    assert "| 65,536 | ours | 1,000 | 66,667 | 250,000 |" in scale
+    assert "| 1,000,000 | wal | 1,000,000 | 0 | 100,000 | 62.5 | 64.5 | 2.0 |" in scale
+    assert "Skipped 10,000,000: estimated 900 s > 300 s left." in scale
+    chaos = _section(text, "Chaos")
+    assert "| `faults.broker_killed` | 4 |" in chaos and "| `runs` | 12 |" in chaos
+    assert "unexpected shape" in _section(text, "Drain")
+    assert "Not run" in _section(text, "Codec")
+    charts = ("latency_cdf", "throughput_vs_payload", "topics_scale", "rss_vs_backlog")
+    for name in charts:
+        png = out / "charts" / f"{name}.png"
+        assert png.read_bytes()[:8] == PNG_MAGIC, name
+        assert f"](charts/{name}.png)" in text
+
+
+def test_report_without_chaos_or_any_results(tmp_path: Path) -> None:
+    text, out = _generate(tmp_path, {})
+    for title in ("Codec", "Drain", "Latency", "Scale of cost", "Chaos"):
+        assert "*Not run: no results file.*" in _section(text, title)
+    assert not (out / "charts").exists()
+
+
+def test_latency_payload_and_percentiles() -> None:
+    data = payload(42, 1_700_000_000_123_456_789, 100)
+    assert len(data) == 100
+    assert parse_payload(data) == (42, 1_700_000_000_123_456_789)
+    values = [float(v) for v in range(1, 101)]
+    assert quantile(values, 0) == 1.0
+    assert quantile(values, 50) == pytest.approx(50.5)
+    assert quantile(values, 99) == pytest.approx(99.01)
+    assert quantile(values, 100) == 100.0
