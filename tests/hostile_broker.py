@@ -13,10 +13,19 @@ import threading
 import time
 from collections.abc import Callable
 
-from connector.mqtt.codec import encode
+from connector.mqtt.codec import encode, encode_publish
 from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.errors import MqttError
-from connector.mqtt.packets import Connack, Connect, Packet, Suback, Subscribe
+from connector.mqtt.packets import (
+    Connack,
+    Connect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Suback,
+    Subscribe,
+)
 
 Script = Callable[[socket.socket, int], None]
 """Runs after SUBACK: what the broker sends on connection ``number``."""
@@ -24,6 +33,7 @@ OnConnect = Callable[[socket.socket, int], None]
 """Answers CONNECT on connection ``number`` (default: an accepting CONNACK)."""
 
 CONNACK = encode(Connack(False, 0))
+PINGRESP = encode(Pingresp())
 
 
 def send_connack(conn: socket.socket, number: int) -> None:
@@ -72,7 +82,7 @@ class ScriptedBroker:
     def _handle(self, conn: socket.socket, number: int) -> None:
         decoder = StreamDecoder()
         received = self.received.setdefault(number, [])
-        conn.settimeout(10)
+        conn.settimeout(None)  # close() shuts the socket down to end this handler
         with conn:
             try:
                 while not self._stop.is_set():
@@ -83,6 +93,8 @@ class ScriptedBroker:
                         received.append(packet)
                         if isinstance(packet, Connect):
                             self.on_connect(conn, number)
+                        elif isinstance(packet, Pingreq):
+                            conn.sendall(PINGRESP)
                         elif isinstance(packet, Subscribe):
                             codes = [qos for _, qos in packet.subscriptions]
                             conn.sendall(encode(Suback(packet.packet_id, codes)))
@@ -105,3 +117,59 @@ class ScriptedBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class QueueBroker(ScriptedBroker):
+    """A broker that holds QoS 1 ``messages`` until they are acknowledged.
+
+    On each connection, after SUBACK, a sender thread runs ``plan(number, send, wait_acked)``:
+    ``send(indexes, extra=b"")`` writes the given messages (DUP=1 when sent before) followed by
+    ``extra`` in one write; ``wait_acked(indexes)`` waits until PUBACK came for each of them
+    on this connection. Packet id of message ``i`` is ``i + 1``.
+    """
+
+    def __init__(
+        self,
+        messages: list[tuple[str, bytes]],
+        plan: Callable[[int, Callable[..., None], Callable[[list[int]], bool]], None],
+    ) -> None:
+        self.messages = messages
+        self.plan = plan
+        self.sent: set[int] = set()
+        super().__init__(self._start_plan)
+
+    def unacked(self) -> list[int]:
+        """Messages with no PUBACK on any connection yet."""
+        acked = {
+            p.packet_id - 1
+            for packets in list(self.received.values())
+            for p in list(packets)
+            if isinstance(p, Puback)
+        }
+        return [i for i in range(len(self.messages)) if i not in acked]
+
+    def _start_plan(self, conn: socket.socket, number: int) -> None:
+        def send(indexes: list[int], extra: bytes = b"") -> None:
+            frames = []
+            for i in indexes:
+                topic, payload = self.messages[i]
+                frames.append(encode_publish(topic, payload, 1, i + 1, dup=i in self.sent))
+                self.sent.add(i)
+            conn.sendall(b"".join(frames) + extra)
+
+        def wait_acked(indexes: list[int], timeout: float = 60.0) -> bool:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and not self._stop.is_set():
+                acked = {
+                    p.packet_id - 1 for p in self.received.get(number, []) if isinstance(p, Puback)
+                }
+                if set(indexes) <= acked:
+                    return True
+                time.sleep(0.02)
+            return False
+
+        def run() -> None:
+            with contextlib.suppress(OSError):
+                self.plan(number, send, wait_acked)
+
+        threading.Thread(target=run, daemon=True).start()
