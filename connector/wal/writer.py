@@ -26,7 +26,7 @@ from .batch import BatchEncoder, Chunk, segment_prefix
 from .errors import WalCorruptError, WalError, WalWriteError
 from .identity import read_identity, write_identity
 from .lock import WalLock
-from .records import NewRecord, encode_seal
+from .records import RecordTuple, encode_seal
 from .recovery import ActiveSegment, recover_log, remove_leftovers
 from .segment import (
     INDEX_INTERVAL,
@@ -213,7 +213,7 @@ class WalWriter:
 
     # ----------------------------------------------------------------------------- appending
 
-    def append(self, records: Sequence[NewRecord], *, released_qos2: Iterable[int] = ()) -> int:
+    def append(self, records: Sequence[RecordTuple], *, released_qos2: Iterable[int] = ()) -> int:
         """Durably append ``records`` (offsets assigned in order) and QoS 2 releases.
 
         Releases are applied before the records. Returns the new next_offset after ONE fsync.
@@ -388,13 +388,16 @@ class WalWriter:
 
 
 def _make_directory(root: Path, *, fsync: bool) -> None:
-    """Create ``root`` (mode 0o700) and make the new directory entries durable."""
+    """Create ``root`` (mode 0o700) and make the new directory entries durable. An existing
+    ``root`` that group or others may enter is made owner-only: the WAL holds the payloads."""
     created: list[Path] = []
     missing = root
     while not missing.exists():
         created.append(missing)
         missing = missing.parent
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not created and root.stat().st_mode & 0o077:
+        os.chmod(root, 0o700)
     if fsync:
         for directory in reversed(created):
             fsync_dir(directory.parent)
