@@ -411,6 +411,7 @@ def _sweep_chart(
         left.set_yscale("log")
         left.set_ylabel("messages/s (drain process wall time)")
         right.set_ylabel("MB/s" if key == "by_payload_bytes" else "peak RSS (MiB)")
+        right.set_ylim(bottom=0)
         left.legend()
 
     return charts.draw(name, title, paint)
@@ -463,7 +464,9 @@ def _backlog_section(backlog: Mapping[str, Any], charts: Charts) -> Lines:
         "The source's receiver in its own process while N 100-byte QoS 1 messages wait: *at "
         f"the broker* (`maxBacklogMessages` {num(params.get('bound_when_waiting_at_broker'))}: "
         "the receiver stops reading and TCP pushes back) or *in the WAL* (the receiver stores "
-        "every message; nothing consumes them). Largest backlog reached: "
+        "every message; nothing consumes them). The backlog is queued for the receiver's "
+        "session before it connects; store msg/s is its first → last WAL append. Largest "
+        "backlog reached: "
         f"**{num(backlog.get('largest_reached'))}** messages.",
         "",
     ]
@@ -481,10 +484,19 @@ def _backlog_section(backlog: Mapping[str, Any], charts: Charts) -> Lines:
         for p in points
     ]
     out += md_table(
-        ["backlog", "waiting", "in WAL", "at broker", "store msg/s", "RSS after start MiB",
+        ["backlog", "waiting", "in WAL", "at broker", "store msg/s", "RSS before connect MiB",
          "peak MiB", "growth MiB"],
         rows,
     )  # fmt: skip
+    for where, label in (("broker", "at the broker"), ("wal", "in the WAL")):
+        mine = sorted((p["backlog"], p["peak_rss_kib"]) for p in points if p["waiting"] == where)
+        if len(mine) > 1:
+            (low, low_kib), (high, high_kib) = mine[0], mine[-1]
+            out += [
+                "",
+                f"Peak RSS with {num(high)} rather than {num(low)} messages waiting {label}: "
+                f"{(high_kib - low_kib) / 1024:+,.1f} MiB ({high / low:,.0f} times the backlog).",
+            ]
     for skip in backlog.get("skipped", []):
         out += ["", f"Skipped {num(skip['backlog'])}: {skip['reason']}."]
 
@@ -503,7 +515,7 @@ def _backlog_section(backlog: Mapping[str, Any], charts: Charts) -> Lines:
                 )  # fmt: skip
         base = sorted((p["backlog"], p["baseline_rss_kib"] / 1024) for p in points)
         if base:
-            axes.plot([x for x, _ in base], [y for _, y in base], "k:", label="RSS after start")
+            axes.plot([x for x, _ in base], [y for _, y in base], "k:", label="RSS before connect")
         axes.set_xscale("log")
         axes.set_ylim(bottom=0)
         axes.set_xlabel("messages waiting")

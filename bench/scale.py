@@ -8,19 +8,21 @@ bytes, a message limit above the backlog), QoS 1 throughout:
   (``python -m bench.drain worker ours``: our client), ``paho`` (``... worker paho``:
   paho-mqtt 2.x) and ``mosquitto_sub -c -q 1 -C N``. Messages/s and MB/s over each drain
   process's wall time (start -> exit, the same clock for the three), plus the process's peak
-  RSS (``wait4``'s ``ru_maxrss``). Ours and paho also report connect -> last message inside
-  the process, and check every sequence number arrived.
+  RSS (its ``VmHWM``, read every 10 ms). Ours and paho also report connect -> last message
+  inside the process, and check every sequence number arrived.
 * ``topics``: the same three peers, 100-byte payloads spread round-robin over 1 .. 100,000
   distinct topic names (``plant/line-<k / 1000>/sensor-<k>/telemetry``, at least one message
   per topic): the decoder's per-connection topic cache must not make memory grow with it.
 * ``backlog``: the source's receiver (``connector.source.receiver.Receiver``, in a subprocess
-  that samples its own RSS every 0.25 s) while 10^4 .. 10^7 100-byte messages wait, two ways:
+  that samples its own RSS every 50 ms) while 10^4 .. 10^7 100-byte messages wait, two ways:
   ``at the broker`` (``maxBacklogMessages`` 10,000: the receiver stops reading, TCP pushes back,
   the broker holds the rest) and ``in the WAL`` (a bound above the backlog: the receiver stores
-  every message in its write-ahead log, which nothing consumes). Messages/s: the WAL variant's
-  first -> last append. RSS must stay flat as the backlog grows. Sizes whose estimated time
-  (from the previous size's) exceeds what is left of ``--backlog-budget`` seconds are skipped
-  and listed as such; ``--backlog-max`` caps the sizes.
+  every message in its write-ahead log, which nothing consumes). The backlog is queued for the
+  receiver's persistent session first, then the receiver connects. Figures: RSS before
+  connecting (modules loaded, WAL opened) and peak; the WAL variant's first -> last append
+  rate. RSS must stay flat as the backlog grows. Sizes whose estimated time (from the previous
+  size's) exceeds what is left of ``--backlog-budget`` seconds are skipped and listed as such;
+  ``--backlog-max`` caps the sizes.
 
 Writes ``bench/results/scale.json``.
 """
