@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connector.wal import WalColumns
+from connector.wal.records import FLAG_DUP, FLAG_HAS_ID, FLAG_QOS_MASK, FLAG_RETAIN
 
 SCHEMA_DDL = (
     "topic STRING NOT NULL, payload BINARY NOT NULL, qos INT NOT NULL, "
@@ -28,26 +31,51 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
 ARROW_BATCH_ROWS = 65_536
+
+_NULL_ID = pa.scalar(None, pa.int32())
+
+
+def to_arrow(columns: WalColumns) -> pa.RecordBatch:
+    """All of ``columns`` as one Arrow record batch, built column-wise: the flags, message ids
+    and timestamps arrays are used as Arrow buffers as they are, offsets come from a range,
+    topics from their dictionary; only the payloads go through a Python list."""
+    n = len(columns)
+    flags = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(columns.flags)])
+    mids = pa.Array.from_buffers(
+        pa.uint16(), n, [None, pa.py_buffer(columns.message_id_values)]
+    ).cast(pa.int32())
+    has_id = pc.not_equal(pc.bit_wise_and(flags, FLAG_HAS_ID), 0)
+    if not pc.all(has_id).as_py() or n == 0:
+        mids = pc.if_else(has_id, mids, _NULL_ID)
+    topic_ids = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.topic_ids)])
+    first = columns.first_offset
+    offsets = array("q", range(first, first + n))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(columns.topic_names, pa.string()).take(topic_ids),
+            pa.array(columns.payloads, pa.binary()),
+            pc.bit_wise_and(flags, FLAG_QOS_MASK).cast(pa.int32()),
+            pc.not_equal(pc.bit_wise_and(flags, FLAG_RETAIN), 0),
+            pc.not_equal(pc.bit_wise_and(flags, FLAG_DUP), 0),
+            mids,
+            pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(columns.timestamps)]),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 def to_record_batches(
     columns: WalColumns, batch_rows: int = ARROW_BATCH_ROWS
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the columns as Arrow record batches of at most ``batch_rows`` rows."""
+    """Yield the columns as Arrow record batches of at most ``batch_rows`` rows (zero-copy
+    slices of one batch)."""
     total = len(columns)
+    if not total:
+        return
+    whole = to_arrow(columns)
     for start in range(0, total, batch_rows):
-        end = min(total, start + batch_rows)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(columns.topics[start:end], pa.string()),
-                pa.array(columns.payloads[start:end], pa.binary()),
-                pa.array(columns.qos[start:end], pa.int32()),
-                pa.array(columns.retained[start:end], pa.bool_()),
-                pa.array(columns.duplicate[start:end], pa.bool_()),
-                pa.array(columns.message_ids[start:end], pa.int32()),
-                pa.array(columns.timestamps_us[start:end], pa.timestamp("us", tz="UTC")),
-                pa.array(columns.offsets[start:end], pa.int64()),
-            ],
-            schema=ARROW_SCHEMA,
-        )
+        yield whole.slice(start, batch_rows)

@@ -47,12 +47,13 @@ from .errors import (
 )
 from .identity import read_identity
 from .reader import WalReader, encode_range
-from .records import NewRecord, WalColumns, WalRecord, record_digest
+from .records import NewRecord, RecordTuple, WalColumns, WalRecord, record_digest
 from .writer import DEFAULT_SEGMENT_MAX_BYTES, WalWriter
 
 __all__ = [
     "DEFAULT_SEGMENT_MAX_BYTES",
     "NewRecord",
+    "RecordTuple",
     "WalColumns",
     "WalCorruptError",
     "WalDataLossError",

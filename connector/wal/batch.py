@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .records import (
@@ -23,7 +23,7 @@ from .records import (
     KIND_STATE,
     MAX_RECORD_LENGTH,
     MAX_TOPIC_BYTES,
-    NewRecord,
+    RecordTuple,
     encode_record,
     encode_release,
 )
@@ -71,11 +71,11 @@ class BatchEncoder:
     def __init__(self, identity: bytes, segment_max_bytes: int) -> None:
         self._identity = identity
         self._limit = segment_max_bytes
-        self._topics: dict[str, tuple[bytes, int]] = {}
+        self._topics: dict[str, tuple[bytes, int, Callable[..., bytes], int]] = {}
 
     def encode(
         self,
-        records: Sequence[NewRecord],
+        records: Sequence[RecordTuple],
         released_qos2: Iterable[int],
         state: QosState,
         *,
@@ -117,14 +117,19 @@ class BatchEncoder:
 
     def _encode(
         self,
-        records: Sequence[NewRecord],
+        records: Sequence[RecordTuple],
         released: list[int],
         state: QosState,
         added: list[int],
         old_digests: dict[int, int | None],
         position: tuple[int, int, int, int],
     ) -> Batch:
-        """The hot loop of :meth:`encode`; records undo information in the two collections."""
+        """The hot loop of :meth:`encode`; records undo information in the two collections.
+
+        QoS 1 digests of the batch are collected in a dict of their own and merged into the
+        state at the end (or before a segment snapshot), so only those merges need undo
+        information. Rollover and index hints are checked only once ``pos`` reaches the nearer
+        of the two thresholds."""
         offset, segment_first, pos, index_next = position
         chunk = Chunk(offset, [], new_segment=False)
         chunks = [chunk]
@@ -135,18 +140,29 @@ class BatchEncoder:
             pos += len(release)
         has_data = offset > segment_first
         limit = self._limit
+        # 0: check again at the next record, once this segment holds data.
+        watch = min(limit, index_next) if has_data else 0
         pending, digests = state.pending_qos2, state.qos1_digests
+        batch_digests: dict[int, int] = {}
         topics, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
-        pack_head, pack_frame = DATA_HEAD.pack, FRAME.pack
+        pack_frame = FRAME.pack
+        extend = parts.extend
         try:
             for topic, payload, qos, retained, duplicate, mid, stamp in records:
-                if pos >= limit and has_data:
-                    chunk.end_offset, chunk.seal = offset, True
-                    prefix = segment_prefix(self._identity, offset, state)
-                    chunk = Chunk(offset, [prefix], new_segment=True)
-                    chunks.append(chunk)
-                    parts, pos, has_data = chunk.parts, len(prefix), False
-                    index_next = pos + INDEX_INTERVAL
+                if pos >= watch:
+                    if pos >= limit and has_data:
+                        chunk.end_offset, chunk.seal = offset, True
+                        _merge_digests(digests, batch_digests, old_digests)
+                        prefix = segment_prefix(self._identity, offset, state)
+                        chunk = Chunk(offset, [prefix], new_segment=True)
+                        chunks.append(chunk)
+                        parts, pos, has_data = chunk.parts, len(prefix), False
+                        extend = parts.extend
+                        index_next = pos + INDEX_INTERVAL
+                    if pos >= index_next:
+                        chunk.index.append((offset, pos))
+                        index_next = pos + INDEX_INTERVAL
+                    watch = min(limit, index_next) if has_data else 0
                 entry = topics.get(topic)
                 if entry is None:
                     entry = self._cache_topic(topic)
@@ -157,38 +173,45 @@ class BatchEncoder:
                     if not mid:
                         raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
                     if qos == 1:
-                        if mid not in old_digests:
-                            old_digests[mid] = digests.get(mid)
-                        digests[mid] = crc32(payload, entry[1])
+                        batch_digests[mid] = crc32(payload, entry[1])
                     elif mid not in pending:
                         pending.add(mid)
                         added.append(mid)
-                raw_topic = entry[0]
-                head = pack_head(KIND_DATA, offset, stamp, flags, mid or 0, len(raw_topic))
-                head += raw_topic
+                head = entry[2](KIND_DATA, offset, stamp, flags, mid or 0, entry[3], entry[0])
                 length = len(head) + len(payload)
                 if length > MAX_RECORD_LENGTH:
                     raise ValueError(f"record at offset {offset} is too large ({length} bytes)")
-                if pos >= index_next:
-                    chunk.index.append((offset, pos))
-                    index_next = pos + INDEX_INTERVAL
-                parts.append(pack_frame(length, crc32(payload, crc32(head))))
-                parts.append(head)
-                parts.append(payload)
+                extend((pack_frame(length, crc32(payload, crc32(head))), head, payload))
                 pos += FRAME_SIZE + length
                 offset += 1
                 has_data = True
         except struct.error as exc:
             raise ValueError(f"record at offset {offset} has a field out of range: {exc}") from exc
+        _merge_digests(digests, batch_digests, old_digests)
         chunk.end_offset = offset
         return Batch(chunks, index_next)
 
-    def _cache_topic(self, topic: str) -> tuple[bytes, int]:
-        """UTF-8 bytes of a topic and the crc32 seed of its digest, cached."""
+    def _cache_topic(self, topic: str) -> tuple[bytes, int, Callable[..., bytes], int]:
+        """A topic's UTF-8 bytes, the crc32 seed of its digest, the packer of a data record
+        head ending with that topic, and the topic's length; cached."""
         raw = topic.encode("utf-8")
         if len(raw) > MAX_TOPIC_BYTES:
             raise ValueError(f"topic is {len(raw)} bytes, the limit is {MAX_TOPIC_BYTES}")
         if len(self._topics) >= _TOPIC_CACHE_LIMIT:
             self._topics.clear()
-        entry = self._topics[topic] = (raw, zlib.crc32(raw + b"\0"))
+        head = struct.Struct(f"{DATA_HEAD.format}{len(raw)}s")
+        entry = self._topics[topic] = (raw, zlib.crc32(raw + b"\0"), head.pack, len(raw))
         return entry
+
+
+def _merge_digests(
+    digests: dict[int, int], batch: dict[int, int], old: dict[int, int | None]
+) -> None:
+    """Move the batch's QoS 1 digests into the state, keeping the values they replace."""
+    if not batch:
+        return
+    get = digests.get
+    for mid in batch.keys() - old.keys():
+        old[mid] = get(mid)
+    digests.update(batch)
+    batch.clear()

@@ -7,14 +7,13 @@ every data record's offset must be the next expected one, so gaps or reordering 
 from __future__ import annotations
 
 import zlib
+from array import array
 
 from .errors import WalCorruptError
 from .records import (
     DATA_FIELDS,
     DATA_FIELDS_AT,
     DATA_HEAD_SIZE,
-    DUPLICATE_OF,
-    FLAG_HAS_ID,
     FRAME_KIND,
     FRAME_SIZE,
     KIND_DATA,
@@ -22,8 +21,6 @@ from .records import (
     KIND_SEAL,
     KIND_STATE,
     MAX_RECORD_LENGTH,
-    QOS_OF,
-    RETAINED_OF,
     SEAL_BODY,
     TOPIC_AT,
     WalColumns,
@@ -33,41 +30,45 @@ NEED_MORE = 0  # the buffer ends before the next needed record is complete
 DONE = 1  # every offset below ``end`` has been consumed
 SEALED = 2  # a seal record ended the segment; ``pos`` is the seal's position
 
-_TOPIC_CACHE_LIMIT = 4096
-
 
 class DataSink:
-    """Collects data records: as columns, or (``raw=True``) as undecoded frames for a blob."""
+    """Collects data records: as compact columns, or (``raw=True``) as undecoded frames for a
+    blob. Topics become indexes into a per-sink dictionary of distinct topics."""
 
-    __slots__ = ("_topic_cache", "flags", "message_ids", "payloads", "raw", "timestamps", "topics")
+    __slots__ = (
+        "flags",
+        "message_ids",
+        "payloads",
+        "raw",
+        "timestamps",
+        "topic_ids",
+        "topic_index",
+        "topic_names",
+    )
 
     def __init__(self, *, raw: bool = False) -> None:
-        self.topics: list[str] = []
+        self.topic_names: list[str] = []
+        self.topic_index: dict[bytes, int] = {}
+        self.topic_ids = array("i")
         self.payloads: list[bytes] = []
-        self.flags: list[int] = []
-        self.message_ids: list[int] = []
-        self.timestamps: list[int] = []
+        self.flags = bytearray()
+        self.message_ids = array("H")
+        self.timestamps = array("q")
         self.raw: list[memoryview] | None = [] if raw else None
-        self._topic_cache: dict[bytes, str] = {}
 
     def __len__(self) -> int:
         return len(self.raw) if self.raw is not None else len(self.flags)
 
     def columns(self, first_offset: int) -> WalColumns:
         """The collected records as columns; their offsets start at ``first_offset``."""
-        flags = self.flags
         return WalColumns(
-            offsets=list(range(first_offset, first_offset + len(flags))),
-            topics=self.topics,
-            payloads=self.payloads,
-            qos=list(map(QOS_OF.__getitem__, flags)),
-            retained=list(map(RETAINED_OF.__getitem__, flags)),
-            duplicate=list(map(DUPLICATE_OF.__getitem__, flags)),
-            message_ids=[
-                mid if flag & FLAG_HAS_ID else None
-                for flag, mid in zip(flags, self.message_ids, strict=True)
-            ],
-            timestamps_us=self.timestamps,
+            first_offset,
+            self.topic_names,
+            self.topic_ids,
+            self.payloads,
+            self.flags,
+            self.message_ids,
+            self.timestamps,
         )
 
 
@@ -93,12 +94,15 @@ def scan(
     unpack_fields = DATA_FIELDS.unpack_from
     crc32 = zlib.crc32
     raw = sink.raw
-    cache = sink._topic_cache
-    topics = sink.topics.append
+    index = sink.topic_index
+    topic_ids = sink.topic_ids.append
     payloads = sink.payloads.append
     flags_out = sink.flags.append
     mids = sink.message_ids.append
     stamps = sink.timestamps.append
+    startswith = buf.startswith
+    # The topic of the previous record: a run of records on one topic is matched in place.
+    last_raw, last_len, last_id = b"", -1, -1
     while expected < end:
         if n - pos < FRAME_SIZE + 1:
             return pos, expected, NEED_MORE
@@ -126,11 +130,12 @@ def scan(
                     topic_end = at + topic_len
                     if topic_end > stop:
                         raise WalCorruptError(where, base + pos, "topic runs past the record")
-                    topic_bytes = buf[at:topic_end]
-                    topic = cache.get(topic_bytes)
-                    if topic is None:
-                        topic = _decode_topic(topic_bytes, cache, where, base + pos)
-                    topics(topic)
+                    if topic_len != last_len or not startswith(last_raw, at):
+                        last_raw, last_len = buf[at:topic_end], topic_len
+                        last_id = index.get(last_raw, -1)
+                        if last_id < 0:
+                            last_id = _add_topic(last_raw, sink, where, base + pos)
+                    topic_ids(last_id)
                     payloads(buf[topic_end:stop])
                     flags_out(flags)
                     mids(mid)
@@ -149,13 +154,12 @@ def scan(
     return pos, expected, DONE
 
 
-def _decode_topic(raw: bytes, cache: dict[bytes, str], where: str, position: int) -> str:
-    """UTF-8 decode a topic and remember it."""
+def _add_topic(raw: bytes, sink: DataSink, where: str, position: int) -> int:
+    """UTF-8 decode a topic new to ``sink`` and give it the next index."""
     try:
         topic = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise WalCorruptError(where, position, f"topic is not UTF-8: {exc}") from exc
-    if len(cache) >= _TOPIC_CACHE_LIMIT:
-        cache.clear()
-    cache[raw] = topic
-    return topic
+    topic_id = sink.topic_index[raw] = len(sink.topic_names)
+    sink.topic_names.append(topic)
+    return topic_id

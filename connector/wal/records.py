@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 KIND_DATA = 1
@@ -70,6 +70,11 @@ class NewRecord(NamedTuple):
     timestamp_us: int
 
 
+RecordTuple = tuple[str, bytes, int, bool, bool, int | None, int]
+"""A message to append as a plain tuple in :class:`NewRecord`'s field order (cheaper to build
+than a NewRecord, which is one)."""
+
+
 class WalRecord(NamedTuple):
     """A stored message with its offset."""
 
@@ -83,21 +88,123 @@ class WalRecord(NamedTuple):
     timestamp_us: int
 
 
-@dataclass(frozen=True, slots=True)
 class WalColumns:
-    """Records of one offset range, column by column; ``len()`` is the number of records."""
+    """Records of one offset range, column by column; ``len()`` is the number of records.
 
-    offsets: list[int]
-    topics: list[str]
-    payloads: list[bytes]
-    qos: list[int]
-    retained: list[bool]
-    duplicate: list[bool]
-    message_ids: list[int | None]
-    timestamps_us: list[int]
+    Stored compactly, as the decoder produced them: a topic dictionary with one index per
+    record, the payloads, and the flags bytes, message ids and timestamps as machine arrays
+    (``array``/``bytearray``), so a consumer such as an Arrow converter can use those buffers
+    as they are. The list attributes (``topics``, ``qos``, ...) are built on first use.
+    """
+
+    __slots__ = (
+        "_lists",
+        "first_offset",
+        "flags",
+        "message_id_values",
+        "payloads",
+        "timestamps",
+        "topic_ids",
+        "topic_names",
+    )
+
+    def __init__(
+        self,
+        first_offset: int,
+        topic_names: list[str],
+        topic_ids: array,
+        payloads: list[bytes],
+        flags: bytearray,
+        message_id_values: array,
+        timestamps: array,
+    ) -> None:
+        n = len(payloads)
+        if not len(topic_ids) == len(flags) == len(message_id_values) == len(timestamps) == n:
+            raise ValueError("WAL columns of different lengths")
+        if topic_ids.typecode != "i" or message_id_values.typecode != "H":
+            raise ValueError("topic ids must be an array('i'), message ids an array('H')")
+        if timestamps.typecode != "q":
+            raise ValueError("timestamps must be an array('q')")
+        self.first_offset = first_offset
+        self.topic_names = topic_names
+        self.topic_ids = topic_ids
+        self.payloads = payloads
+        self.flags = flags
+        self.message_id_values = message_id_values
+        """Raw u16 message ids; meaningful only where the flags have FLAG_HAS_ID."""
+        self.timestamps = timestamps
+        self._lists: dict[str, list] = {}
+
+    @classmethod
+    def from_records(cls, first_offset: int, records: Iterable[NewRecord]) -> WalColumns:
+        """Columns of ``records`` numbered from ``first_offset`` (for tests and tools)."""
+        names: dict[str, int] = {}
+        ids, payloads = array("i"), []
+        flags, mids, stamps = bytearray(), array("H"), array("q")
+        for topic, payload, qos, retained, duplicate, mid, stamp in records:
+            ids.append(names.setdefault(topic, len(names)))
+            payloads.append(payload)
+            flags.append(FLAGS[(qos, retained, duplicate, mid is not None)])
+            mids.append(mid or 0)
+            stamps.append(stamp)
+        return cls(first_offset, list(names), ids, payloads, flags, mids, stamps)
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.payloads)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WalColumns):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            getattr(self, name) == getattr(other, name) for name in _COLUMN_NAMES
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"WalColumns(offsets=[{self.first_offset}, {self.first_offset + len(self)}))"
+
+    def _list(self, name: str, build: Callable[[], list]) -> list:
+        value = self._lists.get(name)
+        if value is None:
+            value = self._lists[name] = build()
+        return value
+
+    @property
+    def offsets(self) -> list[int]:
+        return self._list(
+            "offsets", lambda: list(range(self.first_offset, self.first_offset + len(self)))
+        )
+
+    @property
+    def topics(self) -> list[str]:
+        return self._list("topics", lambda: list(map(self.topic_names.__getitem__, self.topic_ids)))
+
+    @property
+    def qos(self) -> list[int]:
+        return self._list("qos", lambda: list(map(QOS_OF.__getitem__, self.flags)))
+
+    @property
+    def retained(self) -> list[bool]:
+        return self._list("retained", lambda: list(map(RETAINED_OF.__getitem__, self.flags)))
+
+    @property
+    def duplicate(self) -> list[bool]:
+        return self._list("duplicate", lambda: list(map(DUPLICATE_OF.__getitem__, self.flags)))
+
+    @property
+    def message_ids(self) -> list[int | None]:
+        return self._list(
+            "message_ids",
+            lambda: [
+                mid if flag & FLAG_HAS_ID else None
+                for flag, mid in zip(self.flags, self.message_id_values, strict=True)
+            ],
+        )
+
+    @property
+    def timestamps_us(self) -> list[int]:
+        return self._list("timestamps_us", lambda: self.timestamps.tolist())
 
     def records(self) -> Iterator[WalRecord]:
         """Yield the rows as :class:`WalRecord` (convenient, slower than the columns)."""
@@ -114,9 +221,21 @@ class WalColumns:
         )
 
     @classmethod
-    def empty(cls) -> WalColumns:
+    def empty(cls, first_offset: int = 0) -> WalColumns:
         """Columns with no records."""
-        return cls([], [], [], [], [], [], [], [])
+        return cls(first_offset, [], array("i"), [], bytearray(), array("H"), array("q"))
+
+
+_COLUMN_NAMES = (
+    "offsets",
+    "topics",
+    "payloads",
+    "qos",
+    "retained",
+    "duplicate",
+    "message_ids",
+    "timestamps_us",
+)
 
 
 def record_digest(topic: str, payload: bytes) -> int:
