@@ -8,6 +8,9 @@ fresh backlog: a ``clean_session=False`` client connects, subscribes with QoS 1 
 every one is acknowledged, i.e. queued for the offline session. Then one peer drains it:
 
 * ``ours``: ``connector.mqtt.driver.MqttClient``, a poll/acknowledge loop (subprocess);
+* ``ours-wal``: the source's receiver (``connector.source.receiver.Receiver``, subprocess):
+  every socket read is appended to a write-ahead log with one fsync before its PUBACKs go
+  out, i.e. the drain into durable storage that the Spark source relies on;
 * ``paho``: a paho-mqtt 2.x client (subprocess) with automatic PUBACKs, run by the same
   select / ``loop_read`` / ``loop_write`` / ``loop_misc`` cycle as ``loop_forever`` so that it
   can stop after its last PUBACK has gone out;
@@ -19,6 +22,7 @@ has logged the end of the drain's connection, i.e. it has read every acknowledge
 reader can leave the broker working through its PUBACKs after the process has gone).
 
 Checks: ours and paho verify the payload sequence numbers (N distinct, each in 0..N-1);
+ours-wal reads its WAL back after the drain and checks the same on what it stored;
 after each drain, once the broker is done, a client resumes the session and counts what is
 still queued, which must be 0 (every message was acknowledged).
 """
@@ -53,9 +57,10 @@ from .common import (
 
 TOPIC = "plant/line-3/sensor-17/telemetry"
 TOPIC_FILTER = "plant/+/+/telemetry"
-PEERS = ("ours", "paho", "mosquitto_sub")
+PEERS = ("ours", "ours-wal", "paho", "mosquitto_sub")
 GOAL_VS_PAHO = 2.5
 GOAL_VS_MOSQUITTO_SUB = 0.7
+GOAL_WAL_VS_MOSQUITTO_SUB = 0.8
 SEQUENCE_DIGITS = 10  # the pub tool starts each payload with a 10-digit sequence number
 
 
@@ -147,6 +152,52 @@ def worker_paho(
     return _worker_result(counters, start, connected, state["last"] or connected, 1)
 
 
+def worker_ours_wal(
+    url: str, client_id: str, count: int, timeout: float, stall: float
+) -> dict[str, Any]:
+    """Drain with the source's receiver into a fresh WAL (fsync per socket read, acks after
+    it); the clock stops once ``count`` records are durable, then the WAL is read back."""
+    import shutil
+    import tempfile
+
+    from connector.source.options import SourceOptions
+    from connector.source.receiver import Receiver
+    from connector.wal import WalReader
+
+    wal_dir = Path(tempfile.mkdtemp(prefix="bench-drain-wal-")) / "wal"
+    options = SourceOptions.parse(
+        {"brokerUrl": url, "topic": TOPIC_FILTER, "qos": "1", "clientId": client_id,
+         "walPath": str(wal_dir), "maxBacklogMessages": str(max(count, 10_000) * 2)}
+    )  # fmt: skip
+    seen, counters = _sequence_checker(count)
+    try:
+        start = time.perf_counter()
+        receiver = Receiver(options)
+        receiver.start()  # connects, then runs its loop in a thread
+        connected = time.perf_counter()
+        deadline = start + timeout
+        last, stored = connected, 0
+        try:
+            while receiver.wal.next_offset < count:
+                now = time.perf_counter()
+                if now > deadline or now - last > stall or receiver.error is not None:
+                    break
+                if receiver.wal.next_offset != stored:
+                    stored, last = receiver.wal.next_offset, now
+                time.sleep(0.0005)
+            last = time.perf_counter()
+        finally:
+            receiver.stop()
+        stored = receiver.wal.next_offset
+        for payload in WalReader(wal_dir).read(0, stored).payloads:
+            _note(seen, counters, payload)
+    finally:
+        shutil.rmtree(wal_dir.parent, ignore_errors=True)
+    result = _worker_result(counters, start, connected, last, receiver.stats.connections)
+    result["wal_records"] = stored
+    return result
+
+
 def _worker_result(
     counters: list[int], start: float, connected: float, last: float, connections: int
 ) -> dict[str, Any]:
@@ -162,10 +213,14 @@ def _worker_result(
     }
 
 
+WORKERS = {"ours": worker_ours, "ours-wal": worker_ours_wal, "paho": worker_paho}
+
+
 def run_worker(argv: Sequence[str]) -> int:
-    """``python -m bench.drain worker {ours,paho} URL CLIENT_ID COUNT``: one JSON line out."""
+    """``python -m bench.drain worker {ours,ours-wal,paho} URL CLIENT_ID COUNT``: one JSON
+    line out."""
     parser = argparse.ArgumentParser(prog="python -m bench.drain worker")
-    parser.add_argument("peer", choices=["ours", "paho"])
+    parser.add_argument("peer", choices=sorted(WORKERS))
     parser.add_argument("url")
     parser.add_argument("client_id")
     parser.add_argument("count", type=int)
@@ -173,7 +228,7 @@ def run_worker(argv: Sequence[str]) -> int:
     parser.add_argument("--stall", type=float, default=5.0, help="give up after a silence")
     parser.add_argument("--profile", help="write a cProfile of the drain to this file")
     args = parser.parse_args(argv)
-    work = worker_ours if args.peer == "ours" else worker_paho
+    work = WORKERS[args.peer]
     if args.profile:
         profiler = cProfile.Profile()
         result = profiler.runcall(
@@ -386,19 +441,22 @@ def _rates(drains: list[Drain], count: int) -> dict[str, list[float]]:
 def _ratios(rates: dict[str, dict[str, list[float]]]) -> dict[str, Stats]:
     """ours/peer per metric, paired by repetition, plus the goal's mixed comparison."""
     ratios: dict[str, Stats] = {}
-    if "ours" not in rates:
-        return ratios
-    ours = rates["ours"]
-    for peer in ("paho", "mosquitto_sub"):
-        if peer not in rates:
+    for mine in ("ours", "ours-wal"):
+        if mine not in rates:
             continue
-        for metric in METRICS:
-            if metric in ours and metric in rates[peer]:
-                ratios[f"ours/{peer}, {metric}"] = paired_ratio(ours[metric], rates[peer][metric])
-    if IN_PROCESS in ours and "mosquitto_sub" in rates:
-        ratios[f"ours ({IN_PROCESS}) / mosquitto_sub ({PROCESS})"] = paired_ratio(
-            ours[IN_PROCESS], rates["mosquitto_sub"][PROCESS]
-        )
+        ours = rates[mine]
+        for peer in ("paho", "mosquitto_sub"):
+            if peer not in rates:
+                continue
+            for metric in METRICS:
+                if metric in ours and metric in rates[peer]:
+                    ratios[f"{mine}/{peer}, {metric}"] = paired_ratio(
+                        ours[metric], rates[peer][metric]
+                    )
+        if IN_PROCESS in ours and "mosquitto_sub" in rates:
+            ratios[f"{mine} ({IN_PROCESS}) / mosquitto_sub ({PROCESS})"] = paired_ratio(
+                ours[IN_PROCESS], rates["mosquitto_sub"][PROCESS]
+            )
     return ratios
 
 
@@ -411,6 +469,9 @@ def _goals(ratios: dict[str, Stats]) -> list[tuple[str, float, str, Stats]]:
     mosq = f"ours ({IN_PROCESS}) / mosquitto_sub ({PROCESS})"
     if mosq in ratios:
         goals.append(("ours/mosquitto_sub", GOAL_VS_MOSQUITTO_SUB, mosq, ratios[mosq]))
+    wal = f"ours-wal ({IN_PROCESS}) / mosquitto_sub ({PROCESS})"
+    if wal in ratios:
+        goals.append(("ours-wal/mosquitto_sub", GOAL_WAL_VS_MOSQUITTO_SUB, wal, ratios[wal]))
     return goals
 
 

@@ -1,12 +1,15 @@
-"""Backlog into Delta: queued QoS 1 messages landed by the ingest query, in messages per second.
+"""Backlog into Delta: queued QoS 1 and QoS 2 messages landed by the ingest query, in msg/s.
 
-``python -m bench.ingest [--messages N] [--repeat R] [--modes wal inline] [--trigger T]
-[--sink job|delta] [--no-synthetic] [--no-paho] [--no-warmup] [--profile] [--output FILE]``
+``python -m bench.ingest [--messages N] [--repeat R] [--modes wal inline] [--qos 1 2]
+[--trigger T] [--sink job|delta] [--no-synthetic] [--no-paho] [--no-warmup] [--profile]
+[--output FILE]``
 
-For every repetition and peer a fresh Mosquitto (``streaming_jobs.local_broker``) gets a fresh
-backlog: a ``clean_session=False`` session is created for the peer's client id
-(subscribe QoS 1, leave), then N numbered 100-byte JSON payloads are published with QoS 1 (at
-most 20 in flight) and acknowledged, i.e. queued for the offline session. Peers:
+For every repetition, QoS and peer a fresh Mosquitto (``streaming_jobs.local_broker``) gets a
+fresh backlog: a ``clean_session=False`` session is created for the peer's client id
+(subscribe with that QoS, leave), then N numbered 100-byte JSON payloads are published with
+that QoS (at most 20 in flight) and acknowledged, i.e. queued for the offline session. Peers
+of the QoS 2 backlogs carry a ``-qos2`` suffix (``ours-wal-qos2``, ``paho-qos2``). Goals:
+80,000 msg/s (QoS 1) and 60,000 msg/s (QoS 2) into Delta. Peers:
 
 * ``ours-wal`` / ``ours-inline``: the ingest job's query (``format("mqtt")`` with the options
   ``streaming_jobs.ingest`` derives from its flags, written by the job's own ``foreachBatch``
@@ -86,7 +89,9 @@ SINK_NAMES = {
     "delta": "Spark's Delta sink: writeStream.format('delta')",
 }
 PEERS = ("ours-wal", "ours-inline", "synthetic", "paho")
-GOAL_RATE = 50_000.0
+GOAL_RATES = {1: 80_000.0, 2: 60_000.0}
+"""Messages per second into Delta on local[2], per QoS of the backlog."""
+QOS_LEVELS = (1, 2)
 INFLIGHT = 20
 SEQ_AT = len('{"seq":')
 SEQ_DIGITS = 10
@@ -117,7 +122,9 @@ def sequence_of(data: bytes) -> int:
 # ------------------------------------------------------------------------------ paho worker
 
 
-def worker_paho(url: str, client_id: str, count: int, timeout: float, stall: float) -> dict:
+def worker_paho(
+    url: str, client_id: str, count: int, timeout: float, stall: float, qos: int = 1
+) -> dict:
     """Drain with paho-mqtt 2.x: on_message checks, paho sends each PUBACK itself; the loop is
     loop_forever's cycle through the external-loop API so it can stop at the last message."""
     from urllib.parse import urlsplit
@@ -130,7 +137,7 @@ def worker_paho(url: str, client_id: str, count: int, timeout: float, stall: flo
 
     def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         state["connected"] = time.perf_counter()
-        client.subscribe(TOPIC_FILTER, qos=1)
+        client.subscribe(TOPIC_FILTER, qos=qos)
 
     def on_message(client: Any, userdata: Any, message: Any) -> None:
         state["received"] += 1
@@ -175,8 +182,9 @@ def run_worker(argv: Sequence[str]) -> int:
     parser.add_argument("count", type=int)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--stall", type=float, default=10.0)
+    parser.add_argument("--qos", type=int, choices=QOS_LEVELS, default=1)
     args = parser.parse_args(argv)
-    result = worker_paho(args.url, args.client_id, args.count, args.timeout, args.stall)
+    result = worker_paho(args.url, args.client_id, args.count, args.timeout, args.stall, args.qos)
     sys.stdout.write(json.dumps(result) + "\n")
     return 0 if result["distinct"] == args.count else 1
 
@@ -188,19 +196,19 @@ class BenchError(RuntimeError):
     """A backlog could not be prepared, a peer failed or a check did not hold."""
 
 
-def create_session(url: str, client_id: str) -> None:
-    """Connect with clean_session=False, subscribe with QoS 1, leave: the session stays."""
+def create_session(url: str, client_id: str, qos: int = 1) -> None:
+    """Connect with clean_session=False, subscribe with ``qos``, leave: the session stays."""
     from connector.mqtt.driver import MqttClient
     from connector.mqtt.session import SessionConfig
 
-    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)])
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, qos)])
     if client.connect().session_present:
         raise BenchError(f"the broker already had a session for {client_id!r}")
     client.disconnect()
 
 
-def publish_backlog(url: str, count: int, timeout: float) -> float:
-    """Publish ``count`` JSON payloads with QoS 1, at most INFLIGHT unacknowledged; returns
+def publish_backlog(url: str, count: int, timeout: float, qos: int = 1) -> float:
+    """Publish ``count`` JSON payloads with ``qos``, at most INFLIGHT unfinished; returns
     the rate. Returns once the broker acknowledged every one, i.e. queued it."""
     from connector.mqtt.driver import MqttClient
     from connector.mqtt.session import SessionConfig
@@ -221,7 +229,7 @@ def publish_backlog(url: str, count: int, timeout: float) -> float:
                 continue
             now = time.monotonic()
             for seq in range(sent, sent + room):
-                session.publish(TOPIC, payload(seq), 1, now)
+                session.publish(TOPIC, payload(seq), qos, now)
             sent += room
             client.flush()
             if not client.connected:
@@ -239,14 +247,14 @@ class Backlog:
     publish_rate: float
 
 
-def backlog(count: int, client_id: str, timeout: float) -> Backlog:
+def backlog(count: int, client_id: str, timeout: float, qos: int = 1) -> Backlog:
     from streaming_jobs.local_broker import MosquittoBroker
 
     broker = MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count))
     broker.start()
     try:
-        create_session(broker.url, client_id)
-        publish_rate = publish_backlog(broker.url, count, timeout)
+        create_session(broker.url, client_id, qos)
+        publish_rate = publish_backlog(broker.url, count, timeout, qos)
     except BaseException:
         broker.close()
         raise
@@ -603,17 +611,26 @@ def stream_writer(frame: Any, setup: Setup, table: Path, checkpoint: Path) -> An
     return stream.foreachBatch(BatchWriter(make_plan("binary", None), str(table), None, RunStats()))
 
 
-def run_ours(spark: Any, mode: str, count: int, setup: Setup, workdir: Path) -> Landing:
-    """The ingest job's query over a fresh backlog of ``count`` messages."""
+def peer_name(base: str, qos: int) -> str:
+    """``ours-wal`` for QoS 1 (the historical name), ``ours-wal-qos2`` for QoS 2."""
+    return base if qos == 1 else f"{base}-qos{qos}"
+
+
+def run_ours(
+    spark: Any, mode: str, count: int, setup: Setup, workdir: Path, qos: int = 1
+) -> Landing:
+    """The ingest job's query over a fresh backlog of ``count`` messages published and
+    subscribed with ``qos``."""
     from streaming_jobs.ingest import build_parser, source_options
 
-    client_id = f"bench-ingest-{mode}"
-    table, checkpoint = workdir / f"{mode}-table", workdir / f"{mode}-checkpoint"
-    queued = backlog(count, client_id, setup.timeout)
+    name = peer_name(f"ours-{mode}", qos)
+    client_id = f"bench-ingest-{mode}-qos{qos}"
+    table, checkpoint = workdir / f"{name}-table", workdir / f"{name}-checkpoint"
+    queued = backlog(count, client_id, setup.timeout, qos)
     with queued.broker:
         args = build_parser().parse_args(
             [
-                "--broker", queued.broker.url, "--topic", TOPIC_FILTER, "--qos", "1",
+                "--broker", queued.broker.url, "--topic", TOPIC_FILTER, "--qos", str(qos),
                 "--table", str(table), "--checkpoint", str(checkpoint),
                 "--client-id", client_id, "--partition-data", mode,
             ]
@@ -627,7 +644,7 @@ def run_ours(spark: Any, mode: str, count: int, setup: Setup, workdir: Path) -> 
             raise BenchError(f"mosquitto crashed:\n{queued.broker.log_text()}")
     found = _check_table(spark, table, count)
     return Landing(
-        f"ours-{mode}",
+        name,
         count,
         run,
         publish_rate=queued.publish_rate,
@@ -691,13 +708,13 @@ class Drain:
         return self.details["distinct"] / self.seconds
 
 
-def run_paho(count: int, timeout: float) -> Drain:
-    client_id = "bench-ingest-paho"
-    queued = backlog(count, client_id, timeout)
+def run_paho(count: int, timeout: float, qos: int = 1) -> Drain:
+    client_id = f"bench-ingest-paho-qos{qos}"
+    queued = backlog(count, client_id, timeout, qos)
     with queued.broker:
         command = [
             sys.executable, "-m", "bench.ingest", "paho-worker", queued.broker.url, client_id,
-            str(count), "--timeout", str(timeout),
+            str(count), "--timeout", str(timeout), "--qos", str(qos),
         ]  # fmt: skip
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout + 30, cwd=REPO_ROOT
@@ -951,6 +968,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="backlogs per peer")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument(
+        "--qos",
+        nargs="+",
+        type=int,
+        choices=QOS_LEVELS,
+        default=list(QOS_LEVELS),
+        help="QoS of the backlogs (default: 1 and 2); paho drains at each",
+    )
+    parser.add_argument(
         "--trigger", default="0 seconds", help="processing-time interval (default 0 seconds)"
     )
     parser.add_argument(
@@ -973,6 +998,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--messages must be >= 2 and --repeat >= 1")
     n = args.messages
     modes: list[str] = list(dict.fromkeys(args.modes))
+    levels: list[int] = sorted(set(args.qos))
+    combos = [(mode, qos) for qos in levels for mode in modes]
     info = machine_info()
     info["pyspark"] = package_version("pyspark")
     info["delta_spark"] = package_version("delta-spark")
@@ -990,33 +1017,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    ours: dict[str, list[Landing]] = {f"ours-{mode}": [] for mode in modes}
+    ours: dict[str, list[Landing]] = {peer_name(f"ours-{m}", q): [] for m, q in combos}
     synthetic: list[Landing] = []
-    paho: list[Drain] = []
+    paho: dict[str, list[Drain]] = {peer_name("paho", q): [] for q in levels}
     stages: list[tuple[str, float]] = []
     report = ""
     try:
         if not args.no_warmup:  # JIT, class loading, the data source lookup: not measured
             warm = min(n, 20_000)
-            for mode in modes:
-                run_ours(spark, mode, warm, setup, work / "warmup")
+            for mode, qos in combos:
+                run_ours(spark, mode, warm, setup, work / "warmup", qos)
             if not args.no_synthetic:
                 run_synthetic(spark, warm, warm // 2, setup, work / "warmup")
             shutil.rmtree(work / "warmup", ignore_errors=True)
         for rep in range(args.repeat):
-            order = modes[rep % len(modes) :] + modes[: rep % len(modes)]
-            for mode in order:
+            order = combos[rep % len(combos) :] + combos[: rep % len(combos)]
+            for mode, qos in order:
                 run_dir = work / f"rep{rep}"
-                ours[f"ours-{mode}"].append(run_ours(spark, mode, n, setup, run_dir))
+                landing = run_ours(spark, mode, n, setup, run_dir, qos)
+                ours[peer_name(f"ours-{mode}", qos)].append(landing)
                 shutil.rmtree(run_dir, ignore_errors=True)
             if not args.no_synthetic:
                 # As many rows per batch as ours had: the same per-batch overheads.
-                reference = ours[f"ours-{modes[0]}"][-1]
+                reference = ours[peer_name(f"ours-{modes[0]}", levels[0])][-1]
                 per_batch = math.ceil(n / len(reference.batches))
                 synthetic.append(run_synthetic(spark, n, per_batch, setup, work / "syn"))
                 shutil.rmtree(work / "syn", ignore_errors=True)
             if not args.no_paho:
-                paho.append(run_paho(n, args.timeout))
+                for qos in levels:
+                    paho[peer_name("paho", qos)].append(run_paho(n, args.timeout, qos))
         if args.profile:
             stages, report = profile_stages(n, work)
     except (BenchError, subprocess.TimeoutExpired, RuntimeError) as exc:
@@ -1030,15 +1059,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if synthetic:
         spark_peers["synthetic"] = synthetic
     clock_rates = {peer: _clock_rates(runs) for peer, runs in spark_peers.items()}
-    if paho:
-        clock_rates["paho"] = {PAHO_CLOCK: [d.rate for d in paho]}
+    for name, drains in paho.items():
+        if drains:
+            clock_rates[name] = {PAHO_CLOCK: [d.rate for d in drains]}
     headline = {
         peer: rates[FIRST_BATCH if FIRST_BATCH in rates else PAHO_CLOCK]
         for peer, rates in clock_rates.items()
     }
     ratios: dict[str, Stats] = {}
+    qos_of = {peer_name(f"ours-{m}", q): q for m, q in combos}
     for peer in ours:
-        for other in ("synthetic", "paho"):
+        for other in ("synthetic", peer_name("paho", qos_of[peer])):
             if other in headline:
                 ratios[f"{peer}/{other}"] = paired_ratio(headline[peer], headline[other])
 
@@ -1046,7 +1077,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = ", ".join(f"{v:.2f}" for v in info["load_average_at_start"])
     print(f"bench.ingest: {describe_machine(info)}, {versions}; load average {load}")
     print(
-        f"backlog of {n:,} QoS 1 messages ({PAYLOAD_BYTES}-byte JSON payloads) per run, "
+        f"backlog of {n:,} QoS {' and '.join(map(str, levels))} messages "
+        f"({PAYLOAD_BYTES}-byte JSON payloads) per run; peers named -qos2 drain QoS 2 backlogs; "
         f"local[2], processing-time trigger {args.trigger!r}, median of {args.repeat}; written "
         f"by {SINK_NAMES[sink]}"
         + (f" (asked for {args.sink}: not available)" if sink != args.sink else "")
@@ -1073,13 +1105,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     goals = {}
     for peer in ours:
         measured = Stats.of(headline[peer]).median
+        target = GOAL_RATES[qos_of[peer]]
         goals[peer] = {
-            "target": GOAL_RATE,
+            "qos": qos_of[peer],
+            "target": target,
             "measured": round(measured),
-            "met": measured >= GOAL_RATE,
+            "met": measured >= target,
         }
-        verdict = "met" if measured >= GOAL_RATE else "NOT met"
-        print(f"goal {peer} >= {GOAL_RATE:,.0f} msg/s into Delta: {rate(measured)} -> {verdict}")
+        verdict = "met" if measured >= target else "NOT met"
+        print(f"goal {peer} >= {target:,.0f} msg/s into Delta: {rate(measured)} -> {verdict}")
     print()
     phase_rows = []
     for peer, runs in spark_peers.items():
@@ -1119,16 +1153,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         for peer, runs in spark_peers.items()
     }
-    if paho:
-        peers_json["paho"] = {
-            "rates": {PAHO_CLOCK: Stats.of(headline["paho"]).as_dict(1)},
+    for name, drains in paho.items():
+        if not drains:
+            continue
+        peers_json[name] = {
+            "rates": {PAHO_CLOCK: Stats.of(headline[name]).as_dict(1)},
             "runs": [
                 {
                     "rate": round(d.rate),
                     "backlog_publish_rate": round(d.publish_rate),
                     **d.details,
                 }
-                for d in paho
+                for d in drains
             ],
         }
     results = {
@@ -1136,7 +1172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": info,
         "parameters": {
             "messages": n,
-            "qos": 1,
+            "qos": levels,
             "payload_bytes": PAYLOAD_BYTES,
             "payload_example": payload(0).decode(),
             "repeat": args.repeat,
