@@ -525,6 +525,10 @@ def _decode_connect(cursor: _Cursor) -> Connect:
             f"CONNECT protocol name {name!r} is neither 'MQTT' (3.1.1) nor 'MQIsdp' (3.1) "
             "(section 3.1.2.1)"
         )
+    if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
+        raise MalformedPacket(
+            f"CONNECT protocol level {level} is neither 3 (3.1) nor 4 (3.1.1) (section 3.1.2.2)"
+        )
     flags = cursor.u8("connect flags")
     if flags & 0x01:
         raise MalformedPacket("CONNECT flags: the reserved bit 0 must be 0 (section 3.1.2.3)")

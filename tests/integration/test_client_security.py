@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,8 @@ from connector.mqtt import (
     SessionConfig,
 )
 from connector.mqtt.driver import BrokerUnreachable, MqttClient, TlsError, TlsOptions
-from tests.brokers import MosquittoBroker, Pki
+from tests.brokers import MosquittoBroker, Pki, TlsListener, find_tool
+from tests.brokers import _run as run_tool
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until
 
@@ -188,6 +190,71 @@ def test_tls_with_an_untrusted_server_certificate_fails_clearly(
     assert "certificate verify failed" in str(failure.value.__cause__)
     assert "--cafile" in message
     assert not client.connected
+
+
+def leaf_certificate(pki: Pki, name: str, san: str) -> tuple[Path, Path]:
+    """A server certificate signed by the test CA for the subject alternative names ``san``."""
+    openssl = find_tool("openssl")
+    key, csr, cert = (pki.directory / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
+    ext = pki.directory / f"{name}.ext"
+    ext.write_text(
+        "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\n"
+        f"extendedKeyUsage = serverAuth\nsubjectAltName = {san}\n"
+    )
+    steps = [
+        ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key],
+        ["req", "-new", "-key", key, "-subj", f"/CN={name}", "-out", csr],
+        ["x509", "-req", "-in", csr, "-CA", pki.ca_cert, "-CAkey", pki.ca_key,
+         "-set_serial", f"0x{uuid.uuid4().hex[:16]}", "-days", "30", "-sha256",
+         "-extfile", ext, "-out", cert],
+    ]  # fmt: skip
+    for step in steps:
+        run_tool([openssl, *map(str, step)])
+    return cert, key
+
+
+def broker_with_certificate_for(
+    broker_factory: Callable[..., MosquittoBroker], pki: Pki, san: str
+) -> MosquittoBroker:
+    """A TLS broker whose certificate, signed by the trusted test CA, names only ``san``."""
+    name = "cert-" + uuid.uuid4().hex[:8]
+    cert, key = leaf_certificate(pki, name, san)
+    return broker_factory(tls=TlsListener(cafile=pki.ca_cert, certfile=cert, keyfile=key))
+
+
+def test_tls_host_name_in_the_certificate_is_accepted(
+    broker_factory: Callable[..., MosquittoBroker], pki: Pki
+) -> None:
+    broker = broker_with_certificate_for(broker_factory, pki, "DNS:localhost")
+    topic = unique("name/")
+    url = f"ssl://localhost:{broker.tls_port}"
+    with client_for(url, topic, tls=TlsOptions(ca_file=str(pki.ca_cert))) as client:
+        client.connect()
+        round_trip(client, broker, topic)
+
+
+@pytest.mark.parametrize(
+    ("san", "host", "mismatch"),
+    [
+        ("DNS:broker.example", "localhost", "Hostname mismatch"),
+        ("DNS:localhost", "127.0.0.1", "IP address mismatch"),
+    ],
+    ids=["other-name", "name-but-not-address"],
+)
+def test_tls_host_name_not_in_the_certificate_is_refused(
+    broker_factory: Callable[..., MosquittoBroker], pki: Pki, san: str, host: str, mismatch: str
+) -> None:
+    """A certificate signed by the trusted CA, but for another name: refused all the same."""
+    broker = broker_with_certificate_for(broker_factory, pki, san)
+    url = f"ssl://{host}:{broker.tls_port}"
+    client = client_for(url, "t", tls=TlsOptions(ca_file=str(pki.ca_cert)))
+    with pytest.raises(TlsError) as failure:
+        client.connect()
+    message = str(failure.value)
+    assert f"the certificate of {url} is not trusted ({mismatch}" in message, message
+    assert "check the CA file" in message and "the host name" in message
+    assert not client.connected
+    assert client.connections == 0
 
 
 def test_tls_verification_can_be_switched_off(tls_broker: MosquittoBroker) -> None:
