@@ -44,11 +44,17 @@ KNOWN_OPTIONS = (
     "tls.keyFile",
     "tls.verify",
     "allowPasswordOverPlainTcp",
+    "receivers",
+    "shardBy",
+    "shareGroup",
     "path",
 )
 _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 SECRET_OPTIONS = frozenset({"password"})
 PARTITION_DATA_MODES = ("inline", "wal")
+SHARD_MODES = ("share", "topics")
+"""How several receivers split the load: MQTT shared subscriptions, or disjoint filter lists."""
+SHARE_PREFIX = "$share/"
 
 
 class InvalidOptionError(ValueError):
@@ -124,6 +130,9 @@ class SourceOptions:
     partition_data: str = "inline"
     records_per_partition: int = 100_000
     tls: TlsOptions | None = None
+    receivers: int = 1
+    shard_by: str = "share"
+    share_group: str = ""
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
@@ -156,6 +165,9 @@ class SourceOptions:
         clean = _bool("cleanSession", opts.get("cleanSession", "false"))
         wal_path = opts.get("walPath") or ""
         client_id = opts.get("clientId") or default_client_id(str(broker), topics, wal_path)
+        several = opts.get("receivers", "1").strip() != "1"
+        if not opts.get("clientId") and version == ProtocolLevel.MQTT_3_1 and several:
+            client_id = client_id[:20]  # room for the receivers' "-<i>" (3.1: 23 at most)
         if version == ProtocolLevel.MQTT_3_1 and not 1 <= len(client_id) <= 23:
             raise InvalidOptionError(
                 f"option 'clientId' must be 1 to 23 characters with mqttVersion 3.1, "
@@ -210,6 +222,7 @@ class SourceOptions:
                 f"option 'partitionData' must be one of {', '.join(PARTITION_DATA_MODES)}, "
                 f"got {opts['partitionData']!r}"
             )
+        receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
         return cls(
             broker=broker,
             topics=topics,
@@ -240,6 +253,9 @@ class SourceOptions:
                 "recordsPerPartition", opts.get("recordsPerPartition", "100000"), 1
             ),
             tls=tls,
+            receivers=receivers,
+            shard_by=shard_by,
+            share_group=share_group,
         )
 
     def redacted(self) -> dict[str, str]:
@@ -253,11 +269,69 @@ class SourceOptions:
             "mqttVersion": str(self.mqtt_version),
             "walPath": self.wal_path,
         }
+        if self.receivers > 1:
+            out["receivers"] = str(self.receivers)
+            out["shardBy"] = self.shard_by
+            if self.shard_by == "share":
+                out["shareGroup"] = self.share_group
         if self.username is not None:
             out["username"] = self.username
         if self.password is not None:
             out["password"] = "*********(redacted)"
         return out
+
+
+def default_share_group(client_id: str) -> str:
+    """The shared-subscription group of a query: its client id without ``/ + #``."""
+    return re.sub(r"[/+#]", "_", client_id)
+
+
+def _parse_shards(
+    opts: Mapping[str, str], topics: tuple[str, ...], version: ProtocolLevel, client_id: str
+) -> tuple[int, str, str]:
+    """``receivers``, ``shardBy`` and ``shareGroup``, validated together: what is valid depends
+    on the filters, the protocol level and the client id."""
+    receivers = _int("receivers", opts.get("receivers", "1"), 1, 64)
+    shard_by = opts.get("shardBy", "share").strip().lower()
+    if shard_by not in SHARD_MODES:
+        raise InvalidOptionError(
+            f"option 'shardBy' must be one of {', '.join(SHARD_MODES)}, got {opts['shardBy']!r}"
+        )
+    group = opts.get("shareGroup")
+    if group is not None and (not group or any(c in group for c in "/+#\0")):
+        raise InvalidOptionError(
+            f"option 'shareGroup' must be a non-empty name without '/', '+', '#', got {group!r}"
+        )
+    if receivers == 1:
+        return 1, shard_by, group or ""
+    shared = [t for t in topics if t.startswith(SHARE_PREFIX)]
+    if shared:
+        raise InvalidOptionError(
+            f"with option 'receivers' > 1 give plain topic filters, not {shared[0]!r}: the "
+            "source makes the shared subscriptions itself (options 'shardBy', 'shareGroup')"
+        )
+    if shard_by == "share":
+        if version != ProtocolLevel.MQTT_3_1_1:
+            raise InvalidOptionError(
+                "option 'shardBy' share (shared subscriptions, '$share/<group>/<filter>') needs "
+                "option 'mqttVersion' 3.1.1; use shardBy=topics with MQTT 3.1"
+            )
+        return receivers, shard_by, group or default_share_group(client_id)
+    if group is not None:
+        raise InvalidOptionError("option 'shareGroup' applies only with option 'shardBy' share")
+    if receivers > len(topics):
+        raise InvalidOptionError(
+            f"option 'shardBy' topics gives each receiver its own filters: option 'receivers' "
+            f"({receivers}) must not exceed the number of filters in option 'topics' "
+            f"({len(topics)})"
+        )
+    longest = f"{client_id}-{receivers - 1}"
+    if version == ProtocolLevel.MQTT_3_1 and len(longest) > 23:
+        raise InvalidOptionError(
+            f"option 'clientId': receiver client ids such as {longest!r} must be at most 23 "
+            "characters with mqttVersion 3.1; give a shorter clientId"
+        )
+    return receivers, shard_by, ""
 
 
 def _parse_topics(opts: Mapping[str, str]) -> tuple[str, ...]:

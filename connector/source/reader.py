@@ -1,8 +1,10 @@
 """The ``DataSourceStreamReader`` of the ``mqtt`` source: WAL offsets as Spark offsets.
 
-Offsets are ``{"wal": <WAL identity>, "offset": <sequence number>}``; a batch [a, b) is the
-WAL records a <= offset < b. The identity lets a checkpoint detect a wiped or foreign WAL,
-handled by ``failOnDataLoss`` like the Kafka source.
+With one receiver, offsets are ``{"wal": <WAL identity>, "offset": <sequence number>}``; a
+batch [a, b) is the WAL records a <= offset < b. With ``receivers`` = N > 1 an offset holds one
+such position per shard (``{"shards": [...]}``, see :mod:`.shards`) and a batch is one range
+per shard. The identity lets a checkpoint detect a wiped or foreign WAL, handled by
+``failOnDataLoss`` (per shard) like the Kafka source.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from pyspark.sql.streaming.datasource import (
 from connector.wal import WalDataLossError, WalReader, decode_blob, encode_range
 
 from .options import SourceOptions
-from .receiver import Receiver
 from .schema import to_record_batches
+from .shard_handles import LocalShard, ShardProcess, ShardStatus, start_processes
+from .shards import Position, check_wal_layout, decode_offset, encode_offset, fair_split
 
 log = logging.getLogger(__name__)
 
@@ -59,67 +62,73 @@ def split_range(start: int, end: int, per_partition: int, min_split: int) -> lis
 
 
 class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Drives one receiver. Offsets, partitions and commits run in Spark's driver-side
-    streaming source process; ``read`` runs in Spark tasks.
+    """Drives the query's receivers. Offsets, partitions and commits run in Spark's
+    driver-side streaming source process; ``read`` runs in Spark tasks.
 
-    Spark also builds a reader in a planning process only to pickle ``read``: so the receiver
-    starts lazily, on the first offset call, and is never pickled (nor are the options, which
-    hold the password).
+    Spark also builds a reader in a planning process only to pickle ``read``: so the receivers
+    start lazily, on the first offset call, and are never pickled (nor are the options, which
+    hold the password). With ``receivers`` = 1 the receiver is a thread of this process; with
+    more, each is a process of its own (:mod:`.shard_worker`).
     """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._receiver: Receiver | None = None
-        self._target: int | None = None
+        self._shards: list[LocalShard] | list[ShardProcess] | None = None
+        self._targets: list[int] | None = None
 
     def __getstate__(self) -> dict:
-        return {"options": None, "_receiver": None, "_target": None}
+        return {"options": None, "_shards": None, "_targets": None}
 
     @property
-    def receiver(self) -> Receiver:
-        if self._receiver is None:
-            receiver = Receiver(self.options)
-            receiver.start()
-            self._receiver = receiver
+    def shards(self) -> list[LocalShard] | list[ShardProcess]:
+        if self._shards is None:
+            check_wal_layout(self.options)
+            if self.options.receivers == 1:
+                self._shards = [LocalShard(self.options)]
+            else:
+                self._shards = start_processes(self.options)
             log.info("mqtt source started: %s", self.options.redacted())
-        return self._receiver
+        return self._shards
 
     @property
     def identity(self) -> str:
-        return self.receiver.wal.identity
+        """The WAL identity of the first (with one receiver: the only) shard."""
+        return self.shards[0].identity
 
     # ------------------------------------------------------------------ offsets
 
-    def _offset(self, value: int) -> dict:
-        return {"wal": self.identity, "offset": value}
+    def _positions(self, offset: dict) -> list[Position]:
+        """Decode a Spark offset; a different receiver count fails before anything starts."""
+        return decode_offset(offset, self.options.receivers)
 
-    def initialOffset(self) -> dict:
-        self.receiver.check()
-        return self._offset(self.receiver.committed)
+    def _where(self, shard: LocalShard | ShardProcess) -> str:
+        if self.options.receivers == 1:
+            return self.options.wal_path
+        return f"{shard.wal_path} (receiver {shard.index})"
 
-    def _resolve(self, offset: dict) -> int:
-        """The position ``offset`` names in this WAL, applying the data-loss policy."""
-        wal = self.receiver.wal
-        value = int(offset.get("offset", 0))
+    def _resolve(self, shard: LocalShard | ShardProcess, at: Position, status: ShardStatus) -> int:
+        """The position ``at`` names in the shard's WAL, applying the data-loss policy."""
+        value = at.offset
+        where = self._where(shard)
         problem = None
-        if offset.get("wal") != self.identity:
+        if at.wal != shard.identity:
             problem = (
-                f"the checkpoint's offsets belong to WAL {offset.get('wal')!r} but "
-                f"{self.options.wal_path} holds WAL {self.identity!r} (wiped or replaced): "
-                "messages received by the previous WAL and not yet processed are lost"
+                f"the checkpoint's offsets belong to WAL {at.wal!r} but {where} holds WAL "
+                f"{shard.identity!r} (wiped or replaced): messages received by the previous WAL "
+                "and not yet processed are lost"
             )
-            value = wal.first_offset
-        elif value < wal.first_offset:
+            value = status.first
+        elif value < status.first:
             problem = (
-                f"WAL records [{value}, {wal.first_offset}) in {self.options.wal_path} were "
-                "deleted before the query processed them"
+                f"WAL records [{value}, {status.first}) in {where} were deleted before the "
+                "query processed them"
             )
-            value = wal.first_offset
-        elif value > wal.next_offset:
+            value = status.first
+        elif value > status.next:
             raise DataLossError(
-                f"the checkpoint is at WAL offset {value} but {self.options.wal_path} ends at "
-                f"{wal.next_offset}: the WAL lost records the query already saw; restore the "
-                "WAL or start the query with a new checkpoint"
+                f"the checkpoint is at WAL offset {value} but {where} ends at {status.next}: "
+                "the WAL lost records the query already saw; restore the WAL or start the query "
+                "with a new checkpoint"
             )
         if problem is not None:
             if self.options.fail_on_data_loss:
@@ -130,20 +139,34 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("possible data loss: %s; continuing from offset %d", problem, value)
         return value
 
+    def initialOffset(self) -> dict:
+        positions = []
+        for shard in self.shards:
+            shard.check()
+            positions.append(Position(shard.identity, shard.status().committed))
+        return encode_offset(positions)
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        self.receiver.check()
-        first = self._resolve(start)
-        # Spark asks for the next batch only once the previous one is in the sink, so
-        # ``start`` is committed. Spark calls ``commit`` only after it has planned a NEW
-        # batch: a receiver paused by maxBacklogMessages with everything read already
-        # processed would wait for a commit that never comes. Release it here.
-        self.receiver.committed_to(first)
-        high = self.receiver.wal.next_offset
-        if self._target is not None:
-            high = min(high, self._target)
+        starts = self._positions(start)
+        firsts, highs = [], []
+        for index, shard in enumerate(self.shards):
+            shard.check()
+            first = self._resolve(shard, starts[index], shard.status())
+            # Spark asks for the next batch only once the previous one is in the sink, so
+            # ``start`` is committed. Spark calls ``commit`` only after it has planned a NEW
+            # batch: a receiver paused by maxBacklogMessages with everything read already
+            # processed would wait for a commit that never comes. Release it here.
+            high = shard.commit(first).next
+            if self._targets is not None:
+                high = min(high, self._targets[index])
+            firsts.append(first)
+            highs.append(max(first, high))
         if isinstance(limit, ReadMaxRows):
-            high = min(high, first + limit.max_rows)
-        return self._offset(max(first, high))
+            takes = fair_split([h - f for f, h in zip(firsts, highs, strict=True)], limit.max_rows)
+            highs = [f + t for f, t in zip(firsts, takes, strict=True)]
+        return encode_offset(
+            [Position(s.identity, h) for s, h in zip(self.shards, highs, strict=True)]
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_messages_per_trigger:
@@ -151,34 +174,44 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict:
-        return self._offset(self.receiver.wal.next_offset)
+        return encode_offset([Position(s.identity, s.status().next) for s in self.shards])
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Wait until the broker's queue for this session is drained (no message for
-        ``availableNowIdleTimeout``), at most ``availableNowMaxWait``, then fix the target: with
-        steady traffic there is no drained moment, and the run takes what arrived by then."""
-        self.receiver.wait_idle(
-            self.options.available_now_idle_timeout, timeout=self.options.available_now_max_wait
-        )
-        self._target = self.receiver.wal.next_offset
-        log.info("Trigger.AvailableNow: reading up to WAL offset %d", self._target)
+        """Wait until the broker's queue for every receiver's session is drained (no message
+        for ``availableNowIdleTimeout``), at most ``availableNowMaxWait``, then fix one target
+        per shard: with steady traffic there is no drained moment, and the run takes what
+        arrived by then. Receiver processes wait in parallel."""
+        idle = self.options.available_now_idle_timeout
+        for shard in self.shards:
+            shard.begin_wait_idle(idle, self.options.available_now_max_wait)
+        self._targets = [shard.end_wait_idle().next for shard in self.shards]
+        log.info("Trigger.AvailableNow: reading up to WAL offset(s) %s", self._targets)
 
     # ------------------------------------------------------------------ batches
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        self.receiver.check()
-        first = self._resolve(start)
-        last = int(end["offset"])
-        if end.get("wal") != self.identity:
-            raise DataLossError(f"end offset {end} does not belong to WAL {self.identity!r}")
-        path = self.options.wal_path
+        starts, ends = self._positions(start), self._positions(end)
         inline = self.options.partition_data == "inline"
-        return [
-            MqttPartition(path, self.identity, a, b, encode_range(path, a, b) if inline else None)
-            for a, b in split_range(
-                first, last, self.options.records_per_partition, MIN_RECORDS_PER_SPLIT
-            )
-        ]
+        parts: list[InputPartition] = []
+        for index, shard in enumerate(self.shards):
+            shard.check()
+            first = self._resolve(shard, starts[index], shard.status())
+            if ends[index].wal != shard.identity:
+                raise DataLossError(
+                    f"end offset {end} does not belong to WAL {shard.identity!r} of "
+                    f"{self._where(shard)}"
+                )
+            path = shard.wal_path
+            parts.extend(
+                MqttPartition(
+                    path, shard.identity, a, b, encode_range(path, a, b) if inline else None
+                )
+                for a, b in split_range(
+                    first, ends[index].offset, self.options.records_per_partition,
+                    MIN_RECORDS_PER_SPLIT,
+                )
+            )  # fmt: skip
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator:
         assert isinstance(partition, MqttPartition)
@@ -204,10 +237,18 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from to_record_batches(columns)
 
     def commit(self, end: dict) -> None:
-        if end.get("wal") == self.identity:
-            self.receiver.committed_to(int(end["offset"]))
+        ends = self._positions(end)
+        for shard, position in zip(self.shards, ends, strict=True):
+            if position.wal == shard.identity:
+                shard.commit(position.offset)
 
     def stop(self) -> None:
-        if self._receiver is not None:
-            self._receiver.stop()
-            self._receiver = None
+        shards, self._shards = self._shards, None
+        errors = []
+        for shard in shards or ():
+            try:
+                shard.stop()
+            except Exception as exc:  # stop the others first
+                errors.append(exc)
+        if errors:
+            raise errors[0]
