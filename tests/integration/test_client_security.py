@@ -9,6 +9,7 @@ that alert arrives after the client's handshake finished, on the first read or w
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -190,6 +191,17 @@ def test_tls_with_an_untrusted_server_certificate_fails_clearly(
     assert "certificate verify failed" in str(failure.value.__cause__)
     assert "--cafile" in message
     assert not client.connected
+
+
+@pytest.mark.parametrize("scheme", ["ssl", "mqtts", "tls"])
+def test_tls_urls_verify_certificate_and_host_name_by_default(scheme: str) -> None:
+    client = MqttClient(f"{scheme}://broker.example", SessionConfig("x", clean_session=True))
+    assert client.broker.tls and client.broker.port == 8883
+    assert client.tls is not None
+    context = client.tls.context()
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname is True
+    assert context.minimum_version >= ssl.TLSVersion.TLSv1_2
 
 
 def leaf_certificate(pki: Pki, name: str, san: str) -> tuple[Path, Path]:
