@@ -75,6 +75,8 @@ def wal_offset(offset_json: str | None) -> int | None:
         return None
     if isinstance(value, dict) and isinstance(value.get("offset"), int):
         return int(value["offset"])
+    if isinstance(value, dict) and isinstance(value.get("shards"), list):  # receivers > 1
+        return sum(int(shard.get("offset", 0)) for shard in value["shards"])
     return None
 
 
