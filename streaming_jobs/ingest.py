@@ -243,12 +243,15 @@ def parse_schema(ddl: str) -> Any:
 class StopRequest:
     """SIGTERM/SIGINT: the first asks for a stop after the batch in flight, the second for a
     stop now. The handler only sets flags: stopping inside it would re-enter the Py4J call the
-    main thread is blocked in."""
+    main thread is blocked in. Spark's JVM shutting down (``jvm_shutdown``) asks the same way,
+    with a shorter budget; ``finished`` tells it the driver is done."""
 
     def __init__(self) -> None:
         self.graceful = threading.Event()
         self.now = threading.Event()
+        self.finished = threading.Event()
         self.query_started = False
+        self.budget: float | None = None
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
@@ -263,9 +266,20 @@ class StopRequest:
         self.graceful.set()
         log.info("%s: stopping after the batch in flight", signal.Signals(signum).name)
 
+    def jvm_exiting(self) -> None:
+        """Spark's JVM runs its shutdown hooks (it got SIGTERM): stop within its budget."""
+        from streaming_jobs.jvm_shutdown import JVM_STOP_BUDGET_SECONDS
+
+        self.budget = JVM_STOP_BUDGET_SECONDS
+        if not self.graceful.is_set():
+            self.graceful.set()
+            log.info("Spark's JVM is shutting down: stopping after the batch in flight")
+
 
 def stop_after_batch(query: Any, stop: StopRequest, timeout: float) -> None:
     """Stop ``query`` once the batch in flight, if any, has finished (or at the deadline)."""
+    if stop.budget is not None:
+        timeout = min(timeout, stop.budget)
     deadline = time.monotonic() + timeout
     last = query.lastProgress
     started_with = int(last["batchId"]) if last is not None else -1
@@ -290,6 +304,10 @@ def stop_after_batch(query: Any, stop: StopRequest, timeout: float) -> None:
     query.stop()
 
 
+JVM_REPLY_SECONDS = 5.0
+"""How long the driver waits for the JVM's shutdown hook to take its answer before exiting."""
+
+
 def _path(path: str) -> str:
     """Local paths made absolute; URIs (s3a://, abfss://, ...) as given."""
     return path if "://" in path else str(Path(path).resolve())
@@ -301,6 +319,7 @@ def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
     parsed = SourceOptions.parse(options)
     preflight(parsed)
 
+    from streaming_jobs import jvm_shutdown
     from streaming_jobs.spark_session import job_spark, resubmit_with_delta, submit_lacks_delta
 
     if submit_lacks_delta():
@@ -309,13 +328,20 @@ def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
     quiet_spark_logs(config.spark_log_level)
     settings = {"spark.ui.showConsoleProgress": "false", **config.spark_settings}
     spark = job_spark("mqtt-ingest", config.master, settings)
+    hook = jvm_shutdown.install(spark, stop.jvm_exiting, stop.finished)
     try:
         return supervise(spark, config, options, parsed, stop)
     finally:
-        try:
-            spark.stop()
-        except Exception as exc:  # the JVM may be gone already
-            log.debug("stopping Spark: %s", exc)
+        if stop.budget is not None:
+            # Spark's JVM is shutting down: its own hooks stop Spark once this one returns.
+            stop.finished.set()
+            hook.returned.wait(JVM_REPLY_SECONDS)
+        else:
+            hook.remove()
+            try:
+                spark.stop()
+            except Exception as exc:  # the JVM may be gone already
+                log.debug("stopping Spark: %s", exc)
 
 
 def supervise(

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -77,18 +78,23 @@ def submit_lacks_delta() -> bool:
     """
     if "PYSPARK_GATEWAY_PORT" not in os.environ or os.environ.get(REEXEC_MARKER):
         return False
-    from pyspark.conf import SparkConf
-
-    conf = SparkConf()
+    conf = _submitted_conf()
     wanted = " ".join(conf.get(key, "") or "" for key in ("spark.jars", "spark.jars.packages"))
     return "delta-spark" not in wanted and "delta-core" not in wanted and bool(delta_jars())
 
 
+def _submitted_conf() -> SparkConf:
+    """The settings spark-submit gave its JVM (``--jars``, ``--master``, ...): a ``SparkConf``
+    reads them only through the gateway, so connect to it first."""
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf()
+
+
 def resubmit_with_delta(script: str, argv: list[str]) -> None:
     """Replace this process with ``spark-submit --jars <Delta jars> script argv``."""
-    from pyspark.conf import SparkConf
-
-    conf = SparkConf()
+    conf = _submitted_conf()
     spark_home = os.environ.get("SPARK_HOME", "")
     submit = os.path.join(spark_home, "bin", "spark-submit") if spark_home else "spark-submit"
     jars = [j for j in (conf.get("spark.jars", "") or "").split(",") if j] + delta_jars()

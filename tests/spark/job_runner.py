@@ -22,6 +22,7 @@ from pathlib import Path
 
 from streaming_jobs.local_broker import MosquittoBroker
 from streaming_jobs.process_tree import alive_in, process_groups
+from streaming_jobs.spark_session import delta_jars
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until
 
@@ -55,6 +56,16 @@ def job_env(**extra: str) -> dict[str, str]:
     return {**env, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS, **extra}
 
 
+def spark_submit() -> list[str]:
+    """The virtualenv's ``spark-submit`` with Delta's jars, as a user runs the job on a
+    cluster: the JVM is the process started, the Python driver its child."""
+    jars = ",".join(delta_jars())
+    return [
+        str(Path(sys.executable).parent / "spark-submit"), "--jars", jars,
+        "--driver-java-options", "-XX:TieredStopAtLevel=1", "--conf", "spark.ui.enabled=false",
+    ]  # fmt: skip
+
+
 def run_job(
     args: Sequence[str], timeout: float = 60.0, **env: str
 ) -> subprocess.CompletedProcess[str]:
@@ -80,11 +91,19 @@ class Job:
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def start(cls, args: Sequence[str], workdir: Path, name: str, **env: str) -> Job:
+    def start(
+        cls,
+        args: Sequence[str],
+        workdir: Path,
+        name: str,
+        launcher: Sequence[str] = (sys.executable,),
+        **env: str,
+    ) -> Job:
+        """Start the job with ``launcher`` (plain python, or e.g. ``spark_submit()``)."""
         out, err = workdir / f"{name}.out", workdir / f"{name}.err"
         with out.open("wb") as stdout, err.open("wb") as stderr:
             proc = subprocess.Popen(
-                [sys.executable, str(INGEST), *args],
+                [*launcher, str(INGEST), *args],
                 cwd=REPO_ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
