@@ -1,0 +1,189 @@
+"""Faults around the ingest job run as a subprocess (its log is a file the test reads):
+
+* a broker that drops the job's session (a restart without persistence): the receiver
+  reconnects, logs the possible gap with the WAL offset it starts at, subscribes again, and
+  everything published from then on lands exactly once;
+* repeated ``kill -9`` of the whole driver (JVM, streaming source process, task workers) at
+  random moments during a long ingest (``CHAOS_SCALE=long``; at CI size the three kills of
+  ``tests/spark/test_crash_recovery.py`` per QoS cover it), then a last run that drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.session import SessionConfig
+from tests.brokers import BrokerFactory
+from tests.chaos.conftest import Tally, settle
+from tests.chaos.harness import BackgroundTraffic, Ledger, Publisher, scale, sized
+from tests.chaos.streams import table_payloads
+from tests.spark.job_runner import (
+    LAND_TIMEOUT,
+    START_TIMEOUT,
+    TRIGGER,
+    Job,
+    batch_files,
+    delta_row_count,
+    wait_subscribed,
+)
+
+log = logging.getLogger(__name__)
+
+MOMENTS = ("wal-growing", "mid-batch", "after-commit", "random-delay")
+
+
+def job_args(broker_url: str, topic: str, client_id: str, base: Path) -> list[str]:
+    return [
+        "--broker", broker_url, "--topic", topic, "--qos", "2", "--client-id", client_id,
+        "--table", str(base / "table"), "--checkpoint", str(base / "checkpoint"),
+        "--trigger", TRIGGER, "--log-level", "INFO",
+    ]  # fmt: skip
+
+
+@pytest.mark.timeout(600)
+def test_a_dropped_session_is_reported_as_a_possible_gap_and_the_rest_lands(
+    broker_factory: BrokerFactory,
+    spark: SparkSession,
+    tmp_path: Path,
+    tally: Tally,
+    ledger: Ledger,
+) -> None:
+    broker = broker_factory()  # no persistence: a restart forgets every session
+    topic = "chaos/sess/#"
+    client_id = f"sess-{uuid.uuid4().hex[:10]}"
+    table = tmp_path / "table"
+    job = Job.start(job_args(broker.url, topic, client_id, tmp_path), tmp_path, "run")
+    try:
+        wait_subscribed(broker, client_id, topic, 2, job)
+        publisher = Publisher(broker.host, broker.port, "chaos/sess/t", ledger)
+        try:
+            publisher.publish(100)
+        finally:
+            publisher.close()
+        job.wait_for("100 rows", lambda: delta_row_count(table) >= 100, LAND_TIMEOUT)
+
+        broker.restart()
+        tally.add("broker_restarts")
+        tally.add("sessions_dropped")
+        job.wait_for(
+            "the gap warning",
+            lambda: "had no session for client id" in job.stderr,
+            START_TIMEOUT,
+        )
+        line = f": {client_id} 2 {topic}\n"
+        job.wait_for("a new subscription", lambda: broker.log_text().count(line) >= 2, 60)
+        publisher = Publisher(broker.host, broker.port, "chaos/sess/t", ledger)
+        try:
+            publisher.publish(100)
+        finally:
+            publisher.close()
+        job.wait_for("200 rows", lambda: delta_row_count(table) >= 200, LAND_TIMEOUT)
+        assert job.terminate() == 0, job.logs()
+    finally:
+        job.cleanup()
+    warning = next(x for x in job.stderr.splitlines() if "had no session for client id" in x)
+    assert f"client id {client_id!r}" in warning, warning
+    assert "possible gap before WAL offset 100" in warning, warning
+    settle(tally, ledger, table_payloads(spark, table))
+
+
+def wal_size(checkpoint: Path) -> int:
+    try:
+        wal = checkpoint / "mqtt-wal"
+        return sum(e.stat().st_size for e in os.scandir(wal) if e.name.endswith(".seg"))
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_moment(job: Job, checkpoint: Path, moment: str, rng: random.Random) -> None:
+    """Wait (failing if the job dies) for a moment of the kind named, in this run."""
+    commits = len(batch_files(checkpoint, "commits"))
+    job.wait_for(
+        "a first commit in this run",
+        lambda: len(batch_files(checkpoint, "commits")) > commits,
+        START_TIMEOUT,
+    )
+    if moment == "wal-growing":
+        size = wal_size(checkpoint)
+        job.wait_for("the WAL growing", lambda: wal_size(checkpoint) > size, 60)
+    elif moment == "mid-batch":
+        job.wait_for(
+            "a batch in flight",
+            lambda: (
+                len(batch_files(checkpoint, "offsets")) > len(batch_files(checkpoint, "commits"))
+            ),
+            60,
+        )
+    elif moment == "after-commit":
+        now = len(batch_files(checkpoint, "commits"))
+        job.wait_for("a commit", lambda: len(batch_files(checkpoint, "commits")) > now, 60)
+    else:
+        try:
+            job.proc.wait(timeout=rng.uniform(0.1, 5.0))
+        except Exception:  # still running after the random delay: the moment has come
+            return
+        job.alive_or_fail()
+
+
+@pytest.mark.timeout(3600)
+def test_repeated_kill_9_of_the_driver_during_a_long_ingest(
+    broker_factory: BrokerFactory,
+    spark: SparkSession,
+    tmp_path: Path,
+    tally: Tally,
+    ledger: Ledger,
+    rng: random.Random,
+) -> None:
+    if scale() != "long":
+        pytest.skip(
+            "whole-driver kills take a Spark start each: CHAOS_SCALE=long (make chaos); "
+            "at CI size tests/spark/test_crash_recovery.py kills the driver three times per QoS"
+        )
+    kills = sized(ci=0, long=6)
+    broker = broker_factory()
+    topic = "chaos/drv/#"
+    client_id = f"drv-{uuid.uuid4().hex[:10]}"
+    checkpoint, table = tmp_path / "checkpoint", tmp_path / "table"
+    # The persistent session exists before anything is published.
+    session = MqttClient(broker.url, SessionConfig(client_id, clean_session=False), [(topic, 2)])
+    session.connect()
+    session.disconnect()
+    args = job_args(broker.url, topic, client_id, tmp_path)
+    publisher = Publisher(broker.host, broker.port, "chaos/drv/t", ledger)
+    traffic = BackgroundTraffic(publisher, count=10**6, rate=60.0)
+    jobs: list[Job] = []
+    moments: list[str] = []
+    try:
+        traffic.start()
+        for number in range(kills):
+            job = Job.start(args, tmp_path, f"run-{number}")
+            jobs.append(job)
+            moment = rng.choice(MOMENTS)
+            wait_for_moment(job, checkpoint, moment, rng)
+            job.kill_9()
+            moments.append(moment)
+            tally.add("driver_kills")
+            tally.add("kills_survived")
+            log.info("killed the driver (%s) with %d messages sent", moment, traffic.sent)
+        traffic.stop()
+        traffic.finish()
+        job = Job.start(args, tmp_path, "last")
+        jobs.append(job)
+        total = len(ledger.published)
+        job.wait_for(f"{total} rows", lambda: delta_row_count(table) >= total, 300)
+        assert job.terminate() == 0, job.logs()
+    finally:
+        traffic.stop()
+        for job in jobs:
+            job.cleanup()
+        publisher.close()
+    print(f"kill moments: {moments}; {len(ledger.published)} messages")
+    settle(tally, ledger, table_payloads(spark, table))

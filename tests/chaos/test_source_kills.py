@@ -1,0 +1,127 @@
+"""Repeated ``kill -9`` of the query's streaming source process at random moments while
+messages flow, each followed by a restart of the query: exactly once into Delta.
+
+The source process (Spark's Python streaming source runner on the driver) holds the MQTT
+connection, the receiver thread and the WAL writer; killing it loses its unacknowledged
+deliveries, may tear a WAL append, and fails the query, which is started again on the same
+checkpoint in the same Spark session. The moments are drawn from the test's seed: while the
+WAL grows, inside a batch (planned, not committed), right after a commit, or after a random
+delay. Traffic alternates QoS 1 and QoS 2 on a QoS 2 subscription. Whole-driver kills (the
+JVM too) are in ``test_driver_kills.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from tests.brokers import BrokerFactory
+from tests.chaos.conftest import Tally, settle
+from tests.chaos.harness import BackgroundTraffic, Ledger, Publisher, sized
+from tests.chaos.streams import kill_wal_holder, table_payloads, wait_failed
+from tests.spark.conftest import (
+    StreamDirs,
+    start_stream,
+    unique_id,
+    wait_for_rows,
+    wait_subscribed,
+    wait_wal_released,
+)
+from tests.spark.job_runner import batch_files
+from tests.waiting import wait_until
+
+log = logging.getLogger(__name__)
+
+TOPIC = "chaos/kill/#"
+MOMENTS = ("wal-growing", "mid-batch", "after-commit", "random-delay")
+MOMENT_TIMEOUT = 90.0
+
+
+def wal_size(wal: Path) -> int:
+    try:
+        return sum(e.stat().st_size for e in os.scandir(wal) if e.name.endswith(".seg"))
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_moment(
+    moment: str, rng: random.Random, dirs: StreamDirs, query: StreamingQuery
+) -> None:
+    """Return at the kind of moment named (the query must stay healthy meanwhile)."""
+
+    def healthy() -> None:
+        assert query.isActive, f"query died before the kill: {query.exception()}"
+
+    if moment == "wal-growing":
+        size = wal_size(dirs.wal)
+        wait_until(lambda: healthy() or wal_size(dirs.wal) > size, MOMENT_TIMEOUT, interval=0.002)
+    elif moment == "mid-batch":
+        wait_until(
+            lambda: (
+                healthy()
+                or len(batch_files(dirs.checkpoint, "offsets"))
+                > len(batch_files(dirs.checkpoint, "commits"))
+            ),
+            MOMENT_TIMEOUT,
+            interval=0.002,
+        )
+    elif moment == "after-commit":
+        before = len(batch_files(dirs.checkpoint, "commits"))
+        wait_until(
+            lambda: healthy() or len(batch_files(dirs.checkpoint, "commits")) > before,
+            MOMENT_TIMEOUT,
+            interval=0.002,
+        )
+    else:
+        delay = rng.uniform(0.1, 3.0)
+        wait_until(lambda: healthy() or wal_size(dirs.wal) > 0, MOMENT_TIMEOUT)
+        query.awaitTermination(delay)  # returns after `delay` while the query runs
+        healthy()
+
+
+def test_repeated_kill_9_of_the_source_process_during_ingest(
+    spark: SparkSession,
+    broker_factory: BrokerFactory,
+    dirs: StreamDirs,
+    tally: Tally,
+    ledger: Ledger,
+    rng: random.Random,
+) -> None:
+    kills = sized(ci=3, long=12)
+    broker = broker_factory()
+    client_id = unique_id("kill-")
+    options = {"topic": TOPIC, "qos": 2, "clientId": client_id}
+    query = start_stream(spark, broker.url, dirs, **options)
+    publisher = Publisher(broker.host, broker.port, "chaos/kill/t", ledger)
+    traffic = BackgroundTraffic(publisher, count=10**6, rate=60.0)
+    moments: list[str] = []
+    try:
+        wait_subscribed(broker, client_id, TOPIC, 2)
+        traffic.start()
+        for _ in range(kills):
+            moment = rng.choice(MOMENTS)
+            wait_for_moment(moment, rng, dirs, query)
+            pid = kill_wal_holder(dirs.wal)
+            moments.append(moment)
+            tally.add("source_process_kills")
+            log.info("killed source process %d (%s), %d sent", pid, moment, traffic.sent)
+            error = wait_failed(query)
+            assert error, "the query must fail when its source process dies"
+            query.stop()
+            wait_wal_released(dirs.wal)
+            query = start_stream(spark, broker.url, dirs, **options)
+            tally.add("kills_survived")
+        traffic.stop()
+        traffic.finish()
+        wait_for_rows(spark, dirs.table, len(ledger.published), [query], timeout=180)
+    finally:
+        traffic.stop()
+        query.stop()
+        publisher.close()
+    print(f"kill moments: {moments}; {len(ledger.published)} messages")
+    settle(tally, ledger, table_payloads(spark, dirs.table))
