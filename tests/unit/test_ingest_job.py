@@ -71,7 +71,11 @@ def test_password_from_environment_or_file(tmp_path: Path) -> None:
     assert read_password(config, {"PW": "from-env"}) == "from-env"
     secret = tmp_path / "secret"
     secret.write_text("from-file\nignored\n")
-    config, _ = parse_config([*BASE, "--username", "u", "--password-file", str(secret)], {})
+    with_file = [*BASE, "--username", "u", "--password-file", str(secret)]
+    with pytest.raises(UsageError, match="--allow-password-over-plain-tcp") as refused:
+        parse_config(with_file, {})  # tcp:// without the opt-in, loopback included
+    assert "from-file" not in str(refused.value)
+    config, _ = parse_config([*with_file, "--allow-password-over-plain-tcp"], {})
     assert read_password(config, {"MQTT_PASSWORD": "from-env"}) == "from-file"
     assert "from-file" not in json.dumps(config.as_dict())
 
