@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # Debian installs the broker here, outside many users' PATH.
 MOSQUITTO_SBIN ?= /usr/sbin/mosquitto
 
-.PHONY: setup system-deps test lint bench demo fuzz clean
+.PHONY: setup system-deps test lint bench demo fuzz chaos clean
 
 ## setup: virtualenv with the project and its dev and bench extras, Mosquitto, Delta's jars
 setup: $(VENV_STAMP) system-deps $(JARS_STAMP)
@@ -120,6 +120,14 @@ fuzz: setup
 	@$(VENV_PY) -c 'import atheris' 2>/dev/null || $(VENV_PY) -m pip install --quiet \
 		--config-settings editable_mode=compat -e '.[dev,fuzz]'
 	$(VENV_PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --hypothesis-examples $(FUZZ_EXAMPLES)
+
+## chaos: the fault-injection tests at full length (CHAOS_SCALE=long: more kills, restarts,
+## cuts); counters go to bench/results/chaos.json, then bench/REPORT.md is rendered again.
+## Replay a run with CHAOS_SEED=<seed printed by the run>.
+chaos: setup
+	CHAOS_SCALE=long CHAOS_RESULTS=bench/results/chaos.json \
+		$(VENV_PY) -m pytest -q -p no:cacheprovider tests/chaos $(PYTEST_ARGS)
+	$(VENV_PY) -m bench.report
 
 ## clean: remove everything setup and the tools generated (not data/)
 clean:

@@ -30,7 +30,7 @@ from tests.spark.conftest import StreamDirs
 CHAOS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CHAOS_DIR.parents[1]
 FUZZ_COUNTS = REPO_ROOT / "bench" / "results" / "fuzz.json"
-FUZZ_KEYS = ("fuzz_inputs_tried", "inputs_tried", "inputs", "examples")
+FUZZ_KEYS = ("total_inputs", "fuzz_inputs_tried", "inputs_tried")
 
 COUNTERS = (
     "kills_survived",

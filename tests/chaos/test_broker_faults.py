@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 
+import pytest
 from pyspark.sql import SparkSession
 
 from tests.brokers import BrokerFactory
@@ -42,6 +43,7 @@ TOPIC = "chaos/brk/#"
 ROUND = 150
 
 
+@pytest.mark.timeout(1800)
 def test_broker_restarts_and_hard_kills_during_ingest(
     spark: SparkSession,
     broker_factory: BrokerFactory,

@@ -43,6 +43,7 @@ BAD_FRAMES = (
 )
 
 
+@pytest.mark.timeout(1800)
 def test_cuts_stalls_fragments_and_malformed_frames_during_ingest(
     spark: SparkSession,
     broker_factory: BrokerFactory,

@@ -17,6 +17,7 @@ import os
 import random
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -84,6 +85,7 @@ def wait_for_moment(
         healthy()
 
 
+@pytest.mark.timeout(1800)
 def test_repeated_kill_9_of_the_source_process_during_ingest(
     spark: SparkSession,
     broker_factory: BrokerFactory,
