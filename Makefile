@@ -125,9 +125,9 @@ fuzz: setup
 ## cuts); counters go to bench/results/chaos.json, then bench/REPORT.md is rendered again.
 ## Replay a run with CHAOS_SEED=<seed printed by the run>.
 chaos: setup
-	CHAOS_SCALE=long CHAOS_RESULTS=bench/results/chaos.json \
-		$(VENV_PY) -m pytest -q -p no:cacheprovider tests/chaos $(PYTEST_ARGS)
-	$(VENV_PY) -m bench.report
+	@rc=0; CHAOS_SCALE=long CHAOS_RESULTS=bench/results/chaos.json \
+		$(VENV_PY) -m pytest -q -p no:cacheprovider tests/chaos $(PYTEST_ARGS) || rc=$$?; \
+	$(VENV_PY) -m bench.report; exit $$rc
 
 ## clean: remove everything setup and the tools generated (not data/)
 clean:

@@ -74,6 +74,7 @@ def test_cuts_stalls_fragments_and_malformed_frames_during_ingest(
             wait_for_rows(spark, dirs.table, before_last, [query])
             wait_until(lambda n=before_last: len(ledger.published) >= n + 40, 60)
             before_last = len(ledger.published)
+            wait_until(lambda: proxy.open_links >= 1, 60, message="the receiver is not connected")
             connects = broker.log_text().count(f" as {client_id} (")
             log.info("fault %s after %d messages", fault, len(ledger.published))
             if fault == "cut":
