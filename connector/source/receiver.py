@@ -9,10 +9,12 @@ Duplicate rules (documented in the README, "Delivery guarantees"):
 
 * QoS 2: a PUBLISH whose packet id is pending in the WAL (stored, PUBREL not yet seen) is a
   redelivery; it is acknowledged again and not appended. Pending ids live in the WAL.
-* QoS 1: a PUBLISH with DUP=1 whose packet id, topic and payload match (32-bit digest) the
-  latest QoS 1 message stored with that id is a redelivery. Limit: a genuinely new message with
-  the same id, topic and payload, first sent on a connection that dropped before it reached
-  us, would be taken for a redelivery.
+* QoS 1 and 2: a PUBLISH with DUP=1 whose packet id, topic and payload match (32-bit digest)
+  the latest QoS 1 or 2 message stored with that id is a redelivery (section 4.3: DUP=1 marks
+  a resend). For QoS 2 this catches a broker resending a message whose exchange we completed
+  but whose PUBCOMP it lost (a broker crash restoring older state). Limit: a genuinely new
+  message with the same id, topic and payload, first sent on a connection that dropped before
+  it reached us, would be taken for a redelivery.
 """
 
 from __future__ import annotations
@@ -235,12 +237,11 @@ class Receiver:
                 if any(m.dup or m.qos == 2 for m in messages):
                     records = []
                     for m in messages:
-                        if m.qos == 2:
-                            if wal.is_qos2_pending(m.packet_id):  # type: ignore[arg-type]
-                                stats.duplicates_dropped += 1
-                                continue
-                        elif m.dup and m.qos == 1:
-                            digest = wal.qos1_digest(m.packet_id)  # type: ignore[arg-type]
+                        if m.qos == 2 and wal.is_qos2_pending(m.packet_id):  # type: ignore[arg-type]
+                            stats.duplicates_dropped += 1
+                            continue
+                        if m.dup and m.qos:
+                            digest = wal.latest_digest(m.packet_id)  # type: ignore[arg-type]
                             if digest is not None and digest == record_digest(m.topic, m.payload):
                                 stats.duplicates_dropped += 1
                                 continue

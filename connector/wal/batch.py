@@ -89,7 +89,7 @@ class BatchEncoder:
         Updates ``state``; returns None when there is nothing to write (no records, no
         release of a pending id). On any error ``state`` is restored and the error raised.
         """
-        pending, digests = state.pending_qos2, state.qos1_digests
+        pending, digests = state.pending_qos2, state.digests
         released = [mid for mid in dict.fromkeys(released_qos2) if mid in pending]
         if not records and not released:
             return None
@@ -126,7 +126,7 @@ class BatchEncoder:
     ) -> Batch:
         """The hot loop of :meth:`encode`; records undo information in the two collections.
 
-        QoS 1 digests of the batch are collected in a dict of their own and merged into the
+        Message digests of the batch are collected in a dict of their own and merged into the
         state at the end (or before a segment snapshot), so only those merges need undo
         information. Rollover and index hints are checked only once ``pos`` reaches the nearer
         of the two thresholds."""
@@ -142,7 +142,7 @@ class BatchEncoder:
         limit = self._limit
         # 0: check again at the next record, once this segment holds data.
         watch = min(limit, index_next) if has_data else 0
-        pending, digests = state.pending_qos2, state.qos1_digests
+        pending, digests = state.pending_qos2, state.digests
         batch_digests: dict[int, int] = {}
         topics, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
         pack_frame = FRAME.pack
@@ -172,9 +172,8 @@ class BatchEncoder:
                 if qos:
                     if not mid:
                         raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
-                    if qos == 1:
-                        batch_digests[mid] = crc32(payload, entry[1])
-                    elif mid not in pending:
+                    batch_digests[mid] = crc32(payload, entry[1])
+                    if qos == 2 and mid not in pending:
                         pending.add(mid)
                         added.append(mid)
                 head = entry[2](KIND_DATA, offset, stamp, flags, mid or 0, entry[3], entry[0])

@@ -210,7 +210,7 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
         raise WalCorruptError(file, pos, f"segment state snapshot is malformed: {exc}") from exc
     pos = stop
     walk = _Walk(end=pos, expected=first, state=state, index=[], index_next=pos + INDEX_INTERVAL)
-    pending, digests = state.pending_qos2, state.qos1_digests
+    pending, digests = state.pending_qos2, state.digests
     expected, index_next, n = first, walk.index_next, len(data)
     while pos < n:
         problem = frame_problem(data, pos)
@@ -229,12 +229,10 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
                 walk.index.append((offset, pos))
                 index_next = pos + INDEX_INTERVAL
             if flags & FLAG_HAS_ID:
-                qos = flags & FLAG_QOS_MASK
-                if qos == 1:
-                    topic_end = pos + TOPIC_AT + topic_len
-                    seed = zlib.crc32(b"\0", zlib.crc32(view[pos + TOPIC_AT : topic_end]))
-                    digests[mid] = zlib.crc32(view[topic_end:stop], seed)
-                elif qos == 2:
+                topic_end = pos + TOPIC_AT + topic_len
+                seed = zlib.crc32(b"\0", zlib.crc32(view[pos + TOPIC_AT : topic_end]))
+                digests[mid] = zlib.crc32(view[topic_end:stop], seed)
+                if flags & FLAG_QOS_MASK == 2:
                     pending.add(mid)
             expected += 1
         elif kind == KIND_RELEASE:

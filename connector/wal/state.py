@@ -1,12 +1,12 @@
 """The QoS session state the WAL keeps durable for the receiver.
 
 * ``pending_qos2``: packet ids of QoS 2 messages appended whose PUBREL has not been appended.
-* ``qos1_digests``: packet id -> :func:`~connector.wal.records.record_digest` of the latest
-  QoS 1 message appended with that id.
+* ``digests``: packet id -> :func:`~connector.wal.records.record_digest` of the latest
+  QoS 1 or QoS 2 message appended with that id (the receiver's redelivery rule).
 
 Each segment starts with a snapshot of this state, so it survives deletion of older segments;
 recovery replays the active segment's data and release records on top of its snapshot.
-Snapshot body: ``u32 n | u32 m | n x u16 pending id | m x u16 qos1 id | m x u32 digest``.
+Snapshot body: ``u32 n | u32 m | n x u16 pending id | m x u16 digest id | m x u32 digest``.
 """
 
 from __future__ import annotations
@@ -22,39 +22,37 @@ MAX_PACKET_ID = 0xFFFF
 
 
 class QosState:
-    """Pending QoS 2 packet ids and the latest QoS 1 digest per packet id."""
+    """Pending QoS 2 packet ids and the latest message digest per packet id."""
 
-    __slots__ = ("pending_qos2", "qos1_digests")
+    __slots__ = ("digests", "pending_qos2")
 
     def __init__(
         self,
         pending_qos2: Iterable[int] = (),
-        qos1_digests: dict[int, int] | None = None,
+        digests: dict[int, int] | None = None,
     ) -> None:
         self.pending_qos2: set[int] = set(pending_qos2)
-        self.qos1_digests: dict[int, int] = dict(qos1_digests or {})
+        self.digests: dict[int, int] = dict(digests or {})
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QosState):
             return NotImplemented
-        return self.pending_qos2 == other.pending_qos2 and self.qos1_digests == other.qos1_digests
+        return self.pending_qos2 == other.pending_qos2 and self.digests == other.digests
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
         return (
             f"QosState(pending_qos2={sorted(self.pending_qos2)}, "
-            f"qos1_digests={dict(sorted(self.qos1_digests.items()))})"
+            f"digests={dict(sorted(self.digests.items()))})"
         )
 
     def apply_data(self, flags: int, message_id: int, topic: bytes, payload: bytes) -> None:
         """Account for one stored data record (used by recovery; the writer inlines this)."""
         if not flags & FLAG_HAS_ID:
             return
-        qos = flags & FLAG_QOS_MASK
-        if qos == 1:
-            self.qos1_digests[message_id] = zlib.crc32(payload, zlib.crc32(topic + b"\0"))
-        elif qos == 2:
+        self.digests[message_id] = zlib.crc32(payload, zlib.crc32(topic + b"\0"))
+        if flags & FLAG_QOS_MASK == 2:
             self.pending_qos2.add(message_id)
 
     def apply_release(self, message_ids: Iterable[int]) -> None:
@@ -64,13 +62,13 @@ class QosState:
     def encode(self) -> bytes:
         """The snapshot body written at the start of every segment."""
         pending = sorted(self.pending_qos2)
-        qos1 = sorted(self.qos1_digests.items())
+        digests = sorted(self.digests.items())
         return b"".join(
             (
-                _COUNTS.pack(len(pending), len(qos1)),
+                _COUNTS.pack(len(pending), len(digests)),
                 struct.pack(f"<{len(pending)}H", *pending),
-                struct.pack(f"<{len(qos1)}H", *(k for k, _ in qos1)),
-                struct.pack(f"<{len(qos1)}I", *(v for _, v in qos1)),
+                struct.pack(f"<{len(digests)}H", *(k for k, _ in digests)),
+                struct.pack(f"<{len(digests)}I", *(v for _, v in digests)),
             )
         )
 

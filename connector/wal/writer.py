@@ -203,9 +203,9 @@ class WalWriter:
         """Whether a QoS 2 message with ``message_id`` is stored and not yet released."""
         return message_id in self._state.pending_qos2
 
-    def qos1_digest(self, message_id: int) -> int | None:
-        """record_digest of the latest QoS 1 record appended with ``message_id``, if any."""
-        return self._state.qos1_digests.get(message_id)
+    def latest_digest(self, message_id: int) -> int | None:
+        """record_digest of the latest QoS 1 or 2 record appended with ``message_id``."""
+        return self._state.digests.get(message_id)
 
     def backlog(self, committed: int) -> int:
         """Records appended at or above offset ``committed``."""

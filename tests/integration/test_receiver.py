@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from connector.mqtt.codec import encode_publish
+from connector.mqtt.packets import Pubcomp, Pubrec
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
 from connector.wal import WalReader
 from tests.brokers import MosquittoBroker
+from tests.hostile_broker import ScriptedBroker
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,3 +133,45 @@ def test_backpressure_stops_reading_until_spark_commits(
         receiver.stop()
     assert receiver.stats.appended == 400
     assert receiver.error is None
+
+
+def test_a_qos2_resend_after_a_completed_exchange_is_not_stored_twice(tmp_path: Path) -> None:
+    """A broker that lost our PUBCOMP (a crash restoring older state) resends the PUBLISH with
+    DUP=1: same id, topic and payload as the latest stored message with that id, so it is
+    acknowledged through PUBCOMP again but not stored. DUP=1 with another payload is new."""
+    pubrel = bytes.fromhex("62 02 00 07")
+
+    def exchanges(conn: socket.socket, number: int) -> None:
+        def count(kind: type, pid: int) -> int:
+            return sum(1 for p in broker.received.get(number, []) if p == kind(pid))
+
+        def run() -> None:
+            for i, publish in enumerate(
+                [
+                    encode_publish("r/q2", b"one", 2, 7),
+                    encode_publish("r/q2", b"one", 2, 7, dup=True),  # resend of a completed one
+                    encode_publish("r/q2", b"two", 2, 7, dup=True),  # a new message
+                ],
+                start=1,
+            ):
+                conn.sendall(publish)
+                wait_until(lambda i=i: count(Pubrec, 7) >= i, 20)
+                conn.sendall(pubrel)
+                wait_until(lambda i=i: count(Pubcomp, 7) >= i, 20)
+
+        threading.Thread(target=run, daemon=True).start()
+
+    with ScriptedBroker(exchanges) as broker:
+        raw = {"brokerUrl": broker.url, "topic": "r/#", "qos": "2", "walPath": str(tmp_path)}
+        receiver = Receiver(SourceOptions.parse({**raw, "clientId": "resend-q2"}))
+        receiver.start()
+        try:
+            wait_until(lambda: sum(1 for p in broker.received[1] if p == Pubcomp(7)) == 3, 20)
+            end = receiver.wal.next_offset
+        finally:
+            receiver.stop()
+    assert end == 2
+    stored = WalReader(str(tmp_path)).read(0, end)
+    assert [bytes(p) for p in stored.payloads] == [b"one", b"two"]
+    assert receiver.stats.duplicates_dropped == 1
+    assert broker.connections == 1, "a resend is not a protocol violation"

@@ -1,4 +1,5 @@
-"""Pending QoS 2 ids and QoS 1 digests are durable: reopen and truncation keep them."""
+"""Pending QoS 2 ids and message digests (QoS 1 and 2) are durable: reopen and truncation keep
+them."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def q0(i: int) -> NewRecord:
 
 
 def snapshot(writer: WalWriter) -> tuple[frozenset[int], dict[int, int | None]]:
-    return writer.qos2_pending, {mid: writer.qos1_digest(mid) for mid in range(1, 20)}
+    return writer.qos2_pending, {mid: writer.latest_digest(mid) for mid in range(1, 20)}
 
 
 def test_state_follows_appends_and_releases(tmp_path: Path) -> None:
@@ -29,12 +30,13 @@ def test_state_follows_appends_and_releases(tmp_path: Path) -> None:
         writer.append([q2(5), q2(6), q1(7, b"a", "tö/pic")])
         assert writer.qos2_pending == {5, 6}
         assert writer.is_qos2_pending(5) and not writer.is_qos2_pending(7)
-        assert writer.qos1_digest(7) == record_digest("tö/pic", b"a")
+        assert writer.latest_digest(7) == record_digest("tö/pic", b"a")
         assert writer.append([], released_qos2=[5, 42]) == 3, "releases alone add no offsets"
         assert writer.qos2_pending == {6}
         writer.append([q1(7, b"b")])
-        assert writer.qos1_digest(7) == record_digest("q/1", b"b"), "latest record wins"
-        assert writer.qos1_digest(8) is None
+        assert writer.latest_digest(7) == record_digest("q/1", b"b"), "latest record wins"
+        assert writer.latest_digest(8) is None
+        assert writer.latest_digest(6) == record_digest("q/2", b"two"), "QoS 2 records too"
         # releases apply before the batch's records: a reused id stays pending
         writer.append([q2(6, b"reused")], released_qos2=[6])
         assert writer.qos2_pending == {6}

@@ -189,7 +189,7 @@ def test_invalid_records_change_nothing(tmp_path: Path) -> None:
                 writer.append(batch)
         assert writer.next_offset == 3
         assert writer.qos2_pending == frozenset()
-        assert writer.qos1_digest(4) is None
+        assert writer.latest_digest(4) is None
         assert (path / segment_name(0)).stat().st_size == size
         assert writer.append(numbered(3, 1)) == 4
     assert WalReader(path).read(0, 4).offsets == [0, 1, 2, 3]

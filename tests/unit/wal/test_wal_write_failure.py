@@ -31,7 +31,7 @@ def enospc(*args: object) -> int:
 def assert_reopens_with_only(path: Path, durable: int) -> None:
     with WalWriter.open(path) as writer:
         assert writer.next_offset == durable
-        assert writer.qos1_digest(durable + 1) is None, "QoS state of the failed batch is gone"
+        assert writer.latest_digest(durable + 1) is None, "QoS state of the failed batch is gone"
         reader = WalReader(path)
         assert reader.read(0, durable).payloads == [b"payload %d" % i for i in range(durable)]
         with pytest.raises(WalDataLossError):
