@@ -586,6 +586,8 @@ class Setup:
     trigger: str
     sink: str
     timeout: float
+    source_options: tuple[str, ...] = ()
+    """``KEY=VALUE`` options of ``format("mqtt")`` added as the job's ``--source-option``."""
 
 
 def job_sink_available() -> bool:
@@ -637,6 +639,7 @@ def run_ours(
                 "--broker", queued.broker.url, "--topic", TOPIC_FILTER, "--qos", str(qos),
                 "--table", str(table), "--checkpoint", str(checkpoint),
                 "--client-id", client_id, "--partition-data", mode,
+                *(f"--source-option={o}" for o in setup.source_options),
             ]
         )  # fmt: skip
         reader = spark.readStream.format("mqtt")
@@ -993,6 +996,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-paho", action="store_true", help="skip the paho drain")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up")
     parser.add_argument("--timeout", type=float, default=600.0, help="per step, in seconds")
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of format('mqtt') for our peers, e.g. minMessagesPerTrigger=20000",
+    )
     parser.add_argument("--output", help="results file (default bench/results/ingest.json)")
     parser.add_argument(
         "--profile", action="store_true", help="time the source's Python stages in process"
@@ -1010,7 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     info["delta_spark"] = package_version("delta-spark")
     info["load_average_at_start"] = list(os.getloadavg())
     sink = args.sink if args.sink == "delta" or job_sink_available() else "delta"
-    setup = Setup(args.trigger, sink, args.timeout)
+    setup = Setup(args.trigger, sink, args.timeout, tuple(args.source_option))
 
     from streaming_jobs.spark_session import local_spark
 
@@ -1187,6 +1197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "trigger": f"processingTime={args.trigger}",
             "sink": SINK_NAMES[sink],
             "modes": modes,
+            "source_options": list(args.source_option),
             "publish_inflight": INFLIGHT,
             "topic": TOPIC,
             "topic_filter": TOPIC_FILTER,

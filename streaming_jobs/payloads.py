@@ -35,8 +35,9 @@ MQTT_COLUMNS = (
     "messageId",
     "timestamp",
     "offset",
+    "receiver",
 )
-METADATA_COLUMNS = ("qos", "retained", "duplicate", "messageId", "timestamp", "offset")
+METADATA_COLUMNS = ("qos", "retained", "duplicate", "messageId", "timestamp", "offset", "receiver")
 DEAD_LETTER_COLUMNS = (*MQTT_COLUMNS, "reason")
 PARSE_ERROR = "_parse_error"
 TEXT = "text"

@@ -33,6 +33,8 @@ KNOWN_OPTIONS = (
     "connectTimeout",
     "walPath",
     "maxMessagesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
     "failOnDataLoss",
     "maxBacklogMessages",
     "availableNowIdleTimeout",
@@ -123,6 +125,8 @@ class SourceOptions:
     connect_timeout: float = 30.0
     wal_path: str = ""
     max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = 15.0
     fail_on_data_loss: bool = True
     max_backlog_messages: int = 1_000_000
     available_now_idle_timeout: float = 2.0
@@ -215,7 +219,15 @@ class SourceOptions:
                 "tls.* options need an ssl:// or mqtts:// 'brokerUrl', got " + str(broker)
             )
 
-        max_per_trigger = opts.get("maxMessagesPerTrigger")
+        min_messages, max_messages = (
+            _int(name, opts[name], 1) if opts.get(name) else None
+            for name in ("minMessagesPerTrigger", "maxMessagesPerTrigger")
+        )
+        if min_messages and max_messages and min_messages > max_messages:
+            raise InvalidOptionError(
+                f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
+                f"'maxMessagesPerTrigger' ({max_messages})"
+            )
         partition_data = opts.get("partitionData", "inline").strip().lower()
         if partition_data not in PARTITION_DATA_MODES:
             raise InvalidOptionError(
@@ -235,9 +247,9 @@ class SourceOptions:
             keep_alive=_int("keepAlive", opts.get("keepAlive", "60"), 0, 65535),
             connect_timeout=_seconds("connectTimeout", opts.get("connectTimeout", "30"), 0.001),
             wal_path=wal_path,
-            max_messages_per_trigger=(
-                _int("maxMessagesPerTrigger", max_per_trigger, 1) if max_per_trigger else None
-            ),
+            max_messages_per_trigger=max_messages,
+            min_messages_per_trigger=min_messages,
+            max_trigger_delay=_seconds("maxTriggerDelay", opts.get("maxTriggerDelay", "15"), 0.0),
             fail_on_data_loss=_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
             max_backlog_messages=_int(
                 "maxBacklogMessages", opts.get("maxBacklogMessages", "1000000"), 1

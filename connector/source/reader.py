@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -41,13 +42,15 @@ class DataLossError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class MqttPartition(InputPartition):
-    """WAL records [start, end) of one WAL; ``blob`` carries them when shipped inline."""
+    """WAL records [start, end) of one WAL (of receiver ``receiver``); ``blob`` carries them
+    when shipped inline."""
 
     wal_path: str
     identity: str
     start: int
     end: int
     blob: bytes | None = None
+    receiver: int = 0
 
 
 def split_range(start: int, end: int, per_partition: int, min_split: int) -> list[tuple[int, int]]:
@@ -75,9 +78,10 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._shards: list[LocalShard] | list[ShardProcess] | None = None
         self._targets: list[int] | None = None
+        self._last_batch_at: float | None = None
 
     def __getstate__(self) -> dict:
-        return {"options": None, "_shards": None, "_targets": None}
+        return {"options": None, "_shards": None, "_targets": None, "_last_batch_at": None}
 
     @property
     def shards(self) -> list[LocalShard] | list[ShardProcess]:
@@ -146,6 +150,18 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             positions.append(Position(shard.identity, shard.status().committed))
         return encode_offset(positions)
 
+    def _hold_back(self, available: int) -> bool:
+        """``minMessagesPerTrigger``: skip this trigger while fewer messages wait, unless the
+        last batch is ``maxTriggerDelay`` old (as Kafka's minOffsetsPerTrigger and
+        maxTriggerDelay). Never under Trigger.AvailableNow, which reads up to its target."""
+        wanted = self.options.min_messages_per_trigger
+        if not wanted or self._targets is not None or available >= wanted:
+            return False
+        now = time.monotonic()
+        if self._last_batch_at is None:
+            self._last_batch_at = now
+        return available == 0 or now - self._last_batch_at < self.options.max_trigger_delay
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         starts = self._positions(start)
         firsts, highs = [], []
@@ -164,6 +180,10 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             takes = fair_split([h - f for f, h in zip(firsts, highs, strict=True)], limit.max_rows)
             highs = [f + t for f, t in zip(firsts, takes, strict=True)]
+        if self._hold_back(sum(highs) - sum(firsts)):
+            highs = firsts
+        elif sum(highs) > sum(firsts):
+            self._last_batch_at = time.monotonic()
         return encode_offset(
             [Position(s.identity, h) for s, h in zip(self.shards, highs, strict=True)]
         )
@@ -204,7 +224,12 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             path = shard.wal_path
             parts.extend(
                 MqttPartition(
-                    path, shard.identity, a, b, encode_range(path, a, b) if inline else None
+                    path,
+                    shard.identity,
+                    a,
+                    b,
+                    encode_range(path, a, b) if inline else None,
+                    index,
                 )
                 for a, b in split_range(
                     first, ends[index].offset, self.options.records_per_partition,
@@ -234,7 +259,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 partition.end,
                 f"expected {partition.end - partition.start} records, found {len(columns)}",
             )
-        yield from to_record_batches(columns)
+        yield from to_record_batches(columns, receiver=partition.receiver)
 
     def commit(self, end: dict) -> None:
         ends = self._positions(end)

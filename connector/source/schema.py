@@ -14,9 +14,11 @@ from connector.wal.records import FLAG_DUP, FLAG_HAS_ID, FLAG_QOS_MASK, FLAG_RET
 SCHEMA_DDL = (
     "topic STRING NOT NULL, payload BINARY NOT NULL, qos INT NOT NULL, "
     "retained BOOLEAN NOT NULL, duplicate BOOLEAN NOT NULL, messageId INT, "
-    "timestamp TIMESTAMP NOT NULL, offset BIGINT NOT NULL"
+    "timestamp TIMESTAMP NOT NULL, offset BIGINT NOT NULL, receiver INT NOT NULL"
 )
-"""Spark DDL of the rows: one per MQTT message; ``offset`` is the WAL sequence number."""
+"""Spark DDL of the rows: one per MQTT message; ``offset`` is the sequence number in the WAL of
+``receiver`` (0 with one receiver): (receiver, offset) is unique, like Kafka's (partition,
+offset)."""
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -28,6 +30,7 @@ ARROW_SCHEMA = pa.schema(
         pa.field("messageId", pa.int32()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("offset", pa.int64(), nullable=False),
+        pa.field("receiver", pa.int32(), nullable=False),
     ]
 )
 
@@ -38,7 +41,7 @@ ARROW_BATCH_ROWS = 65_536
 _NULL_ID = pa.scalar(None, pa.int32())
 
 
-def to_arrow(columns: WalColumns) -> pa.RecordBatch:
+def to_arrow(columns: WalColumns, receiver: int = 0) -> pa.RecordBatch:
     """All of ``columns`` as one Arrow record batch, built column-wise: the flags, message ids
     and timestamps arrays are used as Arrow buffers as they are, offsets come from a range,
     topics from their dictionary; only the payloads go through a Python list."""
@@ -63,19 +66,20 @@ def to_arrow(columns: WalColumns) -> pa.RecordBatch:
             mids,
             pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(columns.timestamps)]),
             pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array("i", [receiver]) * n)]),
         ],
         schema=ARROW_SCHEMA,
     )
 
 
 def to_record_batches(
-    columns: WalColumns, batch_rows: int = ARROW_BATCH_ROWS
+    columns: WalColumns, batch_rows: int = ARROW_BATCH_ROWS, receiver: int = 0
 ) -> Iterator[pa.RecordBatch]:
     """Yield the columns as Arrow record batches of at most ``batch_rows`` rows (zero-copy
     slices of one batch)."""
     total = len(columns)
     if not total:
         return
-    whole = to_arrow(columns)
+    whole = to_arrow(columns, receiver)
     for start in range(0, total, batch_rows):
         yield whole.slice(start, batch_rows)

@@ -33,7 +33,10 @@ LAND_TIMEOUT = 120.0
 SUBSCRIBE_TIMEOUT = 90.0
 """Deadline for a query's receiver to subscribe (starting the query's Python runner)."""
 PUBLISH_TIMEOUT = 30.0
-COLUMNS = ("topic", "payload", "qos", "retained", "duplicate", "messageId", "timestamp", "offset")
+COLUMNS = (
+    "topic", "payload", "qos", "retained", "duplicate", "messageId", "timestamp", "offset",
+    "receiver",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -109,7 +109,7 @@ def test_json_payloads_split_exactly_once_between_table_and_dead_letters(
     rows = spark.read.format("delta").load(str(table))
     assert rows.columns == [
         "topic", "site", "device", "seq", "temp", "status",
-        "qos", "retained", "duplicate", "messageId", "timestamp", "offset", "date",
+        "qos", "retained", "duplicate", "messageId", "timestamp", "offset", "receiver", "date",
     ]  # fmt: skip
     got = rows.withColumn("micros", F.unix_micros("timestamp")).collect()
     assert sorted(r.seq for r in got) == sorted(good)

@@ -74,7 +74,8 @@ def source_rows(
 ) -> DataFrame:
     """Rows shaped like the ``mqtt`` source's, one per payload, offsets 0..n-1."""
     rows = [
-        (topic, payload, 1, False, False, i + 1, RECEIVED, i) for i, payload in enumerate(payloads_)
+        (topic, payload, 1, False, False, i + 1, RECEIVED, i, 0)
+        for i, payload in enumerate(payloads_)
     ]
     return spark.createDataFrame(rows, SCHEMA_DDL)
 
@@ -107,7 +108,7 @@ def test_json_table_and_dead_letter_rows_split_every_row(
     bad = dead_letter_rows(decoded)
     assert good.columns == [
         "topic", "site", "device", "seq", "temp", "status",
-        "qos", "retained", "duplicate", "messageId", "timestamp", "offset",
+        "qos", "retained", "duplicate", "messageId", "timestamp", "offset", "receiver",
     ]  # fmt: skip
     assert bad.columns == [*payloads.MQTT_COLUMNS, "reason"]
     good_rows, bad_rows = good.collect(), bad.collect()

@@ -103,8 +103,8 @@ def assert_shard_offsets(rows: Sequence[Row], offset: dict, receivers: int) -> N
     assert len(shards) == receivers and len({s["wal"] for s in shards}) == receivers, offset
     ends = [s["offset"] for s in shards]
     assert all(end > 0 for end in ends), f"a receiver got nothing: {offset}"
-    expected = sorted(o for end in ends for o in range(end))
-    assert sorted(row["offset"] for row in rows) == expected
+    expected = sorted((i, o) for i, end in enumerate(ends) for o in range(end))
+    assert sorted((row["receiver"], row["offset"]) for row in rows) == expected
 
 
 # ---------------------------------------------------------------------------- share

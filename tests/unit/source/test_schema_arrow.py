@@ -50,6 +50,7 @@ def reference(columns: WalColumns) -> pa.Table:
                 "messageId": r.message_id,
                 "timestamp": r.timestamp_us,
                 "offset": r.offset,
+                "receiver": 0,
             }
             for r in rows
         ],
@@ -92,7 +93,10 @@ def test_message_ids_are_null_exactly_without_an_id() -> None:
     batch = to_arrow(WalColumns.from_records(10, records))
     assert batch.column("messageId").to_pylist() == [None, 9, 3]
     assert batch.column("offset").to_pylist() == [10, 11, 12]
+    assert batch.column("receiver").to_pylist() == [0, 0, 0]
     assert batch.schema == ARROW_SCHEMA
+    third = to_arrow(WalColumns.from_records(0, records), receiver=3)
+    assert third.column("receiver").to_pylist() == [3, 3, 3]
 
 
 def test_columns_from_records_match_a_wal_read(tmp_path: Path) -> None:
