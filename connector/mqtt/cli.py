@@ -54,6 +54,11 @@ def _add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--password", help="password (or set MQTT_PASSWORD; never printed or logged)"
     )
+    parser.add_argument(
+        "--allow-password-over-plain-tcp",
+        action="store_true",
+        help="send the password over a tcp:// connection, unencrypted (refused otherwise)",
+    )
     parser.add_argument("--cafile", help="CA bundle that signs the broker's certificate")
     parser.add_argument("--certfile", help="client certificate (mutual TLS)")
     parser.add_argument("--keyfile", help="client private key (mutual TLS)")
@@ -117,6 +122,11 @@ def _client(args: argparse.Namespace, subscriptions: list[tuple[str, int]]) -> M
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if password is not None and not address.tls and not args.allow_password_over_plain_tcp:
+        raise CliError(
+            f"the password would be sent unencrypted to {address}; use an ssl:// or mqtts:// "
+            "broker URL, or pass --allow-password-over-plain-tcp"
+        )
     tls = None
     if address.tls or args.cafile or args.certfile:
         tls = TlsOptions(args.cafile, args.certfile, args.keyfile, verify=not args.insecure)

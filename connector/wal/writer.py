@@ -388,14 +388,16 @@ class WalWriter:
 
 
 def _make_directory(root: Path, *, fsync: bool) -> None:
-    """Create ``root`` (mode 0o700) and make the new directory entries durable. An existing
-    ``root`` that group or others may enter is made owner-only: the WAL holds the payloads."""
+    """Create ``root`` and its missing parents (mode 0o700: a shard's WAL sits under the
+    query's ``walPath``) and make the new directory entries durable. An existing ``root`` that
+    group or others may enter is made owner-only: the WAL holds the payloads."""
     created: list[Path] = []
     missing = root
     while not missing.exists():
         created.append(missing)
         missing = missing.parent
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for directory in reversed(created):
+        directory.mkdir(mode=0o700, exist_ok=True)
     if not created and root.stat().st_mode & 0o077:
         os.chmod(root, 0o700)
     if fsync:

@@ -210,7 +210,7 @@ def test_sub_with_a_wrong_password_fails_in_one_line(
 ) -> None:
     broker = broker_factory(users={"alice": "right-pw"})
     args = ["sub", "--broker", broker.url, "--topic", "t", "--timeout", "5"]
-    args += ["--username", "alice"]
+    args += ["--username", "alice", "--allow-password-over-plain-tcp"]
     if how == "option":
         result = cli(*args, "--password", "Wr0ng-pw")
     else:
@@ -229,6 +229,7 @@ def test_sub_with_the_right_password_receives(
     with cli_process(
         "sub", "--broker", broker.url, "--topic", topic, "--count", "1", "--timeout", "20",
         "--client-id", client_id, "--username", "alice", "--password", "right-pw",
+        "--allow-password-over-plain-tcp",
     ) as proc:  # fmt: skip
         wait_subscribed(broker, client_id, 1, topic)
         with PahoClient(unique("paho-"), username="alice", password="right-pw") as pub:
@@ -350,6 +351,20 @@ def test_pub_wrong_password_fails_in_one_line(
     broker = broker_factory(users={"alice": "right-pw"})
     result = cli(
         "pub", "--broker", broker.url, "--topic", "t", "--username", "alice",
-        "--password", "nope",
+        "--password", "nope", "--allow-password-over-plain-tcp",
     )  # fmt: skip
     assert_one_error_line(result, "not authorized")
+
+
+@pytest.mark.parametrize("command", ["sub", "pub"])
+def test_a_password_over_plain_tcp_is_refused_without_the_opt_in(
+    broker_factory: Callable[..., MosquittoBroker], command: str
+) -> None:
+    broker = broker_factory(users={"alice": "right-pw"})
+    result = cli(
+        command, "--broker", broker.url, "--topic", "t", "--username", "alice",
+        env=cli_env(MQTT_PASSWORD="right-pw"),
+    )  # fmt: skip
+    line = assert_one_error_line(result, "--allow-password-over-plain-tcp")
+    assert "unencrypted" in line and "right-pw" not in result.stderr.decode()
+    assert "New client connected" not in broker.log_text(), "refused before connecting"

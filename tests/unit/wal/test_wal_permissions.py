@@ -34,6 +34,7 @@ def test_a_new_wal_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
         os.umask(old)
     found = modes(root)
     assert found["."] == 0o700, found
+    assert stat.S_IMODE(root.parent.stat().st_mode) == 0o700, "a parent it created, too"
     assert len(found) > 4, found  # segments, index hints, identity, lock
     loose = {name: oct(mode) for name, mode in found.items() if mode & 0o077}
     assert not loose, loose
