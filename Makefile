@@ -100,6 +100,8 @@ bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
 	$(VENV_PY) -m bench.ingest $(INGEST_ARGS)
+	$(VENV_PY) -m bench.ingest --source-option receivers=2 --modes wal \
+		--output bench/results/ingest_receivers.json $(INGEST_ARGS)
 	$(VENV_PY) -m bench.backlog_rss $(BACKLOG_RSS_ARGS)
 	$(VENV_PY) -m bench.latency $(LATENCY_ARGS)
 	$(VENV_PY) -m bench.scale $(SCALE_ARGS)

@@ -200,12 +200,14 @@ class BenchError(RuntimeError):
     """A backlog could not be prepared, a peer failed or a check did not hold."""
 
 
-def create_session(url: str, client_id: str, qos: int = 1) -> None:
+def create_session(
+    url: str, client_id: str, qos: int = 1, topic_filter: str = TOPIC_FILTER
+) -> None:
     """Connect with clean_session=False, subscribe with ``qos``, leave: the session stays."""
     from connector.mqtt.driver import MqttClient
     from connector.mqtt.session import SessionConfig
 
-    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, qos)])
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(topic_filter, qos)])
     if client.connect().session_present:
         raise BenchError(f"the broker already had a session for {client_id!r}")
     client.disconnect()
@@ -251,13 +253,22 @@ class Backlog:
     publish_rate: float
 
 
-def backlog(count: int, client_id: str, timeout: float, qos: int = 1) -> Backlog:
+def backlog(
+    count: int,
+    client_id: str,
+    timeout: float,
+    qos: int = 1,
+    sessions: Sequence[tuple[str, str]] = (),
+) -> Backlog:
+    """A fresh broker holding ``count`` messages for the session ``client_id`` (or for each
+    (client id, filter) of ``sessions``: a shared subscription splits them)."""
     from streaming_jobs.local_broker import MosquittoBroker
 
     broker = MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count))
     broker.start()
     try:
-        create_session(broker.url, client_id, qos)
+        for session_id, topic_filter in sessions or [(client_id, TOPIC_FILTER)]:
+            create_session(broker.url, session_id, qos, topic_filter)
         publish_rate = publish_backlog(broker.url, count, timeout, qos)
     except BaseException:
         broker.close()
@@ -622,6 +633,20 @@ def peer_name(base: str, qos: int) -> str:
     return base if qos == 1 else f"{base}-qos{qos}"
 
 
+def query_sessions(client_id: str, qos: int, setup: Setup) -> list[tuple[str, str]]:
+    """(client id, filter) of each MQTT session the query will use: one per receiver."""
+    from connector.source.options import SourceOptions
+    from connector.source.shards import shard_options
+
+    raw = dict(option.split("=", 1) for option in setup.source_options)
+    options = SourceOptions.parse(
+        {**raw, "brokerUrl": "tcp://127.0.0.1:1883", "topic": TOPIC_FILTER, "qos": str(qos),
+         "clientId": client_id}
+    )  # fmt: skip
+    shards = [shard_options(options, i) for i in range(options.receivers)]
+    return [(s.client_id, s.topics[0]) for s in shards] if options.receivers > 1 else []
+
+
 def run_ours(
     spark: Any, mode: str, count: int, setup: Setup, workdir: Path, qos: int = 1
 ) -> Landing:
@@ -632,7 +657,7 @@ def run_ours(
     name = peer_name(f"ours-{mode}", qos)
     client_id = f"bench-ingest-{mode}-qos{qos}"
     table, checkpoint = workdir / f"{name}-table", workdir / f"{name}-checkpoint"
-    queued = backlog(count, client_id, setup.timeout, qos)
+    queued = backlog(count, client_id, setup.timeout, qos, query_sessions(client_id, qos, setup))
     with queued.broker:
         args = build_parser().parse_args(
             [

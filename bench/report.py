@@ -247,11 +247,18 @@ def section_drain(data: Mapping[str, Any], charts: Charts) -> Lines:
 
 def section_ingest(data: Mapping[str, Any], charts: Charts) -> Lines:
     params = data.get("parameters", {})
+    sizes = params.get("messages_per_qos") or {
+        str(q): params.get("messages") for q in params.get("qos", [])
+    }
+    backlogs = " and ".join(f"{num(n)} QoS {q}" for q, n in sizes.items())
+    options = ", ".join(f"`{o}`" for o in params.get("source_options", []))
     out = [
-        f"A backlog of {num(params.get('messages'))} QoS {params.get('qos')} messages "
+        f"A backlog of {backlogs} messages "
         f"({params.get('payload_bytes')}-byte JSON) landed in Delta by the ingest job's query "
         f"on {params.get('master')}, trigger {params.get('trigger')}, written by "
-        f"{params.get('sink')}; median of {params.get('repeat')}.",
+        f"{params.get('sink')}"
+        + (f", source options {options}" if options else "")
+        + f"; median of {params.get('repeat')}.",
         "",
         *_clock_notes(data),
     ]
@@ -549,6 +556,13 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines
     ("codec", "Codec", "python -m bench.codec", section_codec),
     ("drain", "Drain", "python -m bench.drain", section_drain),
     ("ingest", "Ingest into Delta", "python -m bench.ingest", section_ingest),
+    (
+        "ingest_receivers",
+        "Ingest into Delta with two receivers",
+        "python -m bench.ingest --source-option receivers=2 --output "
+        "bench/results/ingest_receivers.json",
+        section_ingest,
+    ),
     ("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", section_backlog_rss),
     ("latency", "Latency", "python -m bench.latency", section_latency),
     ("scale", "Scale of cost", "python -m bench.scale", section_scale),

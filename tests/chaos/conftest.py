@@ -48,6 +48,8 @@ COUNTERS = (
     "disk_full_faults",
     "read_only_faults",
     "fuzz_inputs_tried",
+    "bad_options_refused",
+    "bad_payloads_dead_lettered",
     "messages_published",
     "messages_landed",
     "messages_lost",
