@@ -68,7 +68,7 @@ def wait_workers(wal: Path, receivers: int) -> list[int]:
     def locked() -> bool:
         try:
             return all(alive(worker_pid(wal, i)) for i in range(receivers))
-        except (FileNotFoundError, ValueError):
+        except (FileNotFoundError, ValueError, IndexError):  # no lock yet, or being written
             return False
 
     wait_until(locked, 90.0, message=f"the receivers under {wal} did not start")
