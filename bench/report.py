@@ -247,8 +247,9 @@ def section_drain(data: Mapping[str, Any], charts: Charts) -> Lines:
 
 def section_ingest(data: Mapping[str, Any], charts: Charts) -> Lines:
     params = data.get("parameters", {})
+    levels = params.get("qos", [])
     sizes = params.get("messages_per_qos") or {
-        str(q): params.get("messages") for q in params.get("qos", [])
+        str(q): params.get("messages") for q in (levels if isinstance(levels, list) else [levels])
     }
     backlogs = " and ".join(f"{num(n)} QoS {q}" for q, n in sizes.items())
     options = ", ".join(f"`{o}`" for o in params.get("source_options", []))
