@@ -197,3 +197,66 @@ def paho_loop(
         if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
             break
         client.loop_misc()
+
+
+# ------------------------------------------------------------------------- backlogs
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not prepare its input, a peer failed or a check did not hold."""
+
+
+MOSQUITTO_INFLIGHT = 20
+"""Mosquitto's default ``max_inflight_messages``: a publisher keeps at most this many QoS 1/2
+messages unacknowledged (beyond it Mosquitto acknowledges but drops incoming QoS 2)."""
+
+
+def create_session(url: str, client_id: str, topic_filter: str, qos: int = 1) -> None:
+    """Connect with clean_session=False, subscribe ``topic_filter`` with ``qos``, leave: the
+    broker keeps the session and queues what matches until the client comes back."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(topic_filter, qos)])
+    if client.connect().session_present:
+        raise BenchError(f"the broker already had a session for {client_id!r}")
+    client.disconnect()
+
+
+def publish_windowed(
+    url: str,
+    count: int,
+    message: Callable[[int], tuple[str, bytes]],
+    timeout: float,
+    qos: int = 1,
+    inflight: int = MOSQUITTO_INFLIGHT,
+) -> float:
+    """Publish messages ``message(0) .. message(count - 1)`` (topic, payload) with our client,
+    at most ``inflight`` unacknowledged; returns the rate once the broker acknowledged every
+    one, i.e. queued it."""
+    from connector.mqtt.driver import MqttClient
+    from connector.mqtt.session import SessionConfig
+
+    client = MqttClient(url, SessionConfig(f"bench-pub-{time.time_ns()}"), [])
+    with client:
+        client.connect()
+        session = client.session
+        start = time.monotonic()
+        deadline = start + timeout
+        sent = 0
+        while sent < count or session.outbound_in_flight:
+            if time.monotonic() > deadline:
+                raise BenchError(f"publishing stalled at {sent} of {count} messages")
+            room = min(inflight - session.outbound_in_flight, count - sent)
+            if room <= 0:
+                client.pump(1.0)
+                continue
+            now = time.monotonic()
+            for seq in range(sent, sent + room):
+                topic, payload = message(seq)
+                session.publish(topic, payload, qos, now)
+            sent += room
+            client.flush()
+            if not client.connected:
+                raise BenchError(f"lost the connection to {url} while publishing")
+        return count / (time.monotonic() - start)

@@ -43,7 +43,9 @@ from typing import Any
 
 from .common import (
     REPO_ROOT,
+    BenchError,
     Stats,
+    create_session,
     describe_machine,
     format_table,
     machine_info,
@@ -244,10 +246,6 @@ def run_worker(argv: Sequence[str]) -> int:
 # ------------------------------------------------------------------------------ parent side
 
 
-class BenchError(RuntimeError):
-    """A backlog could not be prepared or a peer failed."""
-
-
 @dataclass(slots=True)
 class Drain:
     """One peer's drain of one backlog."""
@@ -264,18 +262,6 @@ class Drain:
     def acknowledged_seconds(self) -> float:
         """Process start until the broker logged the end of the drain's connection."""
         return self.process_seconds + self.broker_lag_seconds
-
-
-def _create_session(url: str, client_id: str) -> None:
-    """Connect with clean_session=False, subscribe with QoS 1, leave: the session stays."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
-    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, 1)])
-    connected = client.connect()
-    if connected.session_present:
-        raise BenchError(f"the broker already had a session for {client_id!r}")
-    client.disconnect()
 
 
 def _publish_backlog(url: str, count: int, size: int, timeout: float) -> float:
@@ -391,7 +377,7 @@ def drain_once(
         max_queued_messages=max(1_000_000, 2 * count), max_inflight_messages=inflight
     )
     with broker:
-        _create_session(broker.url, client_id)
+        create_session(broker.url, client_id, TOPIC_FILTER)
         publish_rate = _publish_backlog(broker.url, count, size, timeout)
         details: dict[str, Any] = {}
         drain_seconds = None

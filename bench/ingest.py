@@ -64,8 +64,11 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
+    MOSQUITTO_INFLIGHT,
     REPO_ROOT,
+    BenchError,
     Stats,
+    create_session,
     describe_machine,
     format_table,
     machine_info,
@@ -73,6 +76,7 @@ from .common import (
     paho_loop,
     paired_ratio,
     profile_report,
+    publish_windowed,
     rate,
     ratio,
     write_results,
@@ -96,7 +100,7 @@ PEERS = ("ours-wal", "ours-inline", "synthetic", "paho")
 GOAL_RATES = {1: 80_000.0, 2: 60_000.0}
 """Messages per second into Delta on local[2], per QoS of the backlog."""
 QOS_LEVELS = (1, 2)
-INFLIGHT = 20
+INFLIGHT = MOSQUITTO_INFLIGHT
 SEQ_AT = len('{"seq":')
 SEQ_DIGITS = 10
 
@@ -196,52 +200,9 @@ def run_worker(argv: Sequence[str]) -> int:
 # ------------------------------------------------------------------------------ backlogs
 
 
-class BenchError(RuntimeError):
-    """A backlog could not be prepared, a peer failed or a check did not hold."""
-
-
-def create_session(
-    url: str, client_id: str, qos: int = 1, topic_filter: str = TOPIC_FILTER
-) -> None:
-    """Connect with clean_session=False, subscribe with ``qos``, leave: the session stays."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
-    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(topic_filter, qos)])
-    if client.connect().session_present:
-        raise BenchError(f"the broker already had a session for {client_id!r}")
-    client.disconnect()
-
-
 def publish_backlog(url: str, count: int, timeout: float, qos: int = 1) -> float:
-    """Publish ``count`` JSON payloads with ``qos``, at most INFLIGHT unfinished; returns
-    the rate. Returns once the broker acknowledged every one, i.e. queued it."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
-    client = MqttClient(url, SessionConfig(f"bench-ingest-pub-{time.time_ns()}"), [])
-    with client:
-        client.connect()
-        session = client.session
-        start = time.monotonic()
-        deadline = start + timeout
-        sent = 0
-        while sent < count or session.outbound_in_flight:
-            if time.monotonic() > deadline:
-                raise BenchError(f"publishing stalled at {sent} of {count} messages")
-            room = min(INFLIGHT - session.outbound_in_flight, count - sent)
-            if room <= 0:
-                client.pump(1.0)
-                continue
-            now = time.monotonic()
-            for seq in range(sent, sent + room):
-                session.publish(TOPIC, payload(seq), qos, now)
-            sent += room
-            client.flush()
-            if not client.connected:
-                raise BenchError(f"lost the connection to {url} while publishing")
-        elapsed = time.monotonic() - start
-    return count / elapsed
+    """Publish ``count`` numbered JSON payloads to TOPIC with ``qos``; returns the rate."""
+    return publish_windowed(url, count, lambda seq: (TOPIC, payload(seq)), timeout, qos, INFLIGHT)
 
 
 @dataclass(slots=True)
@@ -268,7 +229,7 @@ def backlog(
     broker.start()
     try:
         for session_id, topic_filter in sessions or [(client_id, TOPIC_FILTER)]:
-            create_session(broker.url, session_id, qos, topic_filter)
+            create_session(broker.url, session_id, topic_filter, qos)
         publish_rate = publish_backlog(broker.url, count, timeout, qos)
     except BaseException:
         broker.close()

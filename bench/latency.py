@@ -43,7 +43,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from .common import REPO_ROOT, describe_machine, format_table, machine_info, package_version
+from .common import (
+    REPO_ROOT,
+    BenchError,
+    describe_machine,
+    format_table,
+    machine_info,
+    package_version,
+)
 from .common import write_results as write_results
 
 TOPIC = "plant/line-3/sensor-17/telemetry"
@@ -57,10 +64,6 @@ SEQ_DIGITS = 10
 NS_DIGITS = 19
 HEADER = SEQ_DIGITS + 1 + NS_DIGITS + 1  # "%010d %019d "
 CDF_POINTS = (*range(0, 100), 99.5, 99.9, 100)
-
-
-class BenchError(RuntimeError):
-    """A run could not be prepared, a peer failed or a check did not hold."""
 
 
 def payload(seq: int, sent_ns: int, size: int) -> bytes:

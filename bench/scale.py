@@ -45,10 +45,13 @@ from urllib.parse import urlsplit
 
 from .common import (
     REPO_ROOT,
+    BenchError,
     Stats,
+    create_session,
     describe_machine,
     format_table,
     machine_info,
+    publish_windowed,
     rate,
     ratio,
     write_results,
@@ -63,12 +66,7 @@ BACKLOG_SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 BACKLOG_BOUND = 10_000
 BACKLOG_TOPIC = "rss/a"
 RECEIVER_ID = "bench-scale-receiver"
-INFLIGHT = 20
 SEQ_DIGITS = 10
-
-
-class BenchError(RuntimeError):
-    """A backlog could not be prepared, a peer failed or a check did not hold."""
 
 
 def topic_name(k: int) -> str:
@@ -82,49 +80,14 @@ def _load() -> list[float]:
 # ------------------------------------------------------------------------------ backlogs
 
 
-def create_session(url: str, client_id: str, topic_filter: str = TOPIC_FILTER) -> None:
-    """Connect with clean_session=False, subscribe with QoS 1, leave: the session stays."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
-    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(topic_filter, 1)])
-    if client.connect().session_present:
-        raise BenchError(f"the broker already had a session for {client_id!r}")
-    client.disconnect()
-
-
 def publish(url: str, count: int, size: int, topics: int, timeout: float) -> float:
     """Publish ``count`` QoS 1 messages (payload: 10-digit sequence number, filler to ``size``
-    bytes) round-robin over ``topics`` topic names, at most INFLIGHT unacknowledged; returns
-    the rate once the broker acknowledged every one."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
+    bytes) round-robin over ``topics`` topic names; returns the rate."""
     names = [topic_name(k) for k in range(topics)]
     filler = b"x" * max(0, size - SEQ_DIGITS)
-    client = MqttClient(url, SessionConfig(f"bench-scale-pub-{time.time_ns()}"), [])
-    with client:
-        client.connect()
-        session = client.session
-        start = time.monotonic()
-        deadline = start + timeout
-        sent = 0
-        while sent < count or session.outbound_in_flight:
-            if time.monotonic() > deadline:
-                raise BenchError(f"publishing stalled at {sent} of {count} messages")
-            room = min(INFLIGHT - session.outbound_in_flight, count - sent)
-            if room <= 0:
-                client.pump(1.0)
-                continue
-            now = time.monotonic()
-            for seq in range(sent, sent + room):
-                data = (b"%010d" % seq + filler)[:size]
-                session.publish(names[seq % topics], data, 1, now)
-            sent += room
-            client.flush()
-            if not client.connected:
-                raise BenchError(f"lost the connection to {url} while publishing")
-        return count / (time.monotonic() - start)
+    return publish_windowed(
+        url, count, lambda seq: (names[seq % topics], (b"%010d" % seq + filler)[:size]), timeout
+    )
 
 
 def status_kib(pid: int | str, field: str) -> int | None:
@@ -213,7 +176,7 @@ def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -
 
     client_id = f"bench-scale-{peer}"
     with MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count)) as broker:
-        create_session(broker.url, client_id)
+        create_session(broker.url, client_id, TOPIC_FILTER)
         publish_rate = publish(broker.url, count, size, topics, timeout)
         result = drain(peer, broker.url, client_id, count, timeout)
         if broker.crashed:

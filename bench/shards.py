@@ -23,10 +23,12 @@ from typing import Any
 
 from bench.common import (
     Stats,
+    create_session,
     describe_machine,
     format_table,
     machine_info,
     paired_ratio,
+    publish_windowed,
     rate,
     ratio,
     write_results,
@@ -35,49 +37,22 @@ from bench.common import (
 TOPIC = "bench/shards/t"
 FILTER = "bench/shards/#"
 PAYLOAD = b"x" * 100
-INFLIGHT = 20  # Mosquitto's per-client window for QoS 1/2
 TIMEOUT = 900.0
 
 
 def create_sessions(url: str, client_id: str, receivers: int) -> None:
     """The persistent sessions the query will use, so that the broker queues the backlog."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
     if receivers == 1:
         sessions = [(client_id, FILTER)]
     else:
         sessions = [(f"{client_id}-{i}", f"$share/{client_id}/{FILTER}") for i in range(receivers)]
     for session_id, topic_filter in sessions:
-        client = MqttClient(
-            url, SessionConfig(session_id, clean_session=False), [(topic_filter, 1)]
-        )
-        client.connect()
-        client.disconnect()
+        create_session(url, session_id, topic_filter)
 
 
 def publish(url: str, count: int) -> None:
-    """Publish ``count`` QoS 1 messages, at most INFLIGHT unacknowledged."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
-    with MqttClient(url, SessionConfig(f"bench-shards-pub-{time.time_ns()}"), []) as client:
-        client.connect()
-        session = client.session
-        sent = 0
-        deadline = time.monotonic() + TIMEOUT
-        while sent < count or session.outbound_in_flight:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"publishing stalled at {sent} of {count}")
-            room = min(INFLIGHT - session.outbound_in_flight, count - sent)
-            if room <= 0:
-                client.pump(1.0)
-                continue
-            now = time.monotonic()
-            for _ in range(room):
-                session.publish(TOPIC, PAYLOAD, 1, now)
-            sent += room
-            client.flush()
+    """Publish ``count`` QoS 1 messages, at most Mosquitto's window unacknowledged."""
+    publish_windowed(url, count, lambda _seq: (TOPIC, PAYLOAD), TIMEOUT)
 
 
 def one_run(spark: Any, workdir: Path, count: int, receivers: int, tag: str) -> float:
