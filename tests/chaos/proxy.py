@@ -228,6 +228,12 @@ class ChaosProxy:
         with self._lock:
             return len(self._links)
 
+    @property
+    def forwarding_links(self) -> int:
+        """Open connections that reach the broker (blackholed ones do not)."""
+        with self._lock:
+            return sum(1 for link in self._links if link.upstream is not None)
+
     # ------------------------------------------------------------------ faults
 
     def cut(self) -> int:
