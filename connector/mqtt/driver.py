@@ -367,14 +367,31 @@ class MqttClient:
 
     # ------------------------------------------------------------------ I/O
 
+    @property
+    def write_stall_timeout(self) -> float:
+        """Seconds the broker may take no byte of ours before the connection counts as dead:
+        1.5 x keep-alive (the rule a broker applies to us, section 3.1.2.10), at least
+        ``connect_timeout``."""
+        return max(self.connect_timeout, 1.5 * self.session.config.keep_alive)
+
     def flush(self) -> None:
-        """Send what the session has queued."""
+        """Send what the session has queued.
+
+        A broker that floods us reads our acknowledgements slowly (Mosquitto reads one packet
+        per loop turn), so a write may wait for room for a long time: that is progress, not a
+        dead connection. Only ``write_stall_timeout`` without a byte taken ends it; the
+        timeout left on the socket by the last read does not apply."""
         data = self.session.data_to_send()
-        if data and self._sock is not None:
-            try:
-                self._sock.sendall(data)
-            except OSError as exc:
-                raise ConnectionLost(f"sending to {self.broker} failed: {exc}") from exc
+        sock = self._sock
+        if not data or sock is None:
+            return
+        view = memoryview(data)
+        try:
+            sock.settimeout(self.write_stall_timeout)
+            while view:
+                view = view[sock.send(view) :]
+        except OSError as exc:
+            raise ConnectionLost(f"sending to {self.broker} failed: {exc}") from exc
 
     def _read(self, timeout: float | None) -> list:
         """One socket read (waiting at most ``timeout``), decoded into session events."""

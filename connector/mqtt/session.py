@@ -13,6 +13,7 @@ guarantee survives a restart.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 from struct import Struct
@@ -206,6 +207,10 @@ class ClientSession:
         """QoS 2 ids first delivered on the current connection whose PUBCOMP is not sent."""
         self._inbound: dict[int, Publish] = {}
         """QoS 1/2 messages delivered on the current connection and not yet acknowledged."""
+        self._inbound_later: dict[int, deque[Publish]] = {}
+        """Further QoS 1 resends (DUP=1) of an id still pending in ``_inbound``, oldest first."""
+        self.shared_id_resends = 0
+        """Resends on this connection that shared a pending packet id (see ``_on_publish``)."""
         self._outbound: dict[int, Publish] = {}
         self._outbound_released: set[int] = set()
         self._subscribing: dict[int, list[str]] = {}
@@ -262,6 +267,8 @@ class ClientSession:
         self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st == _RECORDED}
         self._qos2_here = set()
         self._inbound.clear()
+        self._inbound_later.clear()
+        self.shared_id_resends = 0
         self._subscribing.clear()
         self._unsubscribing.clear()
         self._ping_sent_at = None
@@ -362,6 +369,7 @@ class ClientSession:
         words = []
         qos2 = self._qos2_in
         inbound = self._inbound
+        later = self._inbound_later
         for message in messages:
             pid = message.packet_id
             # Only a message delivered on this connection and not yet acknowledged: an ack for
@@ -371,8 +379,12 @@ class ClientSession:
                 continue
             stored = inbound.get(pid)  # type: ignore[arg-type]
             if stored is not message and (stored is None or stored != message):
-                continue
-            del inbound[pid]  # type: ignore[arg-type]
+                if not later or not self._take_later(message):
+                    continue
+            elif later and pid in later:
+                inbound[pid] = self._next_later(pid)  # type: ignore[arg-type,index]
+            else:
+                del inbound[pid]  # type: ignore[arg-type]
             if message.qos == 1:
                 words.append(_PUBACK | pid)  # type: ignore[operator]
             elif qos2.get(pid) == _RECEIVED:  # type: ignore[arg-type]
@@ -380,6 +392,22 @@ class ClientSession:
                 words.append(_PUBREC | pid)  # type: ignore[operator]
         if words:
             self._send(Struct(f">{len(words)}I").pack(*words), now)
+
+    def _take_later(self, message: Publish) -> bool:
+        queue = self._inbound_later.get(message.packet_id)  # type: ignore[arg-type]
+        if queue is None or message not in queue:
+            return False
+        queue.remove(message)
+        if not queue:
+            del self._inbound_later[message.packet_id]  # type: ignore[arg-type]
+        return True
+
+    def _next_later(self, pid: int) -> Publish:
+        queue = self._inbound_later[pid]
+        message = queue.popleft()
+        if not queue:
+            del self._inbound_later[pid]
+        return message
 
     def complete(self, packet_id: int, now: float) -> None:
         """Send PUBCOMP for a released QoS 2 id (after the release is persisted)."""
@@ -604,7 +632,22 @@ class ClientSession:
                 pending.topic != packet.topic or pending.payload != packet.payload
             ):
                 return _reused(packet)
-        if packet.qos:
+        if packet.qos == 1 and packet.dup and pid in self._inbound:
+            # A broker with more than 65,535 messages in flight (Mosquitto 2.0.11 ignores
+            # max_inflight_messages) resends several with one id after a reconnect. Each gets
+            # its own PUBACK, in order: the broker releases its oldest message with that id.
+            self._inbound_later.setdefault(pid, deque()).append(packet)  # type: ignore[arg-type]
+            self.shared_id_resends += 1
+            if self.shared_id_resends == 1:
+                log.warning(
+                    "the broker resent two messages with packet id %d on one connection: it "
+                    "kept more than one message per id in flight (section 2.3.1; Mosquitto "
+                    "2.0.11 does so with more than 65,535 messages queued for a session, "
+                    "fixed in 2.0.12). Each is acknowledged; a redelivery among them can be "
+                    "stored twice",
+                    pid,
+                )
+        elif packet.qos:
             self._inbound[pid] = packet  # type: ignore[index]
         events.append(packet)
         return None

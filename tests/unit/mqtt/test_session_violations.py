@@ -217,6 +217,30 @@ def test_qos1_id_reused_after_puback_is_fine() -> None:
     assert session.receive_data(encode(second), 1.0) == [second]
 
 
+def test_qos1_resends_sharing_an_id_are_each_acknowledged_in_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker with more than 65,535 messages in flight resends several with one id after a
+    reconnect (all DUP=1): every one is delivered and gets its own PUBACK, so none stays
+    unacknowledged at the broker (which would resend it on every later connection)."""
+    session = connected_session()
+    resends = [Publish("a", bytes([n]), qos=1, dup=True, packet_id=9) for n in range(3)]
+    other = Publish("b", b"x", qos=1, dup=True, packet_id=10)
+    wire = b"".join(encode(p) for p in (resends[0], other, resends[1], resends[2]))
+    assert session.receive_data(wire, 1.0) == [resends[0], other, resends[1], resends[2]]
+    assert session.shared_id_resends == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "packet id 9" in warnings[0] and "2.3.1" in warnings[0]
+    session.ack_many([resends[0], other, resends[1]], 1.0)
+    assert session.data_to_send() == encode(Puback(9)) + encode(Puback(10)) + encode(Puback(9))
+    session.ack(resends[2], 1.0)
+    assert session.data_to_send() == encode(Puback(9))
+    session.ack(resends[2], 1.0)  # acknowledged once only
+    assert session.data_to_send() == b""
+    fresh = Publish("c", b"new", qos=1, packet_id=9)  # the id is free again
+    assert session.receive_data(encode(fresh), 1.0) == [fresh]
+
+
 def test_pubrel_for_an_unknown_id_is_completed_not_a_violation() -> None:
     session = connected_session()
     assert session.receive_data(encode(Pubrel(42)), 1.0) == []

@@ -1,0 +1,62 @@
+"""A broker that floods the client and reads its acknowledgements slowly (Mosquitto reads one
+packet per loop turn, so a deep backlog sent at full speed leaves our PUBACKs queued). The
+client waits for room to write, however long the last read's timeout was, and keeps the
+connection: dropping it would make the broker resend everything in flight."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from connector.mqtt.codec import encode_publish
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.packets import Puback
+from connector.mqtt.session import SessionConfig
+from tests.hostile_broker import ScriptedBroker
+from tests.waiting import wait_until
+
+COUNT = 60_000
+"""PUBACKs (4 bytes each) well past what the two shrunken socket buffers hold."""
+PAUSE = 1.5
+"""Seconds the broker reads nothing after sending the backlog: far above the poll timeout."""
+
+
+def test_acks_to_a_broker_that_reads_slowly_wait_for_room_and_keep_the_connection() -> None:
+    backlog = b"".join(
+        encode_publish("slow/t", b"%06d" % n, 1, n + 1, False, False) for n in range(COUNT)
+    )
+
+    def script(conn: socket.socket, number: int) -> None:
+        if number == 1:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.sendall(backlog)
+            time.sleep(PAUSE)  # the handler reads nothing meanwhile
+
+    with ScriptedBroker(script) as broker:
+        client = MqttClient(
+            broker.url, SessionConfig("slow-reader", keep_alive=2), [("slow/#", 1)],
+            connect_timeout=2.0,
+        )  # fmt: skip
+        client.connect()
+        assert client._sock is not None
+        client._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        received = []
+        deadline = time.monotonic() + 30
+        while len(received) < COUNT and time.monotonic() < deadline:
+            received += client.poll(0.05).messages  # leaves a read timeout of <= 50 ms
+        assert len(received) == COUNT
+        began = time.monotonic()
+        client.acknowledge(received)
+        blocked = time.monotonic() - began
+        assert client.connected, "the connection was dropped while acknowledging"
+        assert blocked > 0.2, f"the acknowledgements never had to wait ({blocked:.3f} s)"
+        wait_until(
+            lambda: sum(type(p) is Puback for p in broker.received.get(1, [])) == COUNT,
+            30,
+            message=lambda: f"{sum(type(p) is Puback for p in broker.received.get(1, []))} acks",
+        )
+        assert broker.connections == 1
+        assert [p.packet_id for p in broker.received[1] if type(p) is Puback] == [
+            n + 1 for n in range(COUNT)
+        ]
+        client.disconnect()
