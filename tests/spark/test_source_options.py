@@ -1,35 +1,18 @@
-"""Option validation at ``load()`` before any connection, and the password kept out of every
-place a query leaves text: plans, progress, errors, the WAL and the checkpoint.
+"""Option validation at ``load()`` before any connection. (The password kept out of every
+place a query leaves text is tested in ``test_source_security.py``.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import select
 import socket
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from tests.brokers import LOOPBACK, BrokerFactory
-from tests.spark.conftest import (
-    StreamDirs,
-    assert_exactly_once,
-    mqtt_reader,
-    numbered,
-    publish,
-    to_delta,
-    unique_id,
-    wait_for_rows,
-    wait_subscribed,
-)
-
-FAIL_TIMEOUT = 120.0
+from tests.brokers import LOOPBACK
 
 
 @pytest.fixture
@@ -97,71 +80,3 @@ def test_invalid_option_fails_at_load_before_connecting(
         assert fragment in text, f"{fragment!r} not in {text}"
     assert not connection_attempted(silent_listener), "a connection was attempted"
     assert not wal.exists(), "the WAL was created for an invalid query"
-
-
-# ---------------------------------------------------------------------------- redaction
-
-
-def files_containing(root: Path, secret: bytes) -> list[Path]:
-    """Every file under ``root`` whose bytes contain ``secret``."""
-    return [p for p in root.rglob("*") if p.is_file() and secret in p.read_bytes()]
-
-
-def printed(action: object) -> str:
-    """What calling ``action`` printed to stdout (``explain`` prints)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        action()  # type: ignore[operator]
-    return out.getvalue()
-
-
-def test_password_appears_in_no_plan_progress_error_or_file(
-    spark: SparkSession, broker_factory: BrokerFactory, tmp_path: Path
-) -> None:
-    secret = f"pw-{uuid.uuid4().hex}"
-    broker = broker_factory(users={"ingest": secret})
-    client_id = unique_id()
-    dirs = StreamDirs.under(tmp_path / "good")
-    frame = mqtt_reader(
-        spark, broker.url, dirs.wal, topic="sec/#", clientId=client_id,
-        username="ingest", password=secret, allowPasswordOverPlainTcp="true",
-    ).load()  # fmt: skip
-    texts = {"df.explain": printed(lambda: frame.explain(True))}
-    query = to_delta(frame, dirs)
-    try:
-        wait_subscribed(broker, client_id, "sec/#", 1)
-        messages = numbered("sec/t", 20)
-        publish(broker, messages, username="ingest", password=secret)
-        rows = wait_for_rows(spark, dirs.table, len(messages), [query])
-        texts["query.explain"] = printed(lambda: query.explain(True))
-        texts["lastProgress"] = query.lastProgress.json
-        texts["recentProgress"] = "\n".join(p.json for p in query.recentProgress)
-        texts["status"] = str(query.status)
-    finally:
-        query.stop()
-    assert_exactly_once(rows, messages)
-    assert "redacted" in texts["df.explain"], texts["df.explain"]  # the options are shown
-
-    # A failing query: the secret sent for a user the broker does not know is refused.
-    bad = StreamDirs.under(tmp_path / "bad")
-    frame = mqtt_reader(
-        spark, broker.url, bad.wal, topic="sec/#", clientId=unique_id(),
-        username="nobody", password=secret, allowPasswordOverPlainTcp="true",
-    ).load()  # fmt: skip
-    failing = to_delta(frame, bad)
-    try:
-        with pytest.raises(StreamingQueryException) as failure:
-            failing.awaitTermination(FAIL_TIMEOUT)
-        error = failing.exception()
-    finally:
-        failing.stop()
-    assert error is not None
-    texts["exception"] = "\n".join([str(failure.value), str(error), repr(error)])
-    assert "not authorized" in texts["exception"], texts["exception"]
-
-    leaks = [name for name, text in texts.items() if secret in text]
-    assert not leaks, f"the password shows in {leaks}"
-    for root in (dirs.wal, dirs.checkpoint, dirs.table, bad.wal):
-        assert root.is_dir(), root
-    for root in (dirs.wal, dirs.checkpoint, dirs.table, bad.wal, bad.checkpoint):
-        assert files_containing(root, secret.encode()) == [], root
