@@ -379,10 +379,10 @@ class ClientSession:
                 continue
             stored = inbound.get(pid)  # type: ignore[arg-type]
             if stored is not message and (stored is None or stored != message):
-                if not later or not self._take_later(message):
+                if not later or self._pop_later(pid, message) is None:  # type: ignore[arg-type]
                     continue
             elif later and pid in later:
-                inbound[pid] = self._next_later(pid)  # type: ignore[arg-type,index]
+                inbound[pid] = self._pop_later(pid)  # type: ignore[arg-type,assignment,index]
             else:
                 del inbound[pid]  # type: ignore[arg-type]
             if message.qos == 1:
@@ -393,18 +393,15 @@ class ClientSession:
         if words:
             self._send(Struct(f">{len(words)}I").pack(*words), now)
 
-    def _take_later(self, message: Publish) -> bool:
-        queue = self._inbound_later.get(message.packet_id)  # type: ignore[arg-type]
-        if queue is None or message not in queue:
-            return False
-        queue.remove(message)
-        if not queue:
-            del self._inbound_later[message.packet_id]  # type: ignore[arg-type]
-        return True
-
-    def _next_later(self, pid: int) -> Publish:
-        queue = self._inbound_later[pid]
-        message = queue.popleft()
+    def _pop_later(self, pid: int, message: Publish | None = None) -> Publish | None:
+        """Take ``message`` (default: the oldest) from the later resends of ``pid``."""
+        queue = self._inbound_later.get(pid)
+        if queue is None or (message is not None and message not in queue):
+            return None
+        if message is None:
+            message = queue.popleft()
+        else:
+            queue.remove(message)
         if not queue:
             del self._inbound_later[pid]
         return message
