@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -160,6 +161,15 @@ class Receiver:
         self.received.update((m.topic, m.payload) for m in batch.messages)
         self.client.acknowledge(batch.messages, batch.released)
 
+    def poll_until(self, condition: Callable[[], bool]) -> None:
+        """Poll until ``condition()`` holds, within ``DEADLINE``."""
+        wait_until(
+            lambda: (self.poll(), condition())[1],
+            DEADLINE,
+            interval=0,
+            message=lambda: f"received only {self.received}",
+        )
+
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_violation_is_logged_dropped_and_nothing_is_lost(
@@ -179,12 +189,7 @@ def test_violation_is_logged_dropped_and_nothing_is_lost(
         receiver = Receiver(client)
         try:
             with caplog.at_level(logging.WARNING, logger="connector.mqtt"):
-                wait_until(
-                    lambda: (receiver.poll(), ("a/good", b"after") in receiver.received)[1],
-                    DEADLINE,
-                    interval=0,
-                    message=lambda: f"received only {receiver.received}",
-                )
+                receiver.poll_until(lambda: ("a/good", b"after") in receiver.received)
         finally:
             client.disconnect()
     assert broker.connections >= 2, "the client must reconnect after the violation"
@@ -209,11 +214,7 @@ def test_pubrel_for_an_unknown_id_is_completed_on_the_same_connection() -> None:
         client = make_client(broker, "pubrel-client")
         receiver = Receiver(client)
         try:
-            wait_until(
-                lambda: (receiver.poll(), ("a/good", b"after") in receiver.received)[1],
-                DEADLINE,
-                interval=0,
-            )
+            receiver.poll_until(lambda: ("a/good", b"after") in receiver.received)
             wait_until(lambda: Pubcomp(42) in broker.received.get(1, []), DEADLINE)
         finally:
             client.disconnect()
@@ -229,11 +230,7 @@ def test_a_slow_trickle_delivers_without_blocking_any_poll() -> None:
         client = make_client(broker, "trickle-client")
         receiver = Receiver(client)
         try:
-            wait_until(
-                lambda: (receiver.poll(), ("a/good", b"after") in receiver.received)[1],
-                DEADLINE,
-                interval=0,
-            )
+            receiver.poll_until(lambda: ("a/good", b"after") in receiver.received)
         finally:
             client.disconnect()
     assert broker.connections == 1
@@ -257,7 +254,7 @@ def test_a_frame_that_never_completes_leaves_poll_and_disconnect_bounded() -> No
         client = make_client(broker, "stall-client")
         receiver = Receiver(client)
         try:
-            wait_until(lambda: (receiver.poll(), bool(receiver.received))[1], DEADLINE, interval=0)
+            receiver.poll_until(lambda: bool(receiver.received))
             for _ in range(10):
                 receiver.poll()
         finally:
@@ -314,9 +311,7 @@ def test_one_message_between_violations_keeps_the_client_going() -> None:
         client = make_client(broker, "progress-client", max_violations_in_a_row=2)
         receiver = Receiver(client)
         try:
-            wait_until(
-                lambda: (receiver.poll(), len(receiver.received) >= 4)[1], DEADLINE, interval=0
-            )
+            receiver.poll_until(lambda: len(receiver.received) >= 4)
         finally:
             client.disconnect()
     assert broker.connections >= 4
