@@ -1,12 +1,13 @@
 """``foreachBatch`` writer: each micro-batch into ``--table`` and ``--dead-letter-table``.
 
-Both writes are idempotent appends: Delta's ``txnAppId`` / ``txnVersion`` writer options make
-a table skip a write whose (app id, version) it has already committed. The app id is the
-query's id, which Spark keeps in the checkpoint (the same id Delta's own streaming sink uses,
-so a table written by an earlier version of this job is continued seamlessly); the version is
-the batch id. A batch that Spark replays after a crash (same offsets, same rows) therefore
-lands at most once in each table, whichever of the two writes had finished. A new checkpoint
-means a new query id, so a reset never makes batches look already written.
+Both writes are idempotent appends (:mod:`streaming_jobs.delta_append`): each commit records
+Delta's ``SetTransaction`` for (app id, batch id), and a batch the table already has is not
+written again. The app id is the query's id, which Spark keeps in the checkpoint (the same id
+Delta's own streaming sink uses, so a table written by an earlier version of this job is
+continued seamlessly); the version is the batch id. A batch that Spark replays after a crash
+(same offsets, same rows) therefore lands at most once in each table, whichever of the two
+writes had finished. A new checkpoint means a new query id, so a reset never makes batches look
+already written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
+from .delta_append import DeltaAppender
 from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, table_rows
 from .progress import BatchStats, RunStats
 
@@ -43,6 +45,7 @@ class BatchWriter:
         self.dead_letter_table = dead_letter_table
         self.stats = stats
         self.merge_schema = merge_schema
+        self.appender = DeltaAppender()
         self._exists: set[str] = set()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -51,10 +54,14 @@ class BatchWriter:
         if not app_id:
             raise RuntimeError(f"no {QUERY_ID_PROPERTY} in the batch's context")
         began = time.monotonic()
-        if self.dead_letter_table is None:
-            rows, unparsed, newest = self._write_single(batch, app_id, batch_id)
-        else:
-            rows, unparsed, newest = self._write_split(batch, app_id, batch_id)
+        try:
+            if self.dead_letter_table is None:
+                rows, unparsed, newest = self._write_single(batch, app_id, batch_id)
+            else:
+                rows, unparsed, newest = self._write_split(batch, app_id, batch_id)
+        except BaseException:
+            self.appender.forget()  # a commit may or may not have landed: look it up next time
+            raise
         log.debug("batch %d: %d rows in %.2f s", batch_id, rows, time.monotonic() - began)
         self.stats.record(BatchStats(batch_id, rows, unparsed, newest, time.time()))
 
@@ -68,11 +75,34 @@ class BatchWriter:
     def _write_single(
         self, batch: DataFrame, app_id: str, batch_id: int
     ) -> tuple[int, int, int | None]:
-        """One table: a single pass, the counts observed while writing (no cache, no count)."""
-        observation = Observation(f"mqtt-ingest-{batch_id}")
-        decoded = decode(batch, self.plan).observe(observation, *self._metrics())
-        self._append(table_rows(decoded, self.plan), self.table, app_id, batch_id, None)
-        counts = observation.get
+        """One table: a single pass, the counts observed while writing (no cache, no count).
+        A batch the table already has is only counted; when this Delta build cannot tell
+        beforehand, the counts come first from one cached read."""
+        decoded = decode(batch, self.plan)
+        written = self.appender.written(batch.sparkSession, self.table, app_id, batch_id)
+        if written is False:
+            observation = Observation(f"mqtt-ingest-{batch_id}")
+            observed = decoded.observe(observation, *self._metrics())
+            self._append(table_rows(observed, self.plan), self.table, app_id, batch_id, None)
+            return self._counts(observation.get)
+        if written:
+            log.info("batch %d is already in %s; not written again", batch_id, self.table)
+            counts = decoded.agg(*self._metrics()).first()
+            assert counts is not None
+            return self._counts(counts.asDict())
+        decoded = decoded.persist()
+        try:
+            counts = decoded.agg(*self._metrics()).first()
+            assert counts is not None
+            self._append(
+                table_rows(decoded, self.plan), self.table, app_id, batch_id, counts["rows"]
+            )
+        finally:
+            decoded.unpersist()
+        return self._counts(counts.asDict())
+
+    @staticmethod
+    def _counts(counts: dict) -> tuple[int, int, int | None]:
         newest = counts.get("newest")
         return (
             int(counts["rows"]),
@@ -98,8 +128,7 @@ class BatchWriter:
             )
         finally:
             decoded.unpersist()
-        newest = counts["newest"]
-        return rows, unparsed, int(newest) if newest is not None else None
+        return self._counts(counts.asDict())
 
     def _append(
         self, rows: DataFrame, path: str, app_id: str, batch_id: int, count: int | None
@@ -108,18 +137,18 @@ class BatchWriter:
         (``count`` None: not known before writing)."""
         if count == 0 and self._table_exists(rows, path):
             return
-        writer = (
-            rows.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", str(batch_id))
-        )
-        if self.merge_schema:
-            writer = writer.option("mergeSchema", "true")
-        if path == self.table and self.plan.partition_by:
-            writer = writer.partitionBy(*self.plan.partition_by)
+        if count is not None and self.appender.written(rows.sparkSession, path, app_id, batch_id):
+            log.info("batch %d is already in %s; not written again", batch_id, path)
+            return
         began = time.monotonic()
-        writer.save(path)
+        self.appender.append(
+            rows,
+            path,
+            app_id,
+            batch_id,
+            partition_by=self.plan.partition_by if path == self.table else (),
+            merge_schema=self.merge_schema,
+        )
         self._exists.add(path)
         log.debug(
             "batch %d: %s rows into %s in %.2f s", batch_id, count, path, time.monotonic() - began

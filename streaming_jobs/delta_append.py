@@ -1,0 +1,218 @@
+"""Idempotent Delta appends: each (app id, batch id) lands in a table at most once.
+
+Every data commit carries Delta's ``SetTransaction(appId, version)`` action, the one Delta's own
+streaming sink writes and that ``txnAppId`` / ``txnVersion`` write: the table itself records the
+newest batch of each query. The rule, for batch ``n`` of query ``app``:
+
+* ``n <= V``, where ``V`` is the table's ``SetTransaction`` version for ``app``: the batch is
+  already in the table (Spark replays the last batch after a crash); nothing is written.
+* ``n > V``: the batch is appended together with ``SetTransaction(app, n)``, so ``V`` becomes
+  ``n`` in the same atomic commit.
+
+Delta finds ``V`` by computing the snapshot's full state (three Spark jobs on every commit, about
+half of a small batch's time). This module looks ``V`` up once per query run and table, and then
+keeps it: after its own commit of batch ``n``, ``V`` is ``n``. Only this query writes
+``SetTransaction`` records under its id (the id lives in its checkpoint, and Spark runs one
+instance of a query at a time), so the kept value stays exact. It is dropped, and looked up
+again, on a new run, after any failure and after a write through Delta's writer.
+
+The commit itself goes through Delta's transaction API (``DeltaLog.startTransaction``,
+``writeFiles``, ``commit``), as Delta's streaming sink does. It is taken only when the batch's
+columns are the table's columns (names and types) and the partitioning is the table's; a new
+table, schema evolution or a different layout go through Delta's writer with ``txnAppId`` /
+``txnVersion``. If this Delta build lacks the calls used here, every write goes through Delta's
+writer (``direct`` is False), which is correct and slower.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+
+log = logging.getLogger(__name__)
+
+RUN_PROPERTY = "spark.jobGroup.id"
+"""Local property that holds the run id on a streaming batch's thread (Spark sets the run's
+job group)."""
+
+
+@dataclass(frozen=True)
+class _Known:
+    """``version`` is table ``path``'s ``SetTransaction`` version for ``app`` (-1: none yet;
+    None: no table), as this appender last saw or wrote it during ``run``."""
+
+    app: str
+    run: str | None
+    version: int | None
+
+
+def _shape(data_type: DataType) -> Any:
+    """A type's names and types, without nullability or field metadata."""
+    if isinstance(data_type, StructType):
+        return tuple((f.name, _shape(f.dataType)) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return ("array", _shape(data_type.elementType))
+    if isinstance(data_type, MapType):
+        return ("map", _shape(data_type.keyType), _shape(data_type.valueType))
+    return data_type.simpleString()
+
+
+class DeltaAppender:
+    """Appends micro-batches to Delta tables by path, once per (app id, batch id)."""
+
+    def __init__(self) -> None:
+        self.direct = True
+        """False once this Delta build turned out to lack the transaction calls used here."""
+        self.direct_commits = 0
+        self.writer_commits = 0
+        self.lookups = 0
+        self._known: dict[str, _Known] = {}
+
+    def written(self, spark: SparkSession, path: str, app: str, batch: int) -> bool | None:
+        """Whether ``batch`` of ``app`` is already in the table at ``path``; None when this
+        Delta build cannot tell without writing (then :meth:`append` lets Delta decide)."""
+        if not self.direct:
+            return None
+        run = spark.sparkContext.getLocalProperty(RUN_PROPERTY)
+        known = self._known.get(path)
+        if known is None or (known.app, known.run) != (app, run):
+            try:
+                version = self._lookup(spark, path, app)
+            except Py4JJavaError:
+                raise
+            except Py4JError as exc:
+                self._give_up(exc)
+                return None
+            known = self._known[path] = _Known(app, run, version)
+        return known.version is not None and batch <= known.version
+
+    def append(
+        self,
+        rows: DataFrame,
+        path: str,
+        app: str,
+        batch: int,
+        *,
+        partition_by: tuple[str, ...] = (),
+        merge_schema: bool = False,
+    ) -> None:
+        """Append ``rows`` as ``batch`` of ``app`` (call when :meth:`written` was not True)."""
+        known = self._known.pop(path, None)
+        run = rows.sparkSession.sparkContext.getLocalProperty(RUN_PROPERTY)
+        if (
+            self.direct
+            and known is not None
+            and (known.app, known.run) == (app, run)
+            and known.version is not None
+            and batch > known.version
+        ):
+            try:
+                committed = self._commit(rows, path, app, batch, partition_by)
+            except Py4JJavaError:
+                raise
+            except Py4JError as exc:
+                self._give_up(exc)
+                committed = False
+            if committed:
+                self._known[path] = _Known(app, run, batch)
+                self.direct_commits += 1
+                return
+        self._write(rows, path, app, batch, partition_by, merge_schema)
+        self.writer_commits += 1
+
+    def forget(self) -> None:
+        """Drop every kept version (after a failure: the next write looks it up again)."""
+        self._known.clear()
+
+    def _give_up(self, exc: Exception) -> None:
+        self.direct = False
+        self._known.clear()
+        log.warning(
+            "Delta's transaction API is not as expected (%s); every batch now goes through "
+            "Delta's writer with txnAppId/txnVersion, which looks the version up on each commit",
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
+
+    @staticmethod
+    def _delta_log(spark: SparkSession, path: str) -> Any:
+        jvm = spark._jvm
+        assert jvm is not None
+        return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+    def _lookup(self, spark: SparkSession, path: str, app: str) -> int | None:
+        """The table's ``SetTransaction`` version for ``app``: -1 when it has none, None when
+        there is no table. Computes the snapshot's state (Delta's own lookup)."""
+        jvm = spark._jvm
+        assert jvm is not None
+        none = jvm.scala.Option.apply(None)
+        snapshot = self._delta_log(spark, path).update(False, none, none)
+        self.lookups += 1
+        if snapshot.version() < 0:
+            return None
+        found = snapshot.transactions().get(app)
+        return int(found.get()) if found.isDefined() else -1
+
+    def _commit(
+        self, rows: DataFrame, path: str, app: str, batch: int, partition_by: tuple[str, ...]
+    ) -> bool:
+        """Write ``rows`` and commit them with ``SetTransaction(app, batch)`` in one Delta
+        transaction; False (nothing written) when the table's columns or partitioning differ
+        from the batch's."""
+        spark = rows.sparkSession
+        jvm = spark._jvm
+        assert jvm is not None
+        delta = jvm.org.apache.spark.sql.delta
+        txn = self._delta_log(spark, path).startTransaction()
+        metadata = txn.metadata()
+        partitions = metadata.partitionColumns()
+        table_schema = StructType.fromJson(json.loads(metadata.schema().json()))
+        same_layout = tuple(jvm.scala.jdk.javaapi.CollectionConverters.asJava(partitions)) == tuple(
+            partition_by
+        )
+        if txn.snapshot().version() < 0 or not same_layout:
+            return False
+        if _shape(table_schema) != _shape(rows.schema):
+            log.debug("batch %d: columns differ from %s's; Delta's writer takes it", batch, path)
+            return False
+        none = jvm.scala.Option.apply(None)
+        operation = getattr(delta, "DeltaOperations$Write")(
+            jvm.org.apache.spark.sql.SaveMode.Append,
+            jvm.scala.Option.apply(partitions),
+            *([none] * 7),
+        )
+        # epoch milliseconds exceed 2**31, so Py4J passes a java.lang.Long, as Option[Long] needs
+        set_txn = delta.actions.SetTransaction(
+            app, batch, jvm.scala.Option.apply(int(time.time() * 1000))
+        )
+        files = txn.writeFiles(rows._jdf)
+        txn.commit(files.prepended(set_txn), operation)
+        return True
+
+    def _write(
+        self,
+        rows: DataFrame,
+        path: str,
+        app: str,
+        batch: int,
+        partition_by: tuple[str, ...],
+        merge_schema: bool,
+    ) -> None:
+        """Delta's writer: it looks the version up itself and skips a batch it already has."""
+        writer = (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", app)
+            .option("txnVersion", str(batch))
+        )
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)

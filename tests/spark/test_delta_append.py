@@ -1,0 +1,205 @@
+"""Idempotent Delta appends (``streaming_jobs.delta_append``) on real Delta tables.
+
+The rule under test: batch ``n`` of query ``app`` is written, with ``SetTransaction(app, n)`` in
+the same commit, only when the table's version for ``app`` is below ``n``. The version is looked
+up once per run and table, then kept from the appender's own commits; a new run, a failure or a
+write through Delta's writer make the next batch look it up again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from py4j.protocol import Py4JError
+from pyspark.errors import SparkRuntimeException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streaming_jobs.batch_writer import QUERY_ID_PROPERTY, BatchWriter
+from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
+from streaming_jobs.payloads import make_plan
+from streaming_jobs.progress import RunStats
+from tests.spark.job_runner import delta_commits, delta_row_count, txn_versions
+from tests.spark.test_job_payloads import source_rows
+
+APP = "query-1"
+
+
+@pytest.fixture
+def run(spark: SparkSession) -> Iterator[str]:
+    """The local properties Spark sets on a streaming batch's thread, set on this one."""
+    context = spark.sparkContext
+    context.setLocalProperty(QUERY_ID_PROPERTY, APP)
+    context.setLocalProperty(RUN_PROPERTY, "run-1")
+    yield "run-1"
+    context.setLocalProperty(QUERY_ID_PROPERTY, None)
+    context.setLocalProperty(RUN_PROPERTY, None)
+
+
+def rows(spark: SparkSession, batch: int, count: int = 3) -> DataFrame:
+    return spark.range(count).select(
+        (F.col("id") + batch * 100).alias("seq"), F.lit(f"b{batch}").alias("tag")
+    )
+
+
+def write(appender: DeltaAppender, frame: DataFrame, table: Path, batch: int, **kw: object) -> bool:
+    """What the batch writer does: append unless the table already has the batch."""
+    if appender.written(frame.sparkSession, str(table), APP, batch):
+        return False
+    appender.append(frame, str(table), APP, batch, **kw)  # type: ignore[arg-type]
+    return True
+
+
+def delta_txn_version(spark: SparkSession, table: Path) -> int:
+    """Delta's own view: the table's ``SetTransaction`` version for ``APP``."""
+    version = DeltaAppender()._lookup(spark, str(table), APP)
+    assert version is not None, f"no table at {table}"
+    return version
+
+
+def test_one_lookup_per_run_then_direct_commits_with_their_set_transaction(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    appender = DeltaAppender()
+    for batch in range(5):
+        assert write(appender, rows(spark, batch), table, batch)
+
+    # batch 0 created the table through Delta's writer; 1 looked the version up; 2-4 did not
+    assert (appender.writer_commits, appender.direct_commits, appender.lookups) == (1, 4, 2)
+    assert txn_versions(table) == [0, 1, 2, 3, 4]
+    assert delta_row_count(table) == 15
+    assert delta_txn_version(spark, table) == 4
+    operations = [c["actions"][0]["commitInfo"]["operation"] for c in delta_commits(table)]
+    assert operations == ["WRITE"] * 5
+    seqs = sorted(r.seq for r in spark.read.format("delta").load(str(table)).collect())
+    assert seqs == sorted(b * 100 + i for b in range(5) for i in range(3))
+
+
+def test_replays_are_skipped_in_the_same_run_and_after_a_restart(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    appender = DeltaAppender()
+    for batch in range(3):
+        write(appender, rows(spark, batch), table, batch)
+    assert not write(appender, rows(spark, 2), table, 2)  # the same run replays batch 2
+
+    restarted = DeltaAppender()  # a new process: nothing kept
+    assert not write(restarted, rows(spark, 2), table, 2)
+    assert restarted.lookups == 1
+    assert write(restarted, rows(spark, 3), table, 3)
+    assert (restarted.direct_commits, restarted.lookups) == (1, 1)
+
+    spark.sparkContext.setLocalProperty(RUN_PROPERTY, "run-2")  # a new run in this process
+    assert not write(restarted, rows(spark, 3), table, 3)
+    assert restarted.lookups == 2
+    assert txn_versions(table) == [0, 1, 2, 3]
+    assert delta_row_count(table) == 12
+
+
+def test_a_failed_write_commits_nothing_and_the_next_batch_looks_the_version_up(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    appender = DeltaAppender()
+    write(appender, rows(spark, 0), table, 0)
+    write(appender, rows(spark, 1), table, 1)
+    failing = rows(spark, 2).withColumn("seq", F.raise_error(F.lit("boom")).cast("long"))
+    with pytest.raises(SparkRuntimeException, match="boom"):
+        write(appender, failing, table, 2)
+    assert txn_versions(table) == [0, 1]
+    lookups = appender.lookups
+    assert write(appender, rows(spark, 2), table, 2)
+    assert appender.lookups == lookups + 1
+    assert txn_versions(table) == [0, 1, 2]
+    assert delta_row_count(table) == 9
+
+
+def test_new_columns_go_through_delta_writer_and_partitions_commit_directly(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    appender = DeltaAppender()
+    write(appender, rows(spark, 0), table, 0, partition_by=("tag",))
+    write(appender, rows(spark, 1), table, 1, partition_by=("tag",))
+    assert appender.direct_commits == 1
+    assert (table / "tag=b1").is_dir()
+
+    wider = rows(spark, 2).withColumn("extra", F.lit(1))
+    write(appender, wider, table, 2, partition_by=("tag",), merge_schema=True)
+    assert (appender.writer_commits, appender.direct_commits) == (2, 1)
+    assert write(appender, rows(spark, 3).withColumn("extra", F.lit(2)), table, 3,
+                 partition_by=("tag",))  # fmt: skip
+    assert appender.direct_commits == 2
+    assert txn_versions(table) == [0, 1, 2, 3]
+    columns = spark.read.format("delta").load(str(table)).columns
+    assert sorted(columns) == ["extra", "seq", "tag"]
+
+
+def test_without_the_transaction_api_every_batch_goes_through_delta_writer(
+    spark: SparkSession, run: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    def missing(*_: object) -> None:
+        raise Py4JError("Method update([class java.lang.Boolean]) does not exist")
+
+    monkeypatch.setattr(DeltaAppender, "_lookup", missing)
+    table = tmp_path / "t"
+    writer = BatchWriter(make_plan("binary", None), str(table), None, RunStats())
+    batch = source_rows(spark, [b"a", b"b"])
+    with caplog.at_level(logging.WARNING, logger="streaming_jobs.delta_append"):
+        writer(batch, 0)
+        writer(batch, 0)  # a replay: Delta's writer skips it
+        writer(source_rows(spark, [b"c"]), 1)
+    assert not writer.appender.direct
+    assert writer.appender.writer_commits == 3
+    assert sum("transaction API is not as expected" in r.message for r in caplog.records) == 1
+    assert txn_versions(table) == [0, 1]
+    assert delta_row_count(table) == 3
+    recorded = writer.stats.get(0)
+    assert recorded is not None and recorded.rows == 2
+
+
+def test_a_replayed_batch_into_one_table_is_counted_not_written(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    stats = RunStats()
+    writer = BatchWriter(make_plan("binary", None), str(table), None, stats)
+    writer(source_rows(spark, [b"a", b"b", b"c"]), 0)
+
+    def replay() -> None:  # local properties are per thread
+        spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, APP)
+        writer(source_rows(spark, [b"a", b"b", b"c"]), 0)
+
+    done = threading.Thread(target=replay, daemon=True)
+    done.start()
+    done.join(120)
+    assert not done.is_alive(), "a replayed batch must not wait for metrics of a skipped write"
+    assert delta_row_count(table) == 3
+    recorded = stats.get(0)
+    assert recorded is not None and recorded.rows == 3
+
+
+def test_a_streaming_batch_runs_under_its_run_id(spark: SparkSession, tmp_path: Path) -> None:
+    """The run key is Spark's job group on the batch's thread: the query's run id."""
+    seen: list[str | None] = []
+
+    def record(batch: DataFrame, batch_id: int) -> None:
+        seen.append(batch.sparkSession.sparkContext.getLocalProperty(RUN_PROPERTY))
+
+    query = (
+        spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+        .writeStream.option("checkpointLocation", str(tmp_path / "cp"))
+        .foreachBatch(record).trigger(availableNow=True).start()
+    )  # fmt: skip
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert seen and set(seen) == {str(query.runId)}
