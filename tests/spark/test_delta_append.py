@@ -54,6 +54,14 @@ def write(appender: DeltaAppender, frame: DataFrame, table: Path, batch: int, **
     return True
 
 
+def appended(spark: SparkSession, table: Path, batches: int, **kw: object) -> DeltaAppender:
+    """A new appender that has written batches ``0 .. batches-1`` to ``table``."""
+    appender = DeltaAppender()
+    for batch in range(batches):
+        assert write(appender, rows(spark, batch), table, batch, **kw)
+    return appender
+
+
 def delta_txn_version(spark: SparkSession, table: Path) -> int:
     """Delta's own view: the table's ``SetTransaction`` version for ``APP``."""
     version = DeltaAppender()._lookup(spark, str(table), APP)
@@ -65,9 +73,7 @@ def test_one_lookup_per_run_then_direct_commits_with_their_set_transaction(
     spark: SparkSession, run: str, tmp_path: Path
 ) -> None:
     table = tmp_path / "t"
-    appender = DeltaAppender()
-    for batch in range(5):
-        assert write(appender, rows(spark, batch), table, batch)
+    appender = appended(spark, table, 5)
 
     # batch 0 created the table through Delta's writer; 1 looked the version up; 2-4 did not
     assert (appender.writer_commits, appender.direct_commits, appender.lookups) == (1, 4, 2)
@@ -84,9 +90,7 @@ def test_replays_are_skipped_in_the_same_run_and_after_a_restart(
     spark: SparkSession, run: str, tmp_path: Path
 ) -> None:
     table = tmp_path / "t"
-    appender = DeltaAppender()
-    for batch in range(3):
-        write(appender, rows(spark, batch), table, batch)
+    appender = appended(spark, table, 3)
     assert not write(appender, rows(spark, 2), table, 2)  # the same run replays batch 2
 
     restarted = DeltaAppender()  # a new process: nothing kept
@@ -106,9 +110,7 @@ def test_a_failed_write_commits_nothing_and_the_next_batch_looks_the_version_up(
     spark: SparkSession, run: str, tmp_path: Path
 ) -> None:
     table = tmp_path / "t"
-    appender = DeltaAppender()
-    write(appender, rows(spark, 0), table, 0)
-    write(appender, rows(spark, 1), table, 1)
+    appender = appended(spark, table, 2)
     failing = rows(spark, 2).withColumn("seq", F.raise_error(F.lit("boom")).cast("long"))
     with pytest.raises(SparkRuntimeException, match="boom"):
         write(appender, failing, table, 2)
@@ -124,9 +126,7 @@ def test_new_columns_go_through_delta_writer_and_partitions_commit_directly(
     spark: SparkSession, run: str, tmp_path: Path
 ) -> None:
     table = tmp_path / "t"
-    appender = DeltaAppender()
-    write(appender, rows(spark, 0), table, 0, partition_by=("tag",))
-    write(appender, rows(spark, 1), table, 1, partition_by=("tag",))
+    appender = appended(spark, table, 2, partition_by=("tag",))
     assert appender.direct_commits == 1
     assert (table / "tag=b1").is_dir()
 
