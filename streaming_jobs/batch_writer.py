@@ -58,7 +58,7 @@ class BatchWriter:
             if self.dead_letter_table is None:
                 rows, unparsed, newest = self._write_single(batch, app_id, batch_id)
             else:
-                rows, unparsed, newest = self._write_split(batch, app_id, batch_id)
+                rows, unparsed, newest = self._write_cached(batch, app_id, batch_id)
         except BaseException:
             self.appender.forget()  # a commit may or may not have landed: look it up next time
             raise
@@ -90,16 +90,7 @@ class BatchWriter:
             counts = decoded.agg(*self._metrics()).first()
             assert counts is not None
             return self._counts(counts.asDict())
-        decoded = decoded.persist()
-        try:
-            counts = decoded.agg(*self._metrics()).first()
-            assert counts is not None
-            self._append(
-                table_rows(decoded, self.plan), self.table, app_id, batch_id, counts["rows"]
-            )
-        finally:
-            decoded.unpersist()
-        return self._counts(counts.asDict())
+        return self._write_cached(batch, app_id, batch_id)
 
     @staticmethod
     def _counts(counts: dict) -> tuple[int, int, int | None]:
@@ -110,22 +101,26 @@ class BatchWriter:
             int(newest) if newest is not None else None,
         )
 
-    def _write_split(
+    def _write_cached(
         self, batch: DataFrame, app_id: str, batch_id: int
     ) -> tuple[int, int, int | None]:
-        """Good rows to the table, the rest to the dead-letter table, from one cached read."""
-        assert self.dead_letter_table is not None
+        """The counts first, then the writes, from one cached read: good rows to the table and
+        the rest to the dead-letter table when there is one, else every row to the table."""
         decoded = decode(batch, self.plan).persist()
         try:
             counts = decoded.agg(*self._metrics()).first()
             assert counts is not None
             rows, unparsed = int(counts["rows"]), int(counts["unparsed"])
+            dead_letters = self.dead_letter_table
             self._append(
-                table_rows(decoded, self.plan), self.table, app_id, batch_id, rows - unparsed
+                table_rows(decoded, self.plan),
+                self.table,
+                app_id,
+                batch_id,
+                rows - unparsed if dead_letters is not None else rows,
             )
-            self._append(
-                dead_letter_rows(decoded), self.dead_letter_table, app_id, batch_id, unparsed
-            )
+            if dead_letters is not None:
+                self._append(dead_letter_rows(decoded), dead_letters, app_id, batch_id, unparsed)
         finally:
             decoded.unpersist()
         return self._counts(counts.asDict())

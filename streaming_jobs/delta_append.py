@@ -52,6 +52,9 @@ class _Known:
     run: str | None
     version: int | None
 
+    def serves(self, app: str, run: str | None) -> bool:
+        return (self.app, self.run) == (app, run)
+
 
 def _shape(data_type: DataType) -> Any:
     """A type's names and types, without nullability or field metadata."""
@@ -82,7 +85,7 @@ class DeltaAppender:
             return None
         run = spark.sparkContext.getLocalProperty(RUN_PROPERTY)
         known = self._known.get(path)
-        if known is None or (known.app, known.run) != (app, run):
+        if known is None or not known.serves(app, run):
             try:
                 version = self._lookup(spark, path, app)
             except Py4JJavaError:
@@ -109,7 +112,7 @@ class DeltaAppender:
         if (
             self.direct
             and known is not None
-            and (known.app, known.run) == (app, run)
+            and known.serves(app, run)
             and known.version is not None
             and batch > known.version
         ):
@@ -170,14 +173,13 @@ class DeltaAppender:
         assert jvm is not None
         delta = jvm.org.apache.spark.sql.delta
         txn = self._delta_log(spark, path).startTransaction()
+        if txn.snapshot().version() < 0:
+            return False
         metadata = txn.metadata()
         partitions = metadata.partitionColumns()
-        table_schema = StructType.fromJson(json.loads(metadata.schema().json()))
-        same_layout = tuple(jvm.scala.jdk.javaapi.CollectionConverters.asJava(partitions)) == tuple(
-            partition_by
-        )
-        if txn.snapshot().version() < 0 or not same_layout:
+        if tuple(jvm.scala.jdk.javaapi.CollectionConverters.asJava(partitions)) != partition_by:
             return False
+        table_schema = StructType.fromJson(json.loads(metadata.schema().json()))
         if _shape(table_schema) != _shape(rows.schema):
             log.debug("batch %d: columns differ from %s's; Delta's writer takes it", batch, path)
             return False
