@@ -65,6 +65,11 @@ class BatchWriter:
         log.debug("batch %d: %d rows in %.2f s", batch_id, rows, time.monotonic() - began)
         self.stats.record(BatchStats(batch_id, rows, unparsed, newest, time.time()))
 
+    def close(self, timeout: float | None = None) -> bool:
+        """Wait for Delta checkpoints still being written after the last batch; False if
+        ``timeout`` ran out first (the tables are complete either way)."""
+        return self.appender.close(timeout)
+
     def _metrics(self) -> list:
         return [
             F.count(F.lit(1)).alias("rows"),

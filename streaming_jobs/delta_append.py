@@ -22,6 +22,10 @@ columns are the table's columns (names and types) and the partitioning is the ta
 table, schema evolution or a different layout go through Delta's writer with ``txnAppId`` /
 ``txnVersion``. If this Delta build lacks the calls used here, every write goes through Delta's
 writer (``direct`` is False), which is correct and slower.
+
+Direct commits leave Delta's periodic checkpoint to a background thread
+(:mod:`.delta_checkpoints`) instead of writing it inside the commit; :meth:`DeltaAppender.close`
+waits for a checkpoint still being written.
 """
 
 from __future__ import annotations
@@ -36,7 +40,12 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
+from .delta_checkpoints import Checkpointer
+
 log = logging.getLogger(__name__)
+
+ADAPTIVE_METADATA = "adaptiveMetadata-preview"
+"""Delta table feature whose checkpoints are commits of their own: its hook stays in place."""
 
 RUN_PROPERTY = "spark.jobGroup.id"
 """Local property that holds the run id on a streaming batch's thread (Spark sets the run's
@@ -76,6 +85,9 @@ class DeltaAppender:
         self.direct_commits = 0
         self.writer_commits = 0
         self.lookups = 0
+        self.background_checkpoints = True
+        """Whether direct commits leave Delta's checkpoints to :attr:`checkpoints`."""
+        self.checkpoints = Checkpointer()
         self._known: dict[str, _Known] = {}
 
     def written(self, spark: SparkSession, path: str, app: str, batch: int) -> bool | None:
@@ -129,6 +141,10 @@ class DeltaAppender:
                 return
         self._write(rows, path, app, batch, partition_by, merge_schema)
         self.writer_commits += 1
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Wait for checkpoints still being written; False if ``timeout`` ran out first."""
+        return self.checkpoints.wait(timeout)
 
     def forget(self) -> None:
         """Drop every kept version (after a failure: the next write looks it up again)."""
@@ -194,8 +210,53 @@ class DeltaAppender:
             app, batch, jvm.scala.Option.apply(int(time.time() * 1000))
         )
         files = txn.writeFiles(rows._jdf)
+        deferred = self._defer_checkpoint(txn, delta)
         txn.commit(files.prepended(set_txn), operation)
+        if deferred:
+            self._checkpoint_later(txn, path, none)
         return True
+
+    def _defer_checkpoint(self, txn: Any, delta: Any) -> bool:
+        """Take Delta's checkpoint hook out of ``txn`` (:mod:`.delta_checkpoints`); False when
+        the hook stays (this Delta build differs, or the table checkpoints by commits)."""
+        if not self.background_checkpoints:
+            return False
+        try:
+            if txn.snapshot().protocol().writerFeatureNames().contains(ADAPTIVE_METADATA):
+                return False
+            hook = getattr(getattr(delta.hooks, "CheckpointHook$"), "MODULE$")
+            hooks = txn.postCommitHooks()
+            hooks.subtractOne(hook)
+            return not hooks.contains(hook)
+        except Py4JJavaError:
+            raise
+        except Py4JError as exc:
+            self._inline_checkpoints(exc)
+            return False
+
+    def _checkpoint_later(self, txn: Any, path: str, no_table: Any) -> None:
+        """Hand the committed snapshot to the checkpointer when Delta's rule (every
+        ``delta.checkpointInterval``-th version) asks for a checkpoint."""
+        try:
+            if not txn.maintenanceOperation().shouldCheckpoint():
+                return
+            delta_log = txn.deltaLog()
+            snapshot = txn.committed().get().postCommitSnapshot()
+            version = int(snapshot.version())
+        except Py4JJavaError:
+            raise
+        except Py4JError as exc:  # this version goes without a checkpoint; later ones inline
+            self._inline_checkpoints(exc)
+            return
+        self.checkpoints.request(path, version, lambda: delta_log.checkpoint(snapshot, no_table))
+
+    def _inline_checkpoints(self, exc: Exception) -> None:
+        self.background_checkpoints = False
+        log.warning(
+            "Delta's commit hooks are not as expected (%s); Delta writes its checkpoints "
+            "inside the commits again",
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
 
     def _write(
         self,

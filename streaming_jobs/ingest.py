@@ -304,6 +304,15 @@ def stop_after_batch(query: Any, stop: StopRequest, timeout: float) -> None:
     query.stop()
 
 
+def finish_checkpoints(writer: Any, stop: StopRequest, timeout: float) -> None:
+    """Let a Delta checkpoint still being written finish, unless Spark's JVM is exiting or a
+    second signal asked to stop now (the tables are complete either way)."""
+    if stop.budget is not None or stop.now.is_set():
+        timeout = 0.0
+    if not writer.close(timeout):
+        log.info("a Delta checkpoint was still being written; Delta writes one again later")
+
+
 JVM_REPLY_SECONDS = 5.0
 """How long the driver waits for the JVM's shutdown hook to take its answer before exiting."""
 
@@ -427,6 +436,7 @@ def supervise(
                 break
     except Exception as exc:  # the query failed: awaitTermination raises its exception
         failure = exc
+    finish_checkpoints(writer, stop, config.stop_timeout)
     reporter.poll(query)
     if failure is None:
         failure = query.exception()

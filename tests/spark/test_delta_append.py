@@ -8,10 +8,12 @@ write through Delta's writer make the next batch look it up again.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from py4j.protocol import Py4JError
@@ -21,6 +23,7 @@ from pyspark.sql import functions as F
 
 from streaming_jobs.batch_writer import QUERY_ID_PROPERTY, BatchWriter
 from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
+from streaming_jobs.delta_checkpoints import Checkpointer
 from streaming_jobs.payloads import make_plan
 from streaming_jobs.progress import RunStats
 from tests.spark.job_runner import delta_commits, delta_row_count, txn_versions
@@ -203,3 +206,61 @@ def test_a_streaming_batch_runs_under_its_run_id(spark: SparkSession, tmp_path: 
     finally:
         query.stop()
     assert seen and set(seen) == {str(query.runId)}
+
+
+@pytest.fixture
+def checkpoint_every_2(spark: SparkSession) -> Iterator[None]:
+    """New tables get ``delta.checkpointInterval`` 2: version 2 is due for a checkpoint."""
+    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    spark.conf.set(key, "2")
+    yield
+    spark.conf.unset(key)
+
+
+def test_checkpoints_are_written_beside_the_commits_not_inside_them(
+    spark: SparkSession, run: str, tmp_path: Path, checkpoint_every_2: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    release = threading.Event()
+    write_checkpoint = Checkpointer._write
+
+    def held(self: Checkpointer, *args: Any) -> None:
+        assert release.wait(120), "the test never released the checkpoint"
+        write_checkpoint(self, *args)
+
+    monkeypatch.setattr(Checkpointer, "_write", held)
+    table = tmp_path / "t"
+    log_dir = table / "_delta_log"
+    appender = appended(spark, table, 4)  # versions 0 (Delta's writer) .. 3 (direct)
+
+    # version 2's commit and the next batch's returned while its checkpoint was held back
+    assert txn_versions(table) == [0, 1, 2, 3]
+    assert appender.direct_commits == 3
+    assert not list(log_dir.glob("*.checkpoint.parquet"))
+    assert not appender.close(0)
+    release.set()
+    assert appender.close(120)
+    assert [p.name for p in log_dir.glob("*.checkpoint.parquet")] == [
+        "00000000000000000002.checkpoint.parquet"
+    ]
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 2
+    assert (appender.checkpoints.written, appender.checkpoints.failed) == (1, 0)
+
+    # a reader that starts from that checkpoint sees every batch, and Delta's lookup agrees
+    fresh = spark.read.format("delta").load(str(table))
+    assert sorted(r.seq for r in fresh.collect()) == sorted(
+        b * 100 + i for b in range(4) for i in range(3)
+    )
+    assert delta_txn_version(spark, table) == 3
+
+
+def test_delta_writer_commits_keep_their_checkpoint_inside_the_commit(
+    spark: SparkSession, run: str, tmp_path: Path, checkpoint_every_2: None
+) -> None:
+    table = tmp_path / "t"
+    appender = DeltaAppender()
+    appender.direct = False  # every batch through Delta's writer, as without the API
+    for batch in range(3):
+        assert write(appender, rows(spark, batch), table, batch)
+    assert (table / "_delta_log" / "00000000000000000002.checkpoint.parquet").exists()
+    assert appender.checkpoints.written == 0

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
-from streaming_jobs.ingest import root_cause
+from streaming_jobs.ingest import StopRequest, finish_checkpoints, root_cause
 from streaming_jobs.ingest_config import (
     UsageError,
     build_parser,
@@ -182,3 +183,35 @@ def test_reporter_logs_each_finished_batch_once(caplog: pytest.LogCaptureFixture
     summary = reporter.summary("stopped")
     assert summary.startswith("stopped: 2 batches, 12 rows, 1 dead-letter rows, ")
     assert summary.endswith("rows/s on average")
+
+
+class _Closing:
+    """A batch writer's ``close``: records the timeout, reports whether it finished."""
+
+    def __init__(self, finishes: bool) -> None:
+        self.finishes = finishes
+        self.timeouts: list[float | None] = []
+
+    def close(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return self.finishes
+
+
+def test_the_job_waits_for_a_checkpoint_in_progress_unless_told_to_stop_now(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calm, exiting, hurried = StopRequest(), StopRequest(), StopRequest()
+    exiting.budget = 10.0  # Spark's JVM runs its shutdown hooks
+    hurried.now.set()  # a second signal
+    waits = []
+    for stop in (calm, exiting, hurried):
+        writer = _Closing(finishes=True)
+        finish_checkpoints(writer, stop, 60.0)
+        waits += writer.timeouts
+    assert waits == [60.0, 0.0, 0.0]
+
+    with caplog.at_level(logging.INFO, logger="streaming_jobs.ingest"):
+        finish_checkpoints(_Closing(finishes=False), calm, 60.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "a Delta checkpoint was still being written; Delta writes one again later"
+    ]
