@@ -75,6 +75,9 @@ class SessionConfig:
     """Protocol violations on consecutive connections, with no message delivered in between,
     after which ``receive_data`` raises :class:`RepeatedProtocolViolation` instead of asking
     for one more reconnect."""
+    pubrec_window: int = 256
+    """Most QoS 2 exchanges this connection has answered with PUBREC and not yet completed
+    with PUBCOMP (0: no limit). Further PUBRECs wait for a PUBCOMP (see ``ack_many``)."""
 
     def __post_init__(self) -> None:
         if self.level == ProtocolLevel.MQTT_3_1 and not 1 <= len(self.client_id) <= 23:
@@ -92,6 +95,8 @@ class SessionConfig:
             raise ValueError(
                 f"max_violations_in_a_row must be >= 1, got {self.max_violations_in_a_row}"
             )
+        if self.pubrec_window < 0:
+            raise ValueError(f"pubrec_window must be >= 0, got {self.pubrec_window}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,6 +210,12 @@ class ClientSession:
         self._qos2_in: dict[int, int] = {}
         self._qos2_here: set[int] = set()
         """QoS 2 ids first delivered on the current connection whose PUBCOMP is not sent."""
+        self._pubrec_sent: set[int] = set()
+        """QoS 2 ids answered with PUBREC on the current connection, PUBCOMP not yet sent."""
+        self._pubrec_held: dict[int, None] = {}
+        """Recorded QoS 2 ids whose PUBREC waits for room in the window, oldest first."""
+        self.pubrecs_held = 0
+        """PUBRECs that had to wait for room in the window (all connections)."""
         self._inbound: dict[int, Publish] = {}
         """QoS 1/2 messages delivered on the current connection and not yet acknowledged."""
         self._inbound_later: dict[int, deque[Publish]] = {}
@@ -266,6 +277,8 @@ class ClientSession:
         self._out = []
         self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st == _RECORDED}
         self._qos2_here = set()
+        self._pubrec_sent = set()
+        self._pubrec_held = {}
         self._inbound.clear()
         self._inbound_later.clear()
         self.shared_id_resends = 0
@@ -363,7 +376,16 @@ class ClientSession:
 
     def ack_many(self, messages: list[Publish], now: float) -> None:
         """Acknowledge many inbound messages with one queued write. Acks are dropped when
-        the connection they arrived on is gone (the broker redelivers those)."""
+        the connection they arrived on is gone (the broker redelivers those).
+
+        A QoS 2 message counts as recorded from here on (a resend of its id is a duplicate),
+        but its PUBREC goes out only while fewer than ``pubrec_window`` exchanges of this
+        connection await their PUBCOMP; the others wait, in order, for ``complete``. Section
+        4.3.3 sets no deadline for PUBREC, and a broker that keeps to an inflight limit below
+        the window never sees a delay. The window bounds the exchanges a broker tracks at once
+        when it does not: Mosquitto 2.0.11 exceeds ``max_inflight_messages`` on a backlog and
+        searches its in-flight list linearly for each PUBREC and PUBCOMP, so thousands of
+        PUBRECs in a row cost it seconds of CPU."""
         if self.state is not State.CONNECTED:
             return
         words = []
@@ -389,7 +411,23 @@ class ClientSession:
                 words.append(_PUBACK | pid)  # type: ignore[operator]
             elif qos2.get(pid) == _RECEIVED:  # type: ignore[arg-type]
                 qos2[pid] = _RECORDED  # type: ignore[index]
-                words.append(_PUBREC | pid)  # type: ignore[operator]
+                self._pubrec(pid, words)  # type: ignore[arg-type]
+        self._send_words(words, now)
+
+    def _pubrec(self, pid: int, words: list[int]) -> None:
+        """Add PUBREC for recorded ``pid`` to ``words``, or hold it while the window is full."""
+        window = self.config.pubrec_window
+        if pid in self._pubrec_sent:
+            words.append(_PUBREC | pid)  # the same exchange again: no new room taken
+        elif window and (self._pubrec_held or len(self._pubrec_sent) >= window):
+            if pid not in self._pubrec_held:
+                self._pubrec_held[pid] = None
+                self.pubrecs_held += 1
+        else:
+            self._pubrec_sent.add(pid)
+            words.append(_PUBREC | pid)
+
+    def _send_words(self, words: list[int], now: float) -> None:
         if words:
             self._send(Struct(f">{len(words)}I").pack(*words), now)
 
@@ -407,11 +445,26 @@ class ClientSession:
         return message
 
     def complete(self, packet_id: int, now: float) -> None:
-        """Send PUBCOMP for a released QoS 2 id (after the release is persisted)."""
+        """Send PUBCOMP for a released QoS 2 id (after the release is persisted), then the
+        PUBRECs that the freed room in the window lets out."""
+        self._finish_qos2(packet_id)
+        if self.state is State.CONNECTED:
+            words = [_PUBCOMP | packet_id]
+            held = self._pubrec_held
+            window = self.config.pubrec_window
+            while held and len(self._pubrec_sent) < window:
+                pid = next(iter(held))
+                del held[pid]
+                self._pubrec_sent.add(pid)
+                words.append(_PUBREC | pid)
+            self._send_words(words, now)
+
+    def _finish_qos2(self, packet_id: int) -> None:
+        """Forget the inbound QoS 2 exchange ``packet_id``: it is complete."""
         self._qos2_in.pop(packet_id, None)
         self._qos2_here.discard(packet_id)
-        if self.state is State.CONNECTED:
-            self._send(_ACK_WORD.pack(_PUBCOMP | packet_id), now)
+        self._pubrec_sent.discard(packet_id)
+        self._pubrec_held.pop(packet_id, None)
 
     # ---------------------------------------------------------------- QoS 2 state export
 
@@ -562,8 +615,7 @@ class ClientSession:
                 events.append(Released(packet.packet_id))
             else:
                 # Unknown PUBREL: answer PUBCOMP so the broker can release the id (4.3.3).
-                self._qos2_in.pop(packet.packet_id, None)
-                self._qos2_here.discard(packet.packet_id)
+                self._finish_qos2(packet.packet_id)
                 self._send(_ACK_WORD.pack(_PUBCOMP | packet.packet_id), now)
         elif isinstance(packet, Suback):
             filters = self._subscribing.pop(packet.packet_id, None)
@@ -619,7 +671,9 @@ class ClientSession:
                     ):
                         return _reused(packet)
                 if state == _RECORDED:
-                    self._send(_ACK_WORD.pack(_PUBREC | pid), now)  # type: ignore[operator]
+                    words: list[int] = []
+                    self._pubrec(pid, words)  # type: ignore[arg-type]
+                    self._send_words(words, now)
                 return None
             self._qos2_in[pid] = _RECEIVED  # type: ignore[index]
             self._qos2_here.add(pid)  # type: ignore[arg-type]

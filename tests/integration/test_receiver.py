@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from connector.mqtt.codec import encode_publish
+from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import Pubcomp, Pubrec
+from connector.mqtt.session import SessionConfig
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
 from connector.wal import WalReader
-from tests.brokers import MosquittoBroker
+from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.hostile_broker import ScriptedBroker
 from tests.waiting import wait_until
 
@@ -175,3 +177,37 @@ def test_a_qos2_resend_after_a_completed_exchange_is_not_stored_twice(tmp_path: 
     assert [bytes(p) for p in stored.payloads] == [b"one", b"two"]
     assert receiver.stats.duplicates_dropped == 1
     assert broker.connections == 1, "a resend is not a protocol violation"
+
+
+def test_a_qos2_backlog_sent_all_at_once_is_acknowledged_through_the_pubrec_window(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    """A broker without an inflight limit sends a whole QoS 2 backlog at once: the receiver
+    stores every message once and answers them in windows, and every exchange completes."""
+    broker = broker_factory(max_inflight_messages=0)
+    client_id = "receiver-test-window"
+    offline = MqttClient(broker.url, SessionConfig(client_id), [("r/#", 2)])
+    assert not offline.connect().session_present
+    offline.disconnect()
+    count = 1_000
+    publish(broker, "r/w", 2, count)
+
+    receiver = Receiver(options(broker, tmp_path / "wal", 2, clientId=client_id))
+    receiver.start()
+    try:
+        wait_until(
+            lambda: receiver.wal.next_offset == count and not receiver.wal.qos2_pending,
+            30,
+            message=lambda: (
+                f"WAL holds {receiver.wal.next_offset} of {count}; "
+                f"{len(receiver.wal.qos2_pending)} exchanges open"
+            ),
+        )
+        held = receiver.client.session.pubrecs_held
+    finally:
+        receiver.stop()
+    window = receiver.client.session.config.pubrec_window
+    assert held >= count - window  # the broker sent them all; only a window's worth went out
+    assert receiver.stats.appended == count
+    assert receiver.error is None
+    assert len(set(WalReader(tmp_path / "wal").read(0, count).payloads)) == count

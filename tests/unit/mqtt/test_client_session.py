@@ -592,6 +592,110 @@ def test_complete_after_connection_lost_sends_nothing_and_forgets_the_id() -> No
     assert session.export_qos2_pending() == set()
 
 
+def windowed(window: int) -> ClientSession:
+    session = ClientSession(SessionConfig("client-1", pubrec_window=window))
+    connect(session)
+    session.data_to_send()
+    return session
+
+
+def qos2_messages(*ids: int) -> list[Publish]:
+    return [Publish("t", pid.to_bytes(2, "big"), qos=2, packet_id=pid) for pid in ids]
+
+
+def test_pubrecs_beyond_the_window_wait_for_pubcomps_in_order() -> None:
+    session = windowed(2)
+    messages = qos2_messages(1, 2, 3, 4, 5)
+    assert session.receive_data(wire(*messages), 1.0) == messages
+    session.ack_many(messages, 2.0)
+    assert session.data_to_send() == wire(Pubrec(1), Pubrec(2))
+    # every acknowledged id is recorded: a resend of a held one is not delivered again
+    assert session.export_qos2_pending() == {1, 2, 3, 4, 5}
+    dup = Publish("t", (4).to_bytes(2, "big"), qos=2, dup=True, packet_id=4)
+    assert session.receive_data(wire(dup), 2.5) == []
+    assert session.data_to_send() == b""  # its PUBREC still waits its turn
+
+    assert session.receive_data(wire(Pubrel(2)), 3.0) == [Released(2)]
+    session.complete(2, 3.0)
+    assert session.data_to_send() == wire(Pubcomp(2), Pubrec(3))
+    assert session.receive_data(wire(Pubrel(1), Pubrel(3)), 4.0) == [Released(1), Released(3)]
+    session.complete(1, 4.0)
+    session.complete(3, 4.0)
+    assert session.data_to_send() == wire(Pubcomp(1), Pubrec(4), Pubcomp(3), Pubrec(5))
+    for pid in (4, 5):
+        assert session.receive_data(wire(Pubrel(pid)), 5.0) == [Released(pid)]
+        session.complete(pid, 5.0)
+    assert session.data_to_send() == wire(Pubcomp(4), Pubcomp(5))
+    assert session.export_qos2_pending() == set()
+    assert session.pubrecs_held == 3
+
+
+def test_a_resend_of_an_answered_id_gets_its_pubrec_again_without_taking_room() -> None:
+    session = windowed(1)
+    first, second = qos2_messages(1, 2)
+    session.receive_data(wire(first, second), 1.0)
+    session.ack_many([first, second], 1.0)
+    assert session.data_to_send() == wire(Pubrec(1))
+    dup = Publish("t", (1).to_bytes(2, "big"), qos=2, dup=True, packet_id=1)
+    assert session.receive_data(wire(dup), 2.0) == []
+    assert session.data_to_send() == wire(Pubrec(1))
+    session.receive_data(wire(Pubrel(1)), 3.0)
+    session.complete(1, 3.0)
+    assert session.data_to_send() == wire(Pubcomp(1), Pubrec(2))
+
+
+def test_held_pubrecs_are_not_sent_on_a_new_connection_until_the_broker_resends() -> None:
+    session = windowed(1)
+    messages = qos2_messages(1, 2, 3)
+    session.receive_data(wire(*messages), 1.0)
+    session.ack_many(messages, 1.0)
+    assert session.data_to_send() == wire(Pubrec(1))
+    session.connection_lost()
+    assert session.export_qos2_pending() == {1, 2, 3}
+
+    connect(session, 2.0, session_present=True)
+    assert session.data_to_send() == b""
+    # the broker resends PUBREL for 1 and the PUBLISHes it never saw a PUBREC for
+    resent = [
+        Publish(m.topic, m.payload, qos=2, dup=True, packet_id=m.packet_id) for m in messages[1:]
+    ]
+    assert session.receive_data(wire(Pubrel(1), *resent), 3.0) == [Released(1)]
+    assert session.data_to_send() == wire(Pubrec(2))  # 3 waits: the window holds 2
+    session.complete(1, 3.0)  # 1 was answered on the previous connection: frees no room
+    assert session.data_to_send() == wire(Pubcomp(1))
+    session.receive_data(wire(Pubrel(2)), 4.0)
+    session.complete(2, 4.0)
+    assert session.data_to_send() == wire(Pubcomp(2), Pubrec(3))
+
+
+def test_window_zero_sends_every_pubrec_at_once() -> None:
+    session = windowed(0)
+    messages = qos2_messages(*range(1, 301))
+    session.receive_data(wire(*messages), 1.0)
+    session.ack_many(messages, 1.0)
+    assert session.data_to_send() == wire(*(Pubrec(pid) for pid in range(1, 301)))
+
+
+def test_a_pubrel_for_a_held_id_completes_it_and_drops_its_pubrec() -> None:
+    session = windowed(1)
+    messages = qos2_messages(1, 2)
+    session.receive_data(wire(*messages), 1.0)
+    session.ack_many(messages, 1.0)
+    session.data_to_send()
+    # a broker releasing an id it got no PUBREC for: the message is recorded, so complete it
+    assert session.receive_data(wire(Pubrel(2)), 2.0) == [Released(2)]
+    session.complete(2, 2.0)
+    assert session.data_to_send() == wire(Pubcomp(2))
+    session.receive_data(wire(Pubrel(1)), 3.0)
+    session.complete(1, 3.0)
+    assert session.data_to_send() == wire(Pubcomp(1))  # no PUBREC for 2 any more
+
+
+def test_negative_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="pubrec_window must be >= 0"):
+        SessionConfig("client-1", pubrec_window=-1)
+
+
 # ---------------------------------------------------------------------------------------------
 # QoS 2 state across connections and restarts
 
