@@ -70,12 +70,16 @@ class BatchWriter:
         ``timeout`` ran out first (the tables are complete either way)."""
         return self.appender.close(timeout)
 
-    def _metrics(self) -> list:
-        return [
-            F.count(F.lit(1)).alias("rows"),
-            F.count(F.col(REASON)).alias("unparsed"),
-            F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
-        ]
+    def _metrics(self, frame: DataFrame) -> list:
+        return self.plan.projections.columns(
+            frame,
+            "metrics",
+            lambda: [
+                F.count(F.lit(1)).alias("rows"),
+                F.count(F.col(REASON)).alias("unparsed"),
+                F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
+            ],
+        )
 
     def _write_single(
         self, batch: DataFrame, app_id: str, batch_id: int
@@ -87,12 +91,12 @@ class BatchWriter:
         written = self.appender.written(batch.sparkSession, self.table, app_id, batch_id)
         if written is False:
             observation = Observation(f"mqtt-ingest-{batch_id}")
-            observed = decoded.observe(observation, *self._metrics())
+            observed = decoded.observe(observation, *self._metrics(decoded))
             self._append(table_rows(observed, self.plan), self.table, app_id, batch_id, None)
             return self._counts(observation.get)
         if written:
             log.info("batch %d is already in %s; not written again", batch_id, self.table)
-            counts = decoded.agg(*self._metrics()).first()
+            counts = decoded.agg(*self._metrics(decoded)).first()
             assert counts is not None
             return self._counts(counts.asDict())
         return self._write_cached(batch, app_id, batch_id)
@@ -113,7 +117,7 @@ class BatchWriter:
         the rest to the dead-letter table when there is one, else every row to the table."""
         decoded = decode(batch, self.plan).persist()
         try:
-            counts = decoded.agg(*self._metrics()).first()
+            counts = decoded.agg(*self._metrics(decoded)).first()
             assert counts is not None
             rows, unparsed = int(counts["rows"]), int(counts["unparsed"])
             dead_letters = self.dead_letter_table

@@ -20,11 +20,14 @@ rows, plus ``__reason``: null when the payload parsed, else why not. How Spark 4
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+
+from .projections import Projections
 
 MQTT_COLUMNS = (
     "topic",
@@ -71,6 +74,10 @@ class PayloadPlan:
     partition_by: tuple[str, ...]
     renamed: dict[str, str]
     """MQTT columns renamed because a ``--schema`` field has their name (old -> new)."""
+    projections: Projections = dataclasses.field(
+        default_factory=Projections, compare=False, repr=False
+    )
+    """The plan's column expressions, built once per Spark context (see ``projections``)."""
 
     @property
     def adds_date(self) -> bool:
@@ -197,6 +204,10 @@ def _required(schema: StructType) -> list[StructField]:
 
 def decode(frame: DataFrame, plan: PayloadPlan) -> DataFrame:
     """The source's rows with the plan's data columns and ``__reason`` (null: parsed)."""
+    return plan.projections.select(frame, "decode", lambda: _decoded_columns(plan))
+
+
+def _decoded_columns(plan: PayloadPlan) -> list[Column]:
     payload = F.col("payload")
     text = payload.cast("string")
     columns: list[Column] = [F.col(c) for c in MQTT_COLUMNS]
@@ -225,13 +236,19 @@ def decode(frame: DataFrame, plan: PayloadPlan) -> DataFrame:
             .when(text.rlike(r"^\s*$"), F.lit(EMPTY))
             .otherwise(_json_reason(text, F.col(_PARSED), plan.schema))
         )
-    return frame.select(*columns, reason.cast("string").alias(REASON))
+    return [*columns, reason.cast("string").alias(REASON)]
 
 
 def table_rows(decoded: DataFrame, plan: PayloadPlan) -> DataFrame:
     """The rows for ``--table``: all of them, or only those that parsed when a dead-letter
     table takes the others."""
-    rows = decoded.where(F.col(REASON).isNull()) if plan.dead_letters else decoded
+    if plan.dead_letters:
+        (parsed,) = plan.projections.columns(decoded, "parsed", lambda: [F.col(REASON).isNull()])
+        decoded = decoded.where(parsed)
+    return plan.projections.select(decoded, "table", lambda: _table_columns(plan))
+
+
+def _table_columns(plan: PayloadPlan) -> list[Column]:
     out: list[Column] = []
     for name in plan.table_columns():
         if plan.schema is not None and name in plan.schema.names:
@@ -250,7 +267,7 @@ def table_rows(decoded: DataFrame, plan: PayloadPlan) -> DataFrame:
         else:
             original = next((k for k, v in plan.renamed.items() if v == name), name)
             out.append(F.col(original).alias(name))
-    return rows.select(*out)
+    return out
 
 
 def dead_letter_rows(decoded: DataFrame) -> DataFrame:
