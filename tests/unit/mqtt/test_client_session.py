@@ -592,23 +592,21 @@ def test_complete_after_connection_lost_sends_nothing_and_forgets_the_id() -> No
     assert session.export_qos2_pending() == set()
 
 
-def windowed(window: int) -> ClientSession:
+def acknowledged(window: int, *ids: int) -> tuple[ClientSession, list[Publish], bytes]:
+    """A session with ``pubrec_window`` ``window`` that received QoS 2 messages ``ids`` and
+    acknowledged them all; the bytes it sent for them."""
     session = ClientSession(SessionConfig("client-1", pubrec_window=window))
     connect(session)
     session.data_to_send()
-    return session
-
-
-def qos2_messages(*ids: int) -> list[Publish]:
-    return [Publish("t", pid.to_bytes(2, "big"), qos=2, packet_id=pid) for pid in ids]
+    messages = [Publish("t", pid.to_bytes(2, "big"), qos=2, packet_id=pid) for pid in ids]
+    assert session.receive_data(wire(*messages), 1.0) == messages
+    session.ack_many(messages, 1.0)
+    return session, messages, session.data_to_send()
 
 
 def test_pubrecs_beyond_the_window_wait_for_pubcomps_in_order() -> None:
-    session = windowed(2)
-    messages = qos2_messages(1, 2, 3, 4, 5)
-    assert session.receive_data(wire(*messages), 1.0) == messages
-    session.ack_many(messages, 2.0)
-    assert session.data_to_send() == wire(Pubrec(1), Pubrec(2))
+    session, _, sent = acknowledged(2, 1, 2, 3, 4, 5)
+    assert sent == wire(Pubrec(1), Pubrec(2))
     # every acknowledged id is recorded: a resend of a held one is not delivered again
     assert session.export_qos2_pending() == {1, 2, 3, 4, 5}
     dup = Publish("t", (4).to_bytes(2, "big"), qos=2, dup=True, packet_id=4)
@@ -631,11 +629,8 @@ def test_pubrecs_beyond_the_window_wait_for_pubcomps_in_order() -> None:
 
 
 def test_a_resend_of_an_answered_id_gets_its_pubrec_again_without_taking_room() -> None:
-    session = windowed(1)
-    first, second = qos2_messages(1, 2)
-    session.receive_data(wire(first, second), 1.0)
-    session.ack_many([first, second], 1.0)
-    assert session.data_to_send() == wire(Pubrec(1))
+    session, _, sent = acknowledged(1, 1, 2)
+    assert sent == wire(Pubrec(1))
     dup = Publish("t", (1).to_bytes(2, "big"), qos=2, dup=True, packet_id=1)
     assert session.receive_data(wire(dup), 2.0) == []
     assert session.data_to_send() == wire(Pubrec(1))
@@ -645,11 +640,8 @@ def test_a_resend_of_an_answered_id_gets_its_pubrec_again_without_taking_room() 
 
 
 def test_held_pubrecs_are_not_sent_on_a_new_connection_until_the_broker_resends() -> None:
-    session = windowed(1)
-    messages = qos2_messages(1, 2, 3)
-    session.receive_data(wire(*messages), 1.0)
-    session.ack_many(messages, 1.0)
-    assert session.data_to_send() == wire(Pubrec(1))
+    session, messages, sent = acknowledged(1, 1, 2, 3)
+    assert sent == wire(Pubrec(1))
     session.connection_lost()
     assert session.export_qos2_pending() == {1, 2, 3}
 
@@ -669,19 +661,13 @@ def test_held_pubrecs_are_not_sent_on_a_new_connection_until_the_broker_resends(
 
 
 def test_window_zero_sends_every_pubrec_at_once() -> None:
-    session = windowed(0)
-    messages = qos2_messages(*range(1, 301))
-    session.receive_data(wire(*messages), 1.0)
-    session.ack_many(messages, 1.0)
-    assert session.data_to_send() == wire(*(Pubrec(pid) for pid in range(1, 301)))
+    _, _, sent = acknowledged(0, *range(1, 301))
+    assert sent == wire(*(Pubrec(pid) for pid in range(1, 301)))
 
 
 def test_a_pubrel_for_a_held_id_completes_it_and_drops_its_pubrec() -> None:
-    session = windowed(1)
-    messages = qos2_messages(1, 2)
-    session.receive_data(wire(*messages), 1.0)
-    session.ack_many(messages, 1.0)
-    session.data_to_send()
+    session, _, sent = acknowledged(1, 1, 2)
+    assert sent == wire(Pubrec(1))
     # a broker releasing an id it got no PUBREC for: the message is recorded, so complete it
     assert session.receive_data(wire(Pubrel(2)), 2.0) == [Released(2)]
     session.complete(2, 2.0)
