@@ -228,9 +228,7 @@ class DeltaAppender:
             hooks = txn.postCommitHooks()
             hooks.subtractOne(hook)
             return not hooks.contains(hook)
-        except Py4JJavaError:
-            raise
-        except Py4JError as exc:
+        except Exception as exc:  # the hook stays: Delta checkpoints inside the commit
             self._inline_checkpoints(exc)
             return False
 
@@ -243,14 +241,14 @@ class DeltaAppender:
             delta_log = txn.deltaLog()
             snapshot = txn.committed().get().postCommitSnapshot()
             version = int(snapshot.version())
-        except Py4JJavaError:
-            raise
-        except Py4JError as exc:  # this version goes without a checkpoint; later ones inline
+        except Exception as exc:  # the batch is committed; only this checkpoint is skipped
             self._inline_checkpoints(exc)
             return
         self.checkpoints.request(path, version, lambda: delta_log.checkpoint(snapshot, no_table))
 
     def _inline_checkpoints(self, exc: Exception) -> None:
+        """Leave Delta's checkpoints inside the commits from now on (a checkpoint only speeds
+        up reading the log, so no failure here may fail a batch)."""
         self.background_checkpoints = False
         log.warning(
             "Delta's commit hooks are not as expected (%s); Delta writes its checkpoints "

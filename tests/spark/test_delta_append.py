@@ -264,3 +264,30 @@ def test_delta_writer_commits_keep_their_checkpoint_inside_the_commit(
         assert write(appender, rows(spark, batch), table, batch)
     assert (table / "_delta_log" / "00000000000000000002.checkpoint.parquet").exists()
     assert appender.checkpoints.written == 0
+
+
+def test_without_the_hook_api_checkpoints_stay_inside_the_commit_and_batches_land(
+    spark: SparkSession, run: str, tmp_path: Path, checkpoint_every_2: None,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    class NoHooks:
+        """A Delta build whose hook classes are not where this appender looks."""
+
+        @property
+        def hooks(self) -> object:
+            raise Py4JError("Trying to call a package.")
+
+    defer = DeltaAppender._defer_checkpoint
+    monkeypatch.setattr(
+        DeltaAppender, "_defer_checkpoint", lambda self, txn, _: defer(self, txn, NoHooks())
+    )
+    table = tmp_path / "t"
+    with caplog.at_level(logging.WARNING, logger="streaming_jobs.delta_append"):
+        appender = appended(spark, table, 4)
+    assert not appender.background_checkpoints
+    assert sum("commit hooks are not as expected" in r.message for r in caplog.records) == 1
+    assert appender.direct_commits == 3
+    assert txn_versions(table) == [0, 1, 2, 3]
+    # written by Delta's own hook inside version 2's commit
+    assert (table / "_delta_log" / "00000000000000000002.checkpoint.parquet").exists()
+    assert appender.checkpoints.written == 0
