@@ -13,7 +13,7 @@ guarantee survives a restart.
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from enum import Enum
 from struct import Struct
@@ -212,8 +212,9 @@ class ClientSession:
         """QoS 2 ids first delivered on the current connection whose PUBCOMP is not sent."""
         self._pubrec_sent: set[int] = set()
         """QoS 2 ids answered with PUBREC on the current connection, PUBCOMP not yet sent."""
-        self._pubrec_held: dict[int, None] = {}
-        """Recorded QoS 2 ids whose PUBREC waits for room in the window, oldest first."""
+        self._pubrec_held: OrderedDict[int, None] = OrderedDict()
+        """Recorded QoS 2 ids whose PUBREC waits for room in the window, oldest first (an
+        OrderedDict: taking the oldest of a plain dict rescans the slots already taken)."""
         self.pubrecs_held = 0
         """PUBRECs that had to wait for room in the window (all connections)."""
         self._inbound: dict[int, Publish] = {}
@@ -278,7 +279,7 @@ class ClientSession:
         self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st == _RECORDED}
         self._qos2_here = set()
         self._pubrec_sent = set()
-        self._pubrec_held = {}
+        self._pubrec_held = OrderedDict()
         self._inbound.clear()
         self._inbound_later.clear()
         self.shared_id_resends = 0
@@ -453,8 +454,7 @@ class ClientSession:
             held = self._pubrec_held
             window = self.config.pubrec_window
             while held and len(self._pubrec_sent) < window:
-                pid = next(iter(held))
-                del held[pid]
+                pid, _ = held.popitem(last=False)
                 self._pubrec_sent.add(pid)
                 words.append(_PUBREC | pid)
             self._send_words(words, now)
