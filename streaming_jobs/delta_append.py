@@ -65,6 +65,32 @@ class _Known:
         return (self.app, self.run) == (app, run)
 
 
+class _DeltaJvm:
+    """The JVM classes and values the appender calls, looked up once per JVM: every step of
+    ``spark._jvm.org.apache.spark...`` is a Py4J round trip (about 0.5 ms each here). A class
+    this Delta build lacks shows up as a Py4JError at its first call, as before."""
+
+    def __init__(self, jvm: Any) -> None:
+        self.jvm = jvm
+        delta = jvm.org.apache.spark.sql.delta
+        self.delta = delta
+        self.delta_log = delta.DeltaLog
+        self.option = jvm.scala.Option
+        self.none = self.option.apply(None)
+        self.collections = jvm.scala.jdk.javaapi.CollectionConverters
+        self.write = getattr(delta, "DeltaOperations$Write")
+        self.append_mode = jvm.org.apache.spark.sql.SaveMode.Append
+        self.set_transaction = delta.actions.SetTransaction
+        self._checkpoint_hook: Any = None
+
+    @property
+    def checkpoint_hook(self) -> Any:
+        if self._checkpoint_hook is None:
+            hook_class = getattr(self.delta.hooks, "CheckpointHook$")
+            self._checkpoint_hook = getattr(hook_class, "MODULE$")
+        return self._checkpoint_hook
+
+
 def _shape(data_type: DataType) -> Any:
     """A type's names and types, without nullability or field metadata."""
     if isinstance(data_type, StructType):
@@ -89,6 +115,14 @@ class DeltaAppender:
         """Whether direct commits leave Delta's checkpoints to :attr:`checkpoints`."""
         self.checkpoints = Checkpointer()
         self._known: dict[str, _Known] = {}
+        self._classes: _DeltaJvm | None = None
+
+    def _jvm(self, spark: SparkSession) -> _DeltaJvm:
+        jvm = spark._jvm
+        assert jvm is not None
+        if self._classes is None or self._classes.jvm is not jvm:
+            self._classes = _DeltaJvm(jvm)
+        return self._classes
 
     def written(self, spark: SparkSession, path: str, app: str, batch: int) -> bool | None:
         """Whether ``batch`` of ``app`` is already in the table at ``path``; None when this
@@ -159,19 +193,13 @@ class DeltaAppender:
             str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
         )
 
-    @staticmethod
-    def _delta_log(spark: SparkSession, path: str) -> Any:
-        jvm = spark._jvm
-        assert jvm is not None
-        return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-
     def _lookup(self, spark: SparkSession, path: str, app: str) -> int | None:
         """The table's ``SetTransaction`` version for ``app``: -1 when it has none, None when
         there is no table. Computes the snapshot's state (Delta's own lookup)."""
-        jvm = spark._jvm
-        assert jvm is not None
-        none = jvm.scala.Option.apply(None)
-        snapshot = self._delta_log(spark, path).update(False, none, none)
+        classes = self._jvm(spark)
+        none = classes.none
+        delta_log = classes.delta_log.forTable(spark._jsparkSession, path)
+        snapshot = delta_log.update(False, none, none)
         self.lookups += 1
         if snapshot.version() < 0:
             return None
@@ -185,38 +213,32 @@ class DeltaAppender:
         transaction; False (nothing written) when the table's columns or partitioning differ
         from the batch's."""
         spark = rows.sparkSession
-        jvm = spark._jvm
-        assert jvm is not None
-        delta = jvm.org.apache.spark.sql.delta
-        txn = self._delta_log(spark, path).startTransaction()
+        classes = self._jvm(spark)
+        txn = classes.delta_log.forTable(spark._jsparkSession, path).startTransaction()
         if txn.snapshot().version() < 0:
             return False
         metadata = txn.metadata()
         partitions = metadata.partitionColumns()
-        if tuple(jvm.scala.jdk.javaapi.CollectionConverters.asJava(partitions)) != partition_by:
+        if tuple(classes.collections.asJava(partitions)) != partition_by:
             return False
         table_schema = StructType.fromJson(json.loads(metadata.schema().json()))
         if _shape(table_schema) != _shape(rows.schema):
             log.debug("batch %d: columns differ from %s's; Delta's writer takes it", batch, path)
             return False
-        none = jvm.scala.Option.apply(None)
-        operation = getattr(delta, "DeltaOperations$Write")(
-            jvm.org.apache.spark.sql.SaveMode.Append,
-            jvm.scala.Option.apply(partitions),
-            *([none] * 7),
+        option = classes.option
+        operation = classes.write(
+            classes.append_mode, option.apply(partitions), *([classes.none] * 7)
         )
         # epoch milliseconds exceed 2**31, so Py4J passes a java.lang.Long, as Option[Long] needs
-        set_txn = delta.actions.SetTransaction(
-            app, batch, jvm.scala.Option.apply(int(time.time() * 1000))
-        )
+        set_txn = classes.set_transaction(app, batch, option.apply(int(time.time() * 1000)))
         files = txn.writeFiles(rows._jdf)
-        deferred = self._defer_checkpoint(txn, delta)
+        deferred = self._defer_checkpoint(txn, classes)
         txn.commit(files.prepended(set_txn), operation)
         if deferred:
-            self._checkpoint_later(txn, path, none)
+            self._checkpoint_later(txn, path, classes.none)
         return True
 
-    def _defer_checkpoint(self, txn: Any, delta: Any) -> bool:
+    def _defer_checkpoint(self, txn: Any, classes: _DeltaJvm) -> bool:
         """Take Delta's checkpoint hook out of ``txn`` (:mod:`.delta_checkpoints`); False when
         the hook stays (this Delta build differs, or the table checkpoints by commits)."""
         if not self.background_checkpoints:
@@ -224,7 +246,7 @@ class DeltaAppender:
         try:
             if txn.snapshot().protocol().writerFeatureNames().contains(ADAPTIVE_METADATA):
                 return False
-            hook = getattr(getattr(delta.hooks, "CheckpointHook$"), "MODULE$")
+            hook = classes.checkpoint_hook
             hooks = txn.postCommitHooks()
             hooks.subtractOne(hook)
             return not hooks.contains(hook)

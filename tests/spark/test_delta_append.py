@@ -271,10 +271,10 @@ def test_without_the_hook_api_checkpoints_stay_inside_the_commit_and_batches_lan
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     class NoHooks:
-        """A Delta build whose hook classes are not where this appender looks."""
+        """A Delta build whose checkpoint hook is not where this appender looks."""
 
         @property
-        def hooks(self) -> object:
+        def checkpoint_hook(self) -> object:
             raise Py4JError("Trying to call a package.")
 
     defer = DeltaAppender._defer_checkpoint
