@@ -40,7 +40,7 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from .delta_checkpoints import Checkpointer
+from .delta_checkpoints import Checkpointer, first_line
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class DeltaAppender:
         log.warning(
             "Delta's transaction API is not as expected (%s); every batch now goes through "
             "Delta's writer with txnAppId/txnVersion, which looks the version up on each commit",
-            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            first_line(exc),
         )
 
     def _lookup(self, spark: SparkSession, path: str, app: str) -> int | None:
@@ -275,7 +275,7 @@ class DeltaAppender:
         log.warning(
             "Delta's commit hooks are not as expected (%s); Delta writes its checkpoints "
             "inside the commits again",
-            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            first_line(exc),
         )
 
     def _write(

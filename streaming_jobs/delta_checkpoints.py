@@ -71,8 +71,15 @@ class Checkpointer:
             write()
         except Exception as exc:  # Spark stopped, the table moved: the next interval retries
             self.failed += 1
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("Delta checkpoint of %s at version %d failed: %s", path, version, reason)
+            log.warning(
+                "Delta checkpoint of %s at version %d failed: %s", path, version, first_line(exc)
+            )
             return
         self.written += 1
         log.debug("Delta checkpoint of %s at version %d written", path, version)
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (a Java error carries its stack trace below), or its type."""
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
