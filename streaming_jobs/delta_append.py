@@ -11,10 +11,16 @@ newest batch of each query. The rule, for batch ``n`` of query ``app``:
 
 Delta finds ``V`` by computing the snapshot's full state (three Spark jobs on every commit, about
 half of a small batch's time). This module looks ``V`` up once per query run and table, and then
-keeps it: after its own commit of batch ``n``, ``V`` is ``n``. Only this query writes
-``SetTransaction`` records under its id (the id lives in its checkpoint, and Spark runs one
-instance of a query at a time), so the kept value stays exact. It is dropped, and looked up
-again, on a new run, after any failure and after a write through Delta's writer.
+keeps it: after its own commit of batch ``n`` (direct or through Delta's writer), ``V`` is ``n``.
+Only this query writes ``SetTransaction`` records under its id (the id lives in its checkpoint,
+and Spark runs one instance of a query at a time), so the kept value stays exact. It is dropped,
+and looked up again, on a new run and after any failure.
+
+The lookup reads ``V`` from the version checksum (``_delta_log/<version>.crc``) when that file
+lists the table's ``SetTransaction`` actions: Delta computes the list incrementally at each
+commit (for up to 100 app ids), and the Delta protocol defines it as every ``SetTransaction`` of
+the table at that version. Without a checksum or without the list, the lookup computes the
+snapshot's state as Delta's own ``txnVersion`` does.
 
 The commit itself goes through Delta's transaction API (``DeltaLog.startTransaction``,
 ``writeFiles``, ``commit``), as Delta's streaming sink does. It is taken only when the batch's
@@ -91,6 +97,19 @@ class _DeltaJvm:
         return self._checkpoint_hook
 
 
+def _checksum_version(snapshot: Any, app: str, collections: Any) -> int | None:
+    """``app``'s ``SetTransaction`` version (-1: none) as the snapshot's version checksum
+    lists it; None when the snapshot has no checksum or the checksum no such list."""
+    checksum = snapshot.checksumOpt()
+    if not checksum.isDefined():
+        return None
+    listed = checksum.get().setTransactions()
+    if not listed.isDefined():
+        return None
+    versions = [int(t.version()) for t in collections.asJava(listed.get()) if t.appId() == app]
+    return max(versions, default=-1)
+
+
 def _shape(data_type: DataType) -> Any:
     """A type's names and types, without nullability or field metadata."""
     if isinstance(data_type, StructType):
@@ -111,6 +130,8 @@ class DeltaAppender:
         self.direct_commits = 0
         self.writer_commits = 0
         self.lookups = 0
+        self.checksum_lookups = 0
+        """Lookups answered by the version checksum (no state computed)."""
         self.background_checkpoints = True
         """Whether direct commits leave Delta's checkpoints to :attr:`checkpoints`."""
         self.checkpoints = Checkpointer()
@@ -175,6 +196,15 @@ class DeltaAppender:
                 return
         self._write(rows, path, app, batch, partition_by, merge_schema)
         self.writer_commits += 1
+        if (
+            self.direct
+            and known is not None
+            and known.serves(app, run)
+            and (known.version is None or batch > known.version)
+        ):
+            # Delta's writer either created the table with SetTransaction(app, batch) or raised
+            # V from below batch to batch: either way V is batch now
+            self._known[path] = _Known(app, run, batch)
 
     def close(self, timeout: float | None = None) -> bool:
         """Wait for checkpoints still being written; False if ``timeout`` ran out first."""
@@ -195,7 +225,8 @@ class DeltaAppender:
 
     def _lookup(self, spark: SparkSession, path: str, app: str) -> int | None:
         """The table's ``SetTransaction`` version for ``app``: -1 when it has none, None when
-        there is no table. Computes the snapshot's state (Delta's own lookup)."""
+        there is no table. From the version checksum when it lists the table's
+        ``SetTransaction`` actions, else from the snapshot's state (Delta's own lookup)."""
         classes = self._jvm(spark)
         none = classes.none
         delta_log = classes.delta_log.forTable(spark._jsparkSession, path)
@@ -203,6 +234,10 @@ class DeltaAppender:
         self.lookups += 1
         if snapshot.version() < 0:
             return None
+        listed = _checksum_version(snapshot, app, classes.collections)
+        if listed is not None:
+            self.checksum_lookups += 1
+            return listed
         found = snapshot.transactions().get(app)
         return int(found.get()) if found.isDefined() else -1
 

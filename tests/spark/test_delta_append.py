@@ -2,8 +2,9 @@
 
 The rule under test: batch ``n`` of query ``app`` is written, with ``SetTransaction(app, n)`` in
 the same commit, only when the table's version for ``app`` is below ``n``. The version is looked
-up once per run and table, then kept from the appender's own commits; a new run, a failure or a
-write through Delta's writer make the next batch look it up again.
+up once per run and table (from the version checksum when it lists the table's transactions),
+then kept from the appender's own commits, direct or through Delta's writer; a new run or a
+failure make the next batch look it up again.
 """
 
 from __future__ import annotations
@@ -65,11 +66,13 @@ def appended(spark: SparkSession, table: Path, batches: int, **kw: object) -> De
     return appender
 
 
-def delta_txn_version(spark: SparkSession, table: Path) -> int:
-    """Delta's own view: the table's ``SetTransaction`` version for ``APP``."""
-    version = DeltaAppender()._lookup(spark, str(table), APP)
-    assert version is not None, f"no table at {table}"
-    return version
+def delta_txn_version(spark: SparkSession, table: Path, app: str = APP) -> int:
+    """Delta's own view: ``txnVersion`` of a transaction on the table (from its full state)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table))
+    assert delta_log.tableExists(), f"no table at {table}"
+    return int(delta_log.startTransaction().txnVersion(app))
 
 
 def test_one_lookup_per_run_then_direct_commits_with_their_set_transaction(
@@ -78,8 +81,8 @@ def test_one_lookup_per_run_then_direct_commits_with_their_set_transaction(
     table = tmp_path / "t"
     appender = appended(spark, table, 5)
 
-    # batch 0 created the table through Delta's writer; 1 looked the version up; 2-4 did not
-    assert (appender.writer_commits, appender.direct_commits, appender.lookups) == (1, 4, 2)
+    # batch 0 found no table and created it through Delta's writer; 1-4 knew the version
+    assert (appender.writer_commits, appender.direct_commits, appender.lookups) == (1, 4, 1)
     assert txn_versions(table) == [0, 1, 2, 3, 4]
     assert delta_row_count(table) == 15
     assert delta_txn_version(spark, table) == 4
@@ -109,6 +112,42 @@ def test_replays_are_skipped_in_the_same_run_and_after_a_restart(
     assert delta_row_count(table) == 12
 
 
+def test_a_lookup_reads_the_version_checksum_and_agrees_with_delta(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    appended(spark, table, 3)
+    other = DeltaAppender()
+    assert other.written(spark, str(table), "other-query", 0) is False
+    other.append(rows(spark, 9), str(table), "other-query", 0)
+    log = table / "_delta_log"
+    assert (log / "00000000000000000003.crc").is_file()
+
+    restarted = DeltaAppender()
+    assert restarted.written(spark, str(table), APP, 2)
+    assert not restarted.written(spark, str(table), APP, 3)
+    assert (restarted.lookups, restarted.checksum_lookups) == (1, 1)
+    assert restarted._lookup(spark, str(table), "other-query") == 0
+    assert restarted._lookup(spark, str(table), "never-wrote") == -1
+    assert delta_txn_version(spark, table) == 2
+    assert delta_txn_version(spark, table, "other-query") == 0
+    assert delta_txn_version(spark, table, "never-wrote") == -1
+
+    for checksum in log.glob("*.crc"):  # a table without checksums: Delta's full state
+        checksum.unlink()
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # forget the snapshots read so far
+    spark.sparkContext.setLocalProperty(RUN_PROPERTY, "run-2")
+    without = DeltaAppender()
+    assert without.written(spark, str(table), APP, 2)
+    assert not without.written(spark, str(table), APP, 3)
+    assert (without.lookups, without.checksum_lookups) == (1, 0)
+    assert write(without, rows(spark, 3), table, 3)
+    assert txn_versions(table) == [0, 1, 2, 0, 3]  # the 0 is other-query's batch
+    assert delta_row_count(table) == 15
+
+
 def test_a_failed_write_commits_nothing_and_the_next_batch_looks_the_version_up(
     spark: SparkSession, run: str, tmp_path: Path
 ) -> None:
@@ -136,9 +175,11 @@ def test_new_columns_go_through_delta_writer_and_partitions_commit_directly(
     wider = rows(spark, 2).withColumn("extra", F.lit(1))
     write(appender, wider, table, 2, partition_by=("tag",), merge_schema=True)
     assert (appender.writer_commits, appender.direct_commits) == (2, 1)
+    lookups = appender.lookups
     assert write(appender, rows(spark, 3).withColumn("extra", F.lit(2)), table, 3,
                  partition_by=("tag",))  # fmt: skip
     assert appender.direct_commits == 2
+    assert appender.lookups == lookups  # Delta's writer set the version to 2
     assert txn_versions(table) == [0, 1, 2, 3]
     columns = spark.read.format("delta").load(str(table)).columns
     assert sorted(columns) == ["extra", "seq", "tag"]
