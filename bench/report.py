@@ -294,21 +294,19 @@ def section_backlog_rss(data: Mapping[str, Any], charts: Charts) -> Lines:
 def section_latency(data: Mapping[str, Any], charts: Charts) -> Lines:
     params = data.get("parameters", {})
     runs = data["runs"]
+    warm_up = ""
+    if params.get("warmup_run_seconds"):
+        reached = params.get("warmup_run_reached_a_delta_checkpoint")
+        warm_up = (
+            f" A throwaway {params['warmup_run_seconds']:g}-second run warmed the JVM up first"
+            + (" (it reached Delta's first checkpoint)." if reached else ".")
+        )
     out = [
         f"A publisher ({params.get('publisher')}) sends {params.get('payload_bytes')}-byte "
         f"QoS {params.get('qos')} messages at a fixed rate for {params.get('duration_seconds')} "
         f"s into the ingest job's query ({params.get('master')}, {params.get('sink')}); the "
         f"first {params.get('warmup_seconds')} s of each run are left out of the percentiles."
-        + (
-            f" A throwaway {params['warmup_run_seconds']:g}-second run warmed the JVM up first"
-            + (
-                " (it reached Delta's first checkpoint)."
-                if params.get("warmup_run_reached_a_delta_checkpoint")
-                else "."
-            )
-            if params.get("warmup_run_seconds")
-            else ""
-        ),
+        + warm_up,
         "",
         f"Clock: {data.get('clock')}.",
         "",

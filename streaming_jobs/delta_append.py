@@ -176,10 +176,11 @@ class DeltaAppender:
         """Append ``rows`` as ``batch`` of ``app`` (call when :meth:`written` was not True)."""
         known = self._known.pop(path, None)
         run = rows.sparkSession.sparkContext.getLocalProperty(RUN_PROPERTY)
+        if known is not None and not known.serves(app, run):
+            known = None
         if (
             self.direct
             and known is not None
-            and known.serves(app, run)
             and known.version is not None
             and batch > known.version
         ):
@@ -196,12 +197,7 @@ class DeltaAppender:
                 return
         self._write(rows, path, app, batch, partition_by, merge_schema)
         self.writer_commits += 1
-        if (
-            self.direct
-            and known is not None
-            and known.serves(app, run)
-            and (known.version is None or batch > known.version)
-        ):
+        if self.direct and known is not None and (known.version is None or batch > known.version):
             # Delta's writer either created the table with SetTransaction(app, batch) or raised
             # V from below batch to batch: either way V is batch now
             self._known[path] = _Known(app, run, batch)
