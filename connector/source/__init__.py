@@ -1,7 +1,32 @@
-"""The PySpark data source ``mqtt``: options, schema, stream reader and the receiver thread."""
+"""The PySpark data source ``mqtt``: options, schema, stream reader and the receiver thread.
 
-from .datasource import MqttDataSource
-from .options import InvalidOptionError, SourceOptions
-from .reader import DataLossError
+The names below are imported on first use (PEP 562): a receiver process
+(:mod:`connector.source.shard_worker`) needs the receiver and the WAL, not PySpark and pyarrow,
+which the data source and the reader bring in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .datasource import MqttDataSource
+    from .options import InvalidOptionError, SourceOptions
+    from .reader import DataLossError
 
 __all__ = ["DataLossError", "InvalidOptionError", "MqttDataSource", "SourceOptions"]
+
+_MODULES = {
+    "DataLossError": "reader",
+    "InvalidOptionError": "options",
+    "MqttDataSource": "datasource",
+    "SourceOptions": "options",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
