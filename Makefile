@@ -14,6 +14,8 @@ VENV_STAMP := $(VENV)/.setup-stamp
 JARS_DIR := .jars
 JARS_POM := tools/delta-jars/pom.xml
 JARS_STAMP := $(JARS_DIR)/.setup-stamp
+LOCAL_FS_SRC := $(sort $(wildcard tools/local-fs/src/mqtt/lakehouse/localfs/*.java))
+LOCAL_FS_JAR := $(JARS_DIR)/local-fs/spawn-free-local-fs.jar
 
 PYTEST_ARGS ?=
 # Debian installs the broker here, outside many users' PATH.
@@ -21,8 +23,9 @@ MOSQUITTO_SBIN ?= /usr/sbin/mosquitto
 
 .PHONY: setup system-deps test lint bench demo fuzz chaos clean
 
-## setup: virtualenv with the project and its dev and bench extras, Mosquitto, Delta's jars
-setup: $(VENV_STAMP) system-deps $(JARS_STAMP)
+## setup: virtualenv with the project and its dev and bench extras, Mosquitto, Delta's jars,
+## the local file system for Spark's file: paths (tools/local-fs)
+setup: $(VENV_STAMP) system-deps $(JARS_STAMP) $(LOCAL_FS_JAR)
 
 # Re-runs when pyproject.toml changes; the stamp lives inside .venv, so deleting
 # .venv also forces a rebuild.
@@ -77,6 +80,20 @@ $(JARS_STAMP): $(JARS_POM) | system-deps
 		-DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS_DIR)) 2>&1 \
 		| sed -e 's/\x1b\[[0-9;]*m//g'
 	@touch $@
+
+# Hadoop's file: file system without a process spawn per file operation, compiled against
+# the Hadoop jars of the installed PySpark (no download). Needs a JDK's javac; without one,
+# local sessions keep Hadoop's own (slower) file system and say so in their log.
+$(LOCAL_FS_JAR): $(LOCAL_FS_SRC) $(VENV_STAMP) $(JARS_STAMP)
+	@if ! command -v javac >/dev/null 2>&1; then \
+		echo "note: no javac (JDK) found: local Spark sessions use Hadoop's own local file system"; \
+	else \
+		echo "Compiling tools/local-fs into $@"; \
+		spark_jars="$$($(VENV_PY) -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"; \
+		rm -rf $(JARS_DIR)/local-fs; \
+		javac --release 17 -cp "$$spark_jars/*" -d $(JARS_DIR)/local-fs/classes $(LOCAL_FS_SRC); \
+		jar cf $@ -C $(JARS_DIR)/local-fs/classes .; \
+	fi
 
 ## test: the suite under tests/ (pyproject's testpaths); extra pytest arguments,
 ## including narrower paths, via PYTEST_ARGS="..."

@@ -3,6 +3,13 @@
 Delta's JVM jars do not come with the ``delta-spark`` pip package; ``make setup`` copies
 ``io.delta:delta-spark_<spark>_2.13`` and its runtime dependencies into ``.jars/`` so runs need
 no network. ``DELTA_JARS_DIR`` points elsewhere.
+
+Local sessions this module launches also get the spawn-free local file system
+(``tools/local-fs``, built by ``make setup``) for ``file:`` paths: without Hadoop's native
+library, Hadoop's own one runs ``chmod`` and ``readlink`` processes for each file Spark's
+checkpoint and Delta's log write, about forty per micro-batch. ``LOCAL_FS_JAR`` points at
+another build of the jar; a session setting of ``spark.hadoop.fs.file.impl`` (and
+``spark.hadoop.fs.AbstractFileSystem.file.impl``) replaces it.
 """
 
 from __future__ import annotations
@@ -62,9 +69,45 @@ def local_spark(
         .config("spark.sql.streaming.metricsEnabled", "false")
         .config("spark.databricks.delta.snapshotPartitions", "2")
     )
-    for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
+    settings = {key.replace("__", "."): value for key, value in conf.items()}
+    if _one_jvm(master):
+        settings = with_local_fs(settings)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()
+
+
+LOCAL_FS_CLASSES = {
+    "spark.hadoop.fs.file.impl": "mqtt.lakehouse.localfs.SpawnFreeLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "mqtt.lakehouse.localfs.SpawnFreeLocalFs",
+}
+CLASS_PATH = "spark.driver.extraClassPath"
+
+
+def local_fs_jar() -> Path | None:
+    """The spawn-free local file system's jar, when ``make setup`` built it."""
+    jar = Path(
+        os.environ.get("LOCAL_FS_JAR", REPO_ROOT / ".jars" / "local-fs" / "spawn-free-local-fs.jar")
+    )
+    return jar if jar.is_file() else None
+
+
+def with_local_fs(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` plus the settings that put ``file:`` paths on the spawn-free local file system
+    (its jar joins the driver's class path; only for a driver JVM this process launches, where
+    the tasks run too). Settings already in ``conf`` win; unchanged without the jar."""
+    jar = local_fs_jar()
+    if jar is None:
+        log.info("no spawn-free local file system jar: `make setup` builds it (needs javac)")
+        return dict(conf)
+    merged = {**LOCAL_FS_CLASSES, **conf}
+    merged[CLASS_PATH] = os.pathsep.join(p for p in (str(jar), conf.get(CLASS_PATH)) if p)
+    return merged
+
+
+def _one_jvm(master: str) -> bool:
+    """Whether ``master`` runs the tasks in the driver's JVM (``local``, ``local[N]``, ...)."""
+    return master == "local" or master.startswith("local[")
 
 
 REEXEC_MARKER = "MQTT_INGEST_DELTA_JARS_ADDED"
@@ -92,16 +135,28 @@ def _submitted_conf() -> SparkConf:
     return SparkConf()
 
 
-def resubmit_with_delta(script: str, argv: list[str]) -> None:
-    """Replace this process with ``spark-submit --jars <Delta jars> script argv``."""
-    conf = _submitted_conf()
-    spark_home = os.environ.get("SPARK_HOME", "")
-    submit = os.path.join(spark_home, "bin", "spark-submit") if spark_home else "spark-submit"
+def resubmit_command(conf: SparkConf, submit: str) -> list[str]:
+    """``spark-submit`` with the submitted jars plus Delta's and the submitted master; for a
+    ``local`` master (the default) also the spawn-free local file system's settings."""
     jars = [j for j in (conf.get("spark.jars", "") or "").split(",") if j] + delta_jars()
     command = [submit, "--jars", ",".join(jars)]
     master = conf.get("spark.master", None)
     if master:
         command += ["--master", master]
+    if _one_jvm(master or "local[*]"):
+        keys = (CLASS_PATH, *LOCAL_FS_CLASSES)
+        given = {key: conf.get(key) or "" for key in keys if conf.contains(key)}
+        for key, value in with_local_fs(given).items():
+            command += ["--conf", f"{key}={value}"]
+    return command
+
+
+def resubmit_with_delta(script: str, argv: list[str]) -> None:
+    """Replace this process with ``spark-submit --jars <Delta jars> script argv``."""
+    conf = _submitted_conf()
+    spark_home = os.environ.get("SPARK_HOME", "")
+    submit = os.path.join(spark_home, "bin", "spark-submit") if spark_home else "spark-submit"
+    command = resubmit_command(conf, submit)
     os.environ[REEXEC_MARKER] = "1"
     os.environ.pop("PYSPARK_GATEWAY_PORT", None)
     os.environ.pop("PYSPARK_GATEWAY_SECRET", None)
@@ -129,14 +184,18 @@ def job_spark(
     app_name: str, master: str | None = None, conf: dict[str, str] | None = None
 ) -> SparkSession:
     """The session for a job: the one spark-submit configured, plus Delta when it lacks it;
-    under plain ``python``, a local session (``master`` or ``local[2]``). ``conf``: more
-    settings (``--spark-conf``)."""
+    under plain ``python``, a local session (``master`` or ``local[2]``; a ``local`` master
+    gets the spawn-free local file system). ``conf``: more settings (``--spark-conf``)."""
     prepare_local_environment()
     builder = SparkSession.builder.appName(app_name)
+    settings = dict(conf or {})
+    launched_here = "PYSPARK_GATEWAY_PORT" not in os.environ  # not by spark-submit
     if master:
         builder = builder.master(master)
-    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+    elif launched_here:
         builder = builder.master("local[2]").config("spark.driver.host", "127.0.0.1")
-    for key, value in (conf or {}).items():
+    if launched_here and _one_jvm(master or "local"):
+        settings = with_local_fs(settings)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()
