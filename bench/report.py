@@ -319,6 +319,7 @@ def section_latency(data: Mapping[str, Any], charts: Charts) -> Lines:
             [
                 num(r["rate"]),
                 r["trigger"],
+                num(r.get("table_checkpoint_interval", 10)),
                 num(r["publisher"].get("achieved_rate")),
                 num(r["measured_rows"]),
                 *(num(lat[k], 3) for k in ("p50", "p95", "p99", "max")),
@@ -327,26 +328,29 @@ def section_latency(data: Mapping[str, Any], charts: Charts) -> Lines:
             ]
         )
     out += md_table(
-        ["msg/s", "trigger", "achieved msg/s", "rows measured", "p50 s", "p95 s", "p99 s",
-         "max s", "rows/commit", "batch ms p50"],
+        ["msg/s", "trigger", "table's checkpoint interval", "achieved msg/s", "rows measured",
+         "p50 s", "p95 s", "p99 s", "max s", "rows/commit", "batch ms p50"],
         rows,
     )  # fmt: skip
     goal = data.get("goal") or {}
-    if "met" in goal:
-        out += [
-            "",
-            *md_table(
-                ["goal", "target", "measured", "verdict"],
-                [
-                    [
-                        f"p99 at {num(goal['rate'])} msg/s, trigger {goal['trigger']}",
-                        f"≤ {goal['p99_seconds']} s",
-                        f"{goal['p99_measured_seconds']:.3f} s",
-                        "met" if goal["met"] else "**not met**",
-                    ]
-                ],
-            ),
+    verdicts = [(goal, "")]
+    long_interval = goal.get("with_long_checkpoint_interval") or {}
+    if long_interval:
+        verdicts.append(
+            (long_interval, f", table interval {long_interval['table_checkpoint_interval']}")
+        )
+    goal_rows = [
+        [
+            f"p99 at {num(goal['rate'])} msg/s, trigger {goal['trigger']}{table}",
+            f"≤ {goal['p99_seconds']} s",
+            f"{verdict['p99_measured_seconds']:.3f} s",
+            "met" if verdict["met"] else "**not met**",
         ]
+        for verdict, table in verdicts
+        if "met" in verdict
+    ]
+    if goal_rows:
+        out += ["", *md_table(["goal", "target", "measured", "verdict"], goal_rows)]
 
     def paint(plt: Any) -> None:
         axes = plt.gca()
@@ -355,7 +359,12 @@ def section_latency(data: Mapping[str, Any], charts: Charts) -> Lines:
             axes.plot(
                 [v for _, v in cdf],
                 [q / 100 for q, _ in cdf],
-                label=f"{r['rate']:,} msg/s, {r['trigger']}",
+                label=f"{r['rate']:,} msg/s, {r['trigger']}"
+                + (
+                    f", table interval {r['table_checkpoint_interval']}"
+                    if r.get("table_checkpoint_interval", 10) != 10
+                    else ""
+                ),
             )
         axes.set_xlabel("send → visible in Delta (s)")
         axes.set_ylabel("fraction of messages")

@@ -31,7 +31,10 @@ writer (``direct`` is False), which is correct and slower.
 
 Direct commits leave Delta's periodic checkpoint to a background thread
 (:mod:`.delta_checkpoints`) instead of writing it inside the commit; :meth:`DeltaAppender.close`
-waits for a checkpoint still being written.
+waits for a checkpoint still being written. Delta still computes the table's full state inside
+every ``delta.checkpointInterval``-th commit (its commit statistics), so a table may be given a
+long interval (say 1000) to keep that out of the stream: the appender then checkpoints every
+:data:`CHECKPOINT_EVERY` versions in the background all the same.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ log = logging.getLogger(__name__)
 
 ADAPTIVE_METADATA = "adaptiveMetadata-preview"
 """Delta table feature whose checkpoints are commits of their own: its hook stays in place."""
+
+CHECKPOINT_EVERY = 10
+"""Versions between background checkpoints when the table's ``delta.checkpointInterval`` is
+longer (Delta's default interval)."""
 
 RUN_PROPERTY = "spark.jobGroup.id"
 """Local property that holds the run id on a streaming batch's thread (Spark sets the run's
@@ -135,6 +142,8 @@ class DeltaAppender:
         self.background_checkpoints = True
         """Whether direct commits leave Delta's checkpoints to :attr:`checkpoints`."""
         self.checkpoints = Checkpointer()
+        self._checkpointed: dict[str, int] = {}
+        """Per table, the newest version handed to :attr:`checkpoints`."""
         self._known: dict[str, _Known] = {}
         self._classes: _DeltaJvm | None = None
 
@@ -287,16 +296,23 @@ class DeltaAppender:
 
     def _checkpoint_later(self, txn: Any, path: str, no_table: Any) -> None:
         """Hand the committed snapshot to the checkpointer when Delta's rule (every
-        ``delta.checkpointInterval``-th version) asks for a checkpoint."""
+        ``delta.checkpointInterval``-th version) asks for a checkpoint, or, on a table whose
+        interval is longer than :data:`CHECKPOINT_EVERY`, when that many versions have passed
+        since the newest checkpoint (in the log, or handed over by this appender)."""
         try:
-            if not txn.maintenanceOperation().shouldCheckpoint():
-                return
             delta_log = txn.deltaLog()
             snapshot = txn.committed().get().postCommitSnapshot()
             version = int(snapshot.version())
+            if not txn.maintenanceOperation().shouldCheckpoint():
+                interval = int(delta_log.checkpointInterval(snapshot.metadata()))
+                in_log = int(snapshot.logSegment().checkpointProvider().version())
+                newest = max(in_log, self._checkpointed.get(path, -1), 0)
+                if interval <= CHECKPOINT_EVERY or version - newest < CHECKPOINT_EVERY:
+                    return
         except Exception as exc:  # the batch is committed; only this checkpoint is skipped
             self._inline_checkpoints(exc)
             return
+        self._checkpointed[path] = version
         self.checkpoints.request(path, version, lambda: delta_log.checkpoint(snapshot, no_table))
 
     def _inline_checkpoints(self, exc: Exception) -> None:

@@ -22,6 +22,7 @@ from pyspark.errors import SparkRuntimeException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streaming_jobs import delta_append
 from streaming_jobs.batch_writer import QUERY_ID_PROPERTY, BatchWriter
 from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
 from streaming_jobs.delta_checkpoints import Checkpointer
@@ -293,6 +294,48 @@ def test_checkpoints_are_written_beside_the_commits_not_inside_them(
         b * 100 + i for b in range(4) for i in range(3)
     )
     assert delta_txn_version(spark, table) == 3
+
+
+@pytest.fixture
+def checkpoint_every_1000(spark: SparkSession) -> Iterator[None]:
+    """New tables get ``delta.checkpointInterval`` 1000: no version of a test is due."""
+    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    spark.conf.set(key, "1000")
+    yield
+    spark.conf.unset(key)
+
+
+def checkpoint_versions(table: Path) -> list[int]:
+    return sorted(
+        int(p.name.split(".")[0]) for p in (table / "_delta_log").glob("*.checkpoint.parquet")
+    )
+
+
+def test_a_long_interval_still_gets_background_checkpoints(
+    spark: SparkSession, run: str, tmp_path: Path, checkpoint_every_1000: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(delta_append, "CHECKPOINT_EVERY", 3)
+    table = tmp_path / "t"
+    appender = DeltaAppender()
+    for batch in range(8):  # versions 0 .. 7
+        assert write(appender, rows(spark, batch), table, batch)
+        assert appender.close(120)  # each checkpoint done before the next commit
+    assert checkpoint_versions(table) == [3, 6]
+    assert (appender.checkpoints.written, appender.checkpoints.failed) == (2, 0)
+    assert json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"] == 6
+
+    # a new run counts from the newest checkpoint in the log
+    context = spark.sparkContext
+    context.setLocalProperty(RUN_PROPERTY, "run-2")
+    again = DeltaAppender()
+    for batch in range(8, 11):  # versions 8 .. 10
+        assert write(again, rows(spark, batch), table, batch)
+        assert again.close(120)
+    assert checkpoint_versions(table) == [3, 6, 9]
+    fresh = spark.read.format("delta").load(str(table))
+    assert fresh.count() == 11 * 3
+    assert delta_txn_version(spark, table) == 10
 
 
 def test_delta_writer_commits_keep_their_checkpoint_inside_the_commit(
