@@ -250,13 +250,18 @@ def test_a_streaming_batch_runs_under_its_run_id(spark: SparkSession, tmp_path: 
     assert seen and set(seen) == {str(query.runId)}
 
 
-@pytest.fixture
-def checkpoint_every_2(spark: SparkSession) -> Iterator[None]:
-    """New tables get ``delta.checkpointInterval`` 2: version 2 is due for a checkpoint."""
+def new_tables_checkpoint_every(spark: SparkSession, interval: int) -> Iterator[None]:
+    """New tables get ``delta.checkpointInterval`` ``interval`` while the test runs."""
     key = "spark.databricks.delta.properties.defaults.checkpointInterval"
-    spark.conf.set(key, "2")
+    spark.conf.set(key, str(interval))
     yield
     spark.conf.unset(key)
+
+
+@pytest.fixture
+def checkpoint_every_2(spark: SparkSession) -> Iterator[None]:
+    """Version 2 of a new table is due for a checkpoint."""
+    yield from new_tables_checkpoint_every(spark, 2)
 
 
 def test_checkpoints_are_written_beside_the_commits_not_inside_them(
@@ -298,11 +303,8 @@ def test_checkpoints_are_written_beside_the_commits_not_inside_them(
 
 @pytest.fixture
 def checkpoint_every_1000(spark: SparkSession) -> Iterator[None]:
-    """New tables get ``delta.checkpointInterval`` 1000: no version of a test is due."""
-    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
-    spark.conf.set(key, "1000")
-    yield
-    spark.conf.unset(key)
+    """No version of a new table in a test is due for a checkpoint by Delta's rule."""
+    yield from new_tables_checkpoint_every(spark, 1000)
 
 
 def checkpoint_versions(table: Path) -> list[int]:
