@@ -284,11 +284,13 @@ def run_once(
         reader = spark.readStream.format("mqtt")
         for key, value in source_options(args).items():
             reader = reader.option(key, value)
+        batch_writer = BatchWriter(make_plan("binary", None), str(table), None, RunStats())
+        source = reader.load()
+        batch_writer.create_tables(spark, source.schema)  # as the job does before its query
         writer = (
-            reader.load()
-            .writeStream.option("checkpointLocation", str(checkpoint))
+            source.writeStream.option("checkpointLocation", str(checkpoint))
             .trigger(processingTime=trigger)
-            .foreachBatch(BatchWriter(make_plan("binary", None), str(table), None, RunStats()))
+            .foreachBatch(batch_writer)
         )
         with CommitWatcher(table) as watcher:
             query = writer.start()

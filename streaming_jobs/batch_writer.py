@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import time
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from .delta_append import DeltaAppender
 from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, table_rows
@@ -64,6 +65,28 @@ class BatchWriter:
             raise
         log.debug("batch %d: %d rows in %.2f s", batch_id, rows, time.monotonic() - began)
         self.stats.record(BatchStats(batch_id, rows, unparsed, newest, time.time()))
+
+    def create_tables(self, spark: SparkSession, source_schema: StructType | str) -> list[str]:
+        """Create the tables this writer fills, empty and with the columns and partitioning its
+        batches will have, unless they exist; returns the paths created. The job calls it
+        before its query starts: a path that cannot hold a Delta table fails the job at once,
+        and the first batch commits to an existing table (a direct commit, decision 17)
+        instead of creating it through Delta's writer."""
+        decoded = decode(spark.createDataFrame([], source_schema), self.plan)
+        targets = [(self.table, table_rows(decoded, self.plan), self.plan.partition_by)]
+        if self.dead_letter_table is not None:
+            targets.append((self.dead_letter_table, dead_letter_rows(decoded), ()))
+        created = []
+        for path, rows, partition_by in targets:
+            if self._table_exists(rows, path):
+                continue
+            writer = rows.write.format("delta").mode("append")
+            if partition_by:
+                writer = writer.partitionBy(*partition_by)
+            writer.save(path)
+            self._exists.add(path)
+            created.append(path)
+        return created
 
     def close(self, timeout: float | None = None) -> bool:
         """Wait for Delta checkpoints still being written after the last batch; False if

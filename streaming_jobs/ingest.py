@@ -396,9 +396,14 @@ def supervise(
         stats,
         merge_schema=config.merge_schema,
     )
+    source = reader.load()
+    try:
+        for path in writer.create_tables(spark, source.schema):
+            log.info("created the Delta table %s", path)
+    except Exception as exc:  # a path Delta cannot use: fail before the query takes messages
+        raise JobError(f"cannot create the Delta tables: {root_cause(exc)}") from None
     stream = (
-        reader.load()
-        .writeStream.foreachBatch(writer)
+        source.writeStream.foreachBatch(writer)
         .option("checkpointLocation", config.checkpoint)
         .queryName("mqtt-ingest")
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from py4j.protocol import Py4JError
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import SparkRuntimeException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -26,7 +26,7 @@ from streaming_jobs import delta_append
 from streaming_jobs.batch_writer import QUERY_ID_PROPERTY, BatchWriter
 from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
 from streaming_jobs.delta_checkpoints import Checkpointer
-from streaming_jobs.payloads import make_plan
+from streaming_jobs.payloads import decode, make_plan, table_rows
 from streaming_jobs.progress import RunStats
 from tests.spark.job_runner import delta_commits, delta_row_count, txn_versions
 from tests.spark.test_job_payloads import source_rows
@@ -155,7 +155,9 @@ def test_a_failed_write_commits_nothing_and_the_next_batch_looks_the_version_up(
     table = tmp_path / "t"
     appender = appended(spark, table, 2)
     failing = rows(spark, 2).withColumn("seq", F.raise_error(F.lit("boom")).cast("long"))
-    with pytest.raises(SparkRuntimeException, match="boom"):
+    # Spark raises the task's error itself or wrapped in TASK_WRITE_FAILED (which PySpark
+    # leaves a Py4JJavaError); both runs have been seen in one suite
+    with pytest.raises((SparkRuntimeException, Py4JJavaError), match="boom"):
         write(appender, failing, table, 2)
     assert txn_versions(table) == [0, 1]
     lookups = appender.lookups
@@ -229,6 +231,44 @@ def test_a_replayed_batch_into_one_table_is_counted_not_written(
     assert delta_row_count(table) == 3
     recorded = stats.get(0)
     assert recorded is not None and recorded.rows == 3
+
+
+def test_tables_created_before_the_query_take_the_first_batch_directly(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import StructType
+
+    from connector.source.schema import SCHEMA_DDL
+    from streaming_jobs.ingest import parse_schema
+    from tests.spark.test_job_payloads import SCHEMA
+
+    table, dead = tmp_path / "t", tmp_path / "dead"
+    plan = make_plan("json", parse_schema(SCHEMA), dead_letters=True, partition_by=("date",))
+    writer = BatchWriter(plan, str(table), str(dead), RunStats())
+    source_schema = StructType.fromDDL(SCHEMA_DDL)
+    assert writer.create_tables(spark, source_schema) == [str(table), str(dead)]
+    assert [c["commitInfo"]["operation"] for c in map(_commit_info, delta_commits(table))] == [
+        "WRITE"
+    ]
+    assert delta_row_count(table) == delta_row_count(dead) == 0
+    again = BatchWriter(plan, str(table), str(dead), RunStats())
+    assert again.create_tables(spark, source_schema) == []  # they exist: nothing written
+    assert len(delta_commits(table)) == len(delta_commits(dead)) == 1
+
+    batch = source_rows(spark, [b'{"seq": 1}', b"not json", b'{"seq": 2}'])
+    writer(batch, 0)
+    assert (writer.appender.direct_commits, writer.appender.writer_commits) == (2, 0)
+    assert txn_versions(table) == txn_versions(dead) == [0]
+    written = spark.read.format("delta").load(str(table))
+    assert written.columns == table_rows(decode(batch, plan), plan).columns
+    assert sorted(r.seq for r in written.collect()) == [1, 2]
+    assert delta_row_count(dead) == 1
+    details = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+    assert details is not None and details.partitionColumns == ["date"]
+
+
+def _commit_info(commit: dict) -> dict:
+    return next(a for a in commit["actions"] if "commitInfo" in a)
 
 
 def test_a_streaming_batch_runs_under_its_run_id(spark: SparkSession, tmp_path: Path) -> None:

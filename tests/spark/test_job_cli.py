@@ -1,5 +1,6 @@
 """The ingest job's command line, run as a subprocess: failures before Spark starts are fast,
-one line on stderr and a non-zero exit; ``--config`` TOML files; ``--help`` and the README."""
+one line on stderr and a non-zero exit, and so is a table path Delta cannot use (before the
+query starts); ``--config`` TOML files; ``--help`` and the README."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 from streaming_jobs.ingest_config import build_parser
 from streaming_jobs.local_broker import free_port
-from tests.spark.job_runner import REPO_ROOT, run_job
+from tests.brokers import BrokerFactory
+from tests.spark.job_runner import REPO_ROOT, batch_files, run_job
 
 FAST = 10.0
 """Seconds a run that fails before Spark starts may take (Python start and imports)."""
@@ -79,6 +81,21 @@ def test_unreachable_broker_fails_fast_with_one_line(tmp_path: Path) -> None:
     assert f"cannot reach the MQTT broker {broker}" in line
     assert "refused" in line.lower()
     assert time.monotonic() - began < FAST
+
+
+def test_a_table_path_delta_cannot_use_fails_before_the_query_starts(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    broker = broker_factory()
+    (tmp_path / "t").write_text("a file where the table should go")
+    done = run_job(_args(tmp_path, broker=broker.url), timeout=180)
+    assert done.returncode == 1, done
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "cannot create the Delta tables" in errors[0]
+    assert str(tmp_path / "t") in errors[0]
+    assert batch_files(tmp_path / "c", "offsets") == []  # no batch, no message taken
+    assert not (tmp_path / "c" / "mqtt-wal").exists()
 
 
 def _toml(path: Path, text: str) -> Path:
