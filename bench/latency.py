@@ -372,7 +372,8 @@ def _is_goal(run: dict) -> bool:
     return run["rate"] == GOAL["rate"] and run["trigger"] == GOAL["trigger"]
 
 
-def _label(run: dict) -> str:
+def run_label(run: dict) -> str:
+    """``10,000 msg/s, 500 milliseconds``, plus the table's interval when it is not Delta's."""
     label = f"{run['rate']:,} msg/s, {run['trigger']}"
     if _interval(run) != DELTA_CHECKPOINT_INTERVAL:
         label += f", table interval {_interval(run)}"
@@ -384,7 +385,7 @@ def _report_run(run: dict, interval: int) -> dict:
     run = {**run, "table_checkpoint_interval": interval}
     lat = run["latency_seconds"]
     print(
-        f"{_label(run)}: p50 {lat['p50']:.3f} s, p95 {lat['p95']:.3f} s, p99 {lat['p99']:.3f} s "
+        f"{run_label(run)}: p50 {lat['p50']:.3f} s, p95 {lat['p95']:.3f} s, p99 {lat['p99']:.3f} s "
         f"(achieved {run['publisher']['achieved_rate']:,.0f} msg/s)",
         flush=True,
     )
@@ -485,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ["rate / trigger", "achieved msg/s", "rows", "p50 s", "p95 s", "p99 s", "max s"],
             [
                 [
-                    _label(r),
+                    run_label(r),
                     f"{r['publisher']['achieved_rate']:,.0f}",
                     f"{r['measured_rows']:,}",
                     f"{r['latency_seconds']['p50']:.3f}",

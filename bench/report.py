@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .latency import DELTA_CHECKPOINT_INTERVAL, run_label
+
 log = logging.getLogger("bench.report")
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -319,7 +321,7 @@ def section_latency(data: Mapping[str, Any], charts: Charts) -> Lines:
             [
                 num(r["rate"]),
                 r["trigger"],
-                num(r.get("table_checkpoint_interval", 10)),
+                num(r.get("table_checkpoint_interval", DELTA_CHECKPOINT_INTERVAL)),
                 num(r["publisher"].get("achieved_rate")),
                 num(r["measured_rows"]),
                 *(num(lat[k], 3) for k in ("p50", "p95", "p99", "max")),
@@ -359,12 +361,7 @@ def section_latency(data: Mapping[str, Any], charts: Charts) -> Lines:
             axes.plot(
                 [v for _, v in cdf],
                 [q / 100 for q, _ in cdf],
-                label=f"{r['rate']:,} msg/s, {r['trigger']}"
-                + (
-                    f", table interval {r['table_checkpoint_interval']}"
-                    if r.get("table_checkpoint_interval", 10) != 10
-                    else ""
-                ),
+                label=run_label(r),
             )
         axes.set_xlabel("send → visible in Delta (s)")
         axes.set_ylabel("fraction of messages")
