@@ -301,13 +301,16 @@ class DeltaAppender:
         since the newest checkpoint (in the log, or handed over by this appender)."""
         try:
             delta_log = txn.deltaLog()
+            due = bool(txn.maintenanceOperation().shouldCheckpoint())
+            # a direct commit keeps the table's metadata: the transaction's is the table's
+            if not due and int(delta_log.checkpointInterval(txn.metadata())) <= CHECKPOINT_EVERY:
+                return
             snapshot = txn.committed().get().postCommitSnapshot()
             version = int(snapshot.version())
-            if not txn.maintenanceOperation().shouldCheckpoint():
-                interval = int(delta_log.checkpointInterval(snapshot.metadata()))
+            if not due:
                 in_log = int(snapshot.logSegment().checkpointProvider().version())
                 newest = max(in_log, self._checkpointed.get(path, -1), 0)
-                if interval <= CHECKPOINT_EVERY or version - newest < CHECKPOINT_EVERY:
+                if version - newest < CHECKPOINT_EVERY:
                     return
         except Exception as exc:  # the batch is committed; only this checkpoint is skipped
             self._inline_checkpoints(exc)
