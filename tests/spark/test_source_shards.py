@@ -41,10 +41,11 @@ def worker_pid(wal: Path, index: int) -> int:
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie counts as gone)."""
+    """Whether ``pid`` runs (a zombie counts as gone). A process that exits between the open
+    and the read of its ``stat`` file raises ``ProcessLookupError``: gone as well."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except OSError:
         return False
     return stat[stat.rindex(")") + 2] != "Z"
 
