@@ -15,7 +15,7 @@ from .codec import (
     decode_remaining_length,
 )
 from .errors import MalformedPacket, PacketTooLarge
-from .packets import Packet, ProtocolLevel
+from .packets import Packet, ProtocolLevel, Pubrel
 
 LARGE_FRAME = 1 << 16
 
@@ -117,6 +117,10 @@ class StreamDecoder:
                     break
                 if first & 0xF0 == 0x30:
                     packets.append(decode_publish(first & 0x0F, buf, start, end, topics))
+                elif first == 0x62 and length == 2 and (buf[start] or buf[start + 1]):
+                    # PUBREL with the flags, length and nonzero packet id that section 3.6.1
+                    # and 2.3.1 require: what decode_packet would build, without its checks.
+                    packets.append(Pubrel(buf[start] << 8 | buf[start + 1]))
                 else:
                     packets.append(decode_packet(first, buf[start:end], level))
                 pos = end

@@ -473,8 +473,8 @@ class MqttClient:
         write. Dropped silently when the connection they came on is gone."""
         now = self.clock()
         self.session.ack_many(messages, now)
-        for packet_id in released or ():
-            self.session.complete(packet_id, now)
+        if released:
+            self.session.complete_many(released, now)
         try:
             self.flush()
         except ConnectionLost as exc:

@@ -447,17 +447,37 @@ class ClientSession:
 
     def complete(self, packet_id: int, now: float) -> None:
         """Send PUBCOMP for a released QoS 2 id (after the release is persisted), then the
-        PUBRECs that the freed room in the window lets out."""
-        self._finish_qos2(packet_id)
-        if self.state is State.CONNECTED:
-            words = [_PUBCOMP | packet_id]
-            held = self._pubrec_held
-            window = self.config.pubrec_window
-            while held and len(self._pubrec_sent) < window:
-                pid, _ = held.popitem(last=False)
-                self._pubrec_sent.add(pid)
-                words.append(_PUBREC | pid)
-            self._send_words(words, now)
+        PUBRECs that the freed room in the window lets out (section 4.3.3)."""
+        self.complete_many([packet_id], now)
+
+    def complete_many(self, packet_ids: list[int], now: float) -> None:
+        """``complete`` each of ``packet_ids`` in order, with one queued write.
+
+        The bytes are those of one ``complete`` call per id, in the same order: each id's
+        PUBCOMP, then the PUBRECs its freed room in the window lets out, oldest first (section
+        4.3.3; section 4.6: PUBRECs in the order their PUBLISH packets arrived)."""
+        if self.state is not State.CONNECTED:
+            for pid in packet_ids:
+                self._finish_qos2(pid)
+            return
+        qos2 = self._qos2_in
+        here = self._qos2_here
+        sent = self._pubrec_sent
+        held = self._pubrec_held
+        window = self.config.pubrec_window
+        words: list[int] = []
+        for pid in packet_ids:
+            # As _finish_qos2, inlined: this runs once per QoS 2 message.
+            qos2.pop(pid, None)
+            here.discard(pid)
+            sent.discard(pid)
+            held.pop(pid, None)
+            words.append(_PUBCOMP | pid)
+            while held and len(sent) < window:
+                free, _ = held.popitem(last=False)
+                sent.add(free)
+                words.append(_PUBREC | free)
+        self._send_words(words, now)
 
     def _finish_qos2(self, packet_id: int) -> None:
         """Forget the inbound QoS 2 exchange ``packet_id``: it is complete."""
@@ -550,6 +570,9 @@ class ClientSession:
                         violation = problem
                         break
                     continue
+                if type(packet) is Pubrel:  # the QoS 2 release phase: skip _handle's chain
+                    self._on_pubrel(packet.packet_id, events, now)
+                    continue
                 problem = self._handle(packet, events, now)  # type: ignore[arg-type]
                 if problem:
                     violation = problem
@@ -611,12 +634,7 @@ class ClientSession:
             self._outbound_released.add(packet.packet_id)
             self._send(_ACK_WORD.pack(_PUBREL | packet.packet_id), now)
         elif isinstance(packet, Pubrel):
-            if self._qos2_in.get(packet.packet_id) == _RECORDED:
-                events.append(Released(packet.packet_id))
-            else:
-                # Unknown PUBREL: answer PUBCOMP so the broker can release the id (4.3.3).
-                self._finish_qos2(packet.packet_id)
-                self._send(_ACK_WORD.pack(_PUBCOMP | packet.packet_id), now)
+            self._on_pubrel(packet.packet_id, events, now)
         elif isinstance(packet, Suback):
             filters = self._subscribing.pop(packet.packet_id, None)
             if filters is None:
@@ -648,6 +666,16 @@ class ClientSession:
                 "(section 2.2.1)"
             )
         return None
+
+    def _on_pubrel(self, packet_id: int, events: list[Event], now: float) -> None:
+        """PUBREL (section 3.6): a recorded id is released once the caller persists that and
+        calls ``complete``; an unknown id gets PUBCOMP at once so the broker can free it
+        (section 4.3.3)."""
+        if self._qos2_in.get(packet_id) == _RECORDED:
+            events.append(Released(packet_id))
+        else:
+            self._finish_qos2(packet_id)
+            self._send(_ACK_WORD.pack(_PUBCOMP | packet_id), now)
 
     def _on_publish(self, packet: Publish, events: list[Event], now: float) -> str | None:
         """Deliver an inbound PUBLISH unless it duplicates a pending QoS 2 id (4.3.3).

@@ -677,6 +677,61 @@ def test_a_pubrel_for_a_held_id_completes_it_and_drops_its_pubrec() -> None:
     assert session.data_to_send() == wire(Pubcomp(1))  # no PUBREC for 2 any more
 
 
+def qos2_state(session: ClientSession) -> tuple[object, ...]:
+    """Everything ``complete`` may change, for comparing two sessions."""
+    return (
+        session.state,
+        session.export_qos2_pending(),
+        dict(session._qos2_in),
+        set(session._qos2_here),
+        set(session._pubrec_sent),
+        list(session._pubrec_held),
+        session.pubrecs_held,
+        session._last_sent,
+    )
+
+
+@pytest.mark.parametrize("window", [0, 1, 2, 3, 256])
+@pytest.mark.parametrize("lost", [False, True], ids=["connected", "connection-lost"])
+def test_complete_many_matches_a_loop_of_complete(window: int, lost: bool) -> None:
+    """Both sessions see the same bytes; one completes id by id, the other in one call."""
+    ids = [1, 2, 3, 4, 5, 6, 7]
+    released = [2, 99, 1, 6, 3, 2, 4, 0xFFFF]  # 99 and 0xFFFF unknown, 2 twice, 6 held
+    pubrels = wire(*(Pubrel(pid) for pid in released))
+    one_by_one, _, first_sent = acknowledged(window, *ids)
+    batched, _, batch_sent = acknowledged(window, *ids)
+    assert first_sent == batch_sent
+    events = one_by_one.receive_data(pubrels, 2.0)
+    assert batched.receive_data(pubrels, 2.0) == events
+    assert one_by_one.data_to_send() == batched.data_to_send()  # PUBCOMPs for unknown ids
+    if lost:
+        one_by_one.connection_lost()
+        batched.connection_lost()
+    for pid in released:
+        one_by_one.complete(pid, 3.0)
+    batched.complete_many(released, 3.0)
+    expected = one_by_one.data_to_send()
+    assert batched.data_to_send() == expected
+    assert qos2_state(batched) == qos2_state(one_by_one)
+    if not lost:
+        assert expected  # the comparison covered bytes on the wire
+    if window in (1, 2) and not lost:
+        assert one_by_one.pubrecs_held  # ... and PUBRECs let out of a full window
+
+
+def test_complete_many_sends_each_pubcomp_then_the_pubrecs_it_frees_in_one_write() -> None:
+    session, _, sent = acknowledged(2, 1, 2, 3, 4, 5)
+    assert sent == wire(Pubrec(1), Pubrec(2))
+    session.receive_data(wire(Pubrel(2), Pubrel(1)), 2.0)
+    session.complete_many([2, 42, 1], 3.0)
+    expected = wire(Pubcomp(2), Pubrec(3), Pubcomp(42), Pubcomp(1), Pubrec(4))
+    assert session._out == [expected]  # one queued write
+    assert session.data_to_send() == expected
+    assert session.export_qos2_pending() == {3, 4, 5}
+    session.complete_many([], 4.0)
+    assert session.data_to_send() == b""
+
+
 def test_negative_window_is_refused() -> None:
     with pytest.raises(ValueError, match="pubrec_window must be >= 0"):
         SessionConfig("client-1", pubrec_window=-1)

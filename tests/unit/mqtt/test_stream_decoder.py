@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.codec import MAX_REMAINING_LENGTH, encode, encode_publish
+from connector.mqtt.codec import MAX_REMAINING_LENGTH, decode_packet, encode, encode_publish
 from connector.mqtt.decoder import LARGE_FRAME, StreamDecoder
 from connector.mqtt.errors import MalformedPacket, PacketTooLarge
 from connector.mqtt.packets import (
@@ -264,3 +264,41 @@ def test_bytearray_and_memoryview_reads(kind: type) -> None:
         out.extend(decoder.feed(buffer if kind is bytearray else memoryview(buffer)))
         buffer[:] = b"\xee" * len(buffer)  # the caller reuses its receive buffer
     assert out == expected
+
+
+@pytest.mark.parametrize("level", [ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "62 02 00 01",
+        "62 02 01 00",
+        "62 02 12 34",
+        "62 02 FF FF",
+        "62 02 00 00",  # packet id 0 (section 2.3.1)
+        "62 01 01",  # remaining length 1
+        "62 03 00 01 00",  # remaining length 3
+        "62 82 00 00 07",  # remaining length 2 in two bytes
+        "60 02 00 01",  # flags of 3.1.1 section 3.6.1 broken
+        "6A 02 00 01",  # 3.1 QoS 1 + DUP flags
+        "68 02 00 01",
+    ],
+)
+def test_pubrel_frames_decode_as_decode_packet_does(level: ProtocolLevel, frame: str) -> None:
+    """The PUBREL fast path gives decode_packet's packet, or its error, at either level."""
+    data = bytes.fromhex(frame)
+    before = encode(Puback(9))
+    start = 3 if data[1] & 0x80 else 2
+    try:
+        expected: object = [Puback(9), decode_packet(data[0], data[start:], level)]
+    except MalformedPacket as exc:
+        expected = (type(exc), str(exc), [Puback(9)])
+    for chunks in ([before + data], [before, data[:3], data[3:]], [before + data[:1], data[1:]]):
+        decoder = StreamDecoder(level)
+        packets: list[Packet] = []
+        try:
+            for chunk in chunks:
+                packets += decoder.feed(chunk)
+            got: object = packets
+        except MalformedPacket as exc:
+            got = (type(exc), str(exc), packets + exc.packets)
+        assert got == expected
