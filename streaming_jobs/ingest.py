@@ -398,7 +398,7 @@ def supervise(
     )
     source = reader.load()
     try:
-        for path in writer.create_tables(spark, source.schema):
+        for path in writer.create_tables(spark, source.schema, config.table_checkpoint_interval):
             log.info("created the Delta table %s", path)
     except Exception as exc:  # a path Delta cannot use: fail before the query takes messages
         raise JobError(f"cannot create the Delta tables: {root_cause(exc)}") from None

@@ -210,6 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated partition columns of --table; 'date' adds the UTC receive date",
     )
     out.add_argument(
+        "--table-checkpoint-interval",
+        type=int,
+        metavar="N",
+        help="delta.checkpointInterval of the tables the job creates (default 1000, or the "
+        "session's spark.databricks.delta.properties.defaults.checkpointInterval when set; "
+        "the job checkpoints every 10 versions in the background); existing tables keep theirs",
+    )
+    out.add_argument(
         "--merge-schema",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -297,6 +305,7 @@ class IngestConfig:
     dead_letter_table: str | None = None
     partition_by: tuple[str, ...] = ()
     merge_schema: bool = False
+    table_checkpoint_interval: int | None = None
     trigger: str = "processing-time=1 second"
     max_messages_per_trigger: int | None = None
     partition_data: str | None = None
@@ -491,6 +500,9 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
     dead_letter = values.get("dead_letter_table")
     if dead_letter and Path(dead_letter).resolve() == table:
         raise UsageError("--dead-letter-table must differ from --table")
+    interval = values.get("table_checkpoint_interval")
+    if interval is not None and interval < 1:
+        raise UsageError("--table-checkpoint-interval must be at least 1")
     if (values.get("max_messages_per_trigger") or 1) < 1:
         raise UsageError("--max-messages-per-trigger must be at least 1")
     if values["stop_timeout"] < 0:

@@ -23,7 +23,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming_jobs import delta_append
-from streaming_jobs.batch_writer import QUERY_ID_PROPERTY, BatchWriter
+from streaming_jobs.batch_writer import (
+    CREATED_TABLE_CHECKPOINT_INTERVAL,
+    QUERY_ID_PROPERTY,
+    BatchWriter,
+    created_table_interval,
+)
 from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
 from streaming_jobs.delta_checkpoints import Checkpointer
 from streaming_jobs.payloads import decode, make_plan, table_rows
@@ -265,6 +270,42 @@ def test_tables_created_before_the_query_take_the_first_batch_directly(
     assert delta_row_count(dead) == 1
     details = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
     assert details is not None and details.partitionColumns == ["date"]
+
+
+def _table_interval(spark: SparkSession, table: Path) -> str | None:
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first().properties  # type: ignore[union-attr]
+    return properties.get("delta.checkpointInterval")
+
+
+def test_tables_the_job_creates_get_a_long_checkpoint_interval_unless_told_otherwise(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Decision 23: created tables get CREATED_TABLE_CHECKPOINT_INTERVAL, or the interval asked
+    for, or (nothing asked) the session's default for new tables; existing ones keep theirs."""
+    from connector.source.schema import SCHEMA_DDL
+
+    plan = make_plan("text", None, dead_letters=True)
+
+    def create(name: str, interval: int | None = None) -> tuple[Path, Path]:
+        table, dead = tmp_path / name, tmp_path / f"{name}-dead"
+        writer = BatchWriter(plan, str(table), str(dead), RunStats())
+        assert writer.create_tables(spark, SCHEMA_DDL, interval) == [str(table), str(dead)]
+        return table, dead
+
+    expected = str(CREATED_TABLE_CHECKPOINT_INTERVAL)
+    assert [_table_interval(spark, t) for t in create("default")] == [expected, expected]
+    assert [_table_interval(spark, t) for t in create("asked", 10)] == ["10", "10"]
+    for _ in new_tables_checkpoint_every(spark, 7):
+        assert [_table_interval(spark, t) for t in create("session")] == ["7", "7"]
+        assert [_table_interval(spark, t) for t in create("asked-too", 20)] == ["20", "20"]
+
+    existing = tmp_path / "existing"
+    spark.range(1).write.format("delta").save(str(existing))
+    writer = BatchWriter(make_plan("binary", None), str(existing), None, RunStats())
+    assert writer.create_tables(spark, SCHEMA_DDL, 5) == []
+    assert _table_interval(spark, existing) is None
+    with pytest.raises(ValueError, match="at least 1"):
+        created_table_interval(spark, 0)
 
 
 def _commit_info(commit: dict) -> dict:

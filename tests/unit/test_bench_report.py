@@ -39,6 +39,7 @@ def _latency() -> dict:
         "cdf": [[0, 0.2], [50, 0.61], [99, 1.734], [100, 2.1]],
         "rows_per_commit_median": 5_000,
         "batch_duration_ms": {"p50": 420, "max": 900, "batches": 120},
+        "table_checkpoint_interval": 1000,
     }
     return {
         "machine": MACHINE,
@@ -48,7 +49,7 @@ def _latency() -> dict:
             run,
             {
                 **run,
-                "table_checkpoint_interval": 1000,
+                "table_checkpoint_interval": 10,
                 "latency_seconds": {"p50": 0.6, "p95": 1.9, "p99": 2.5, "max": 3.0, "min": 0.2},
             },
         ],
@@ -58,8 +59,8 @@ def _latency() -> dict:
             "p99_seconds": 2.0,
             "p99_measured_seconds": 1.734,
             "met": True,
-            "with_long_checkpoint_interval": {
-                "table_checkpoint_interval": 1000,
+            "with_other_checkpoint_interval": {
+                "table_checkpoint_interval": 10,
                 "p99_measured_seconds": 2.5,
                 "met": False,
             },
@@ -150,10 +151,10 @@ def test_report_tables_charts_and_chaos(tmp_path: Path) -> None:
     assert "Test CPU, 2 cores" in _section(text, "Machine")
     latency = _section(text, "Latency")
     row = "| 10,000 | 500 milliseconds | {} | 9,990 | 550,000 | {} |"
-    assert row.format(10, "0.610 | 1.200 | 1.734 | 2.100") in latency
-    assert row.format("1,000", "0.600 | 1.900 | 2.500 | 3.000") in latency
+    assert row.format("1,000", "0.610 | 1.200 | 1.734 | 2.100") in latency
+    assert row.format(10, "0.600 | 1.900 | 2.500 | 3.000") in latency
     assert "trigger 500 milliseconds | ≤ 2.0 s | 1.734 s | met |" in latency
-    assert "trigger 500 milliseconds, table interval 1000 | ≤ 2.0 s | 2.500 s | **not met** |" in (
+    assert "trigger 500 milliseconds, table interval 10 | ≤ 2.0 s | 2.500 s | **not met** |" in (
         latency
     )
     scale = _section(text, "Scale of cost")
@@ -187,3 +188,16 @@ def test_latency_payload_and_percentiles() -> None:
     assert quantile(values, 50) == pytest.approx(50.5)
     assert quantile(values, 99) == pytest.approx(99.01)
     assert quantile(values, 100) == 100.0
+
+
+def test_the_latency_bench_names_the_job_s_table_interval() -> None:
+    """bench.latency keeps a copy of the job's interval for created tables (decision 23)."""
+    from bench.latency import JOB_CHECKPOINT_INTERVAL, run_label
+    from streaming_jobs.batch_writer import CREATED_TABLE_CHECKPOINT_INTERVAL
+
+    assert JOB_CHECKPOINT_INTERVAL == CREATED_TABLE_CHECKPOINT_INTERVAL
+    run = {"rate": 10_000, "trigger": "500 milliseconds"}
+    assert run_label({**run, "table_checkpoint_interval": JOB_CHECKPOINT_INTERVAL}) == (
+        "10,000 msg/s, 500 milliseconds"
+    )
+    assert run_label({**run, "table_checkpoint_interval": 10}).endswith(", table interval 10")

@@ -67,6 +67,20 @@ def test_topic_columns_and_partition_by() -> None:
         parse_config([*BASE, "--topic-columns", "site,Site"], environ={})
 
 
+def test_table_checkpoint_interval_from_flag_or_file(tmp_path: Path) -> None:
+    config, _ = parse_config(BASE, environ={})
+    assert config.table_checkpoint_interval is None  # the writer picks (decision 23)
+    config, _ = parse_config([*BASE, "--table-checkpoint-interval", "10"], environ={})
+    assert config.table_checkpoint_interval == 10
+    config_file = tmp_path / "ingest.toml"
+    config_file.write_text("table-checkpoint-interval = 50\n")
+    config, _ = parse_config([*BASE, "--config", str(config_file)], environ={})
+    assert config.table_checkpoint_interval == 50
+    for bad in ("0", "-5"):
+        with pytest.raises(UsageError, match="--table-checkpoint-interval must be at least 1"):
+            parse_config([*BASE, "--table-checkpoint-interval", bad], environ={})
+
+
 def test_password_from_environment_or_file(tmp_path: Path) -> None:
     config, _ = parse_config([*BASE, "--username", "u", "--password-env", "PW"], environ={})
     assert read_password(config, {"PW": "from-env"}) == "from-env"
