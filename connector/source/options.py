@@ -35,6 +35,7 @@ KNOWN_OPTIONS = (
     "maxMessagesPerTrigger",
     "minMessagesPerTrigger",
     "maxTriggerDelay",
+    "firstBatchWait",
     "failOnDataLoss",
     "maxBacklogMessages",
     "availableNowIdleTimeout",
@@ -127,6 +128,7 @@ class SourceOptions:
     max_messages_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = 15.0
+    first_batch_wait: float = 0.5
     fail_on_data_loss: bool = True
     max_backlog_messages: int = 1_000_000
     available_now_idle_timeout: float = 2.0
@@ -250,6 +252,7 @@ class SourceOptions:
             max_messages_per_trigger=max_messages,
             min_messages_per_trigger=min_messages,
             max_trigger_delay=_seconds("maxTriggerDelay", opts.get("maxTriggerDelay", "15"), 0.0),
+            first_batch_wait=_seconds("firstBatchWait", opts.get("firstBatchWait", "0.5"), 0.0),
             fail_on_data_loss=_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
             max_backlog_messages=_int(
                 "maxBacklogMessages", opts.get("maxBacklogMessages", "1000000"), 1

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 MIN_RECORDS_PER_SPLIT = 20_000
 """Below this many records a batch is not split further (task overhead dominates)."""
 
+FIRST_BATCH_IDLE = 0.1
+"""``firstBatchWait``: seconds without a message after which the first burst counts as over."""
+
 
 class DataLossError(RuntimeError):
     """The checkpoint refers to WAL records that no longer exist (``failOnDataLoss``)."""
@@ -79,9 +82,16 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._shards: list[LocalShard] | list[ShardProcess] | None = None
         self._targets: list[int] | None = None
         self._last_batch_at: float | None = None
+        self._settled = False
 
     def __getstate__(self) -> dict:
-        return {"options": None, "_shards": None, "_targets": None, "_last_batch_at": None}
+        return {
+            "options": None,
+            "_shards": None,
+            "_targets": None,
+            "_last_batch_at": None,
+            "_settled": False,
+        }
 
     @property
     def shards(self) -> list[LocalShard] | list[ShardProcess]:
@@ -162,7 +172,23 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_batch_at = now
         return available == 0 or now - self._last_batch_at < self.options.max_trigger_delay
 
+    def _settle(self) -> None:
+        """``firstBatchWait``: before the run's first batch, wait until the receivers' first
+        burst (what the broker queued for the session while no query ran) stops, at most
+        ``firstBatchWait`` seconds, so that batch takes the queue instead of the few messages
+        stored when Spark first asked. Not under Trigger.AvailableNow, which waits already."""
+        self._settled = True
+        wait = self.options.first_batch_wait
+        if not wait or self._targets is not None:
+            return
+        for shard in self.shards:
+            shard.begin_wait_idle(FIRST_BATCH_IDLE, wait)
+        for shard in self.shards:
+            shard.end_wait_idle()
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if not self._settled:
+            self._settle()
         starts = self._positions(start)
         firsts, highs = [], []
         for index, shard in enumerate(self.shards):

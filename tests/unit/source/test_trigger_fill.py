@@ -41,3 +41,45 @@ def test_no_minimum_and_available_now_never_hold_back() -> None:
     available_now = reader(minMessagesPerTrigger="100", maxTriggerDelay="3600")
     available_now._targets = [5]
     assert not available_now._hold_back(5)
+
+
+class WaitingShard:
+    """Records the idle waits the reader asks of a shard."""
+
+    def __init__(self) -> None:
+        self.waits: list[tuple[float, float]] = []
+        self.ended = 0
+
+    def begin_wait_idle(self, idle: float, timeout: float) -> None:
+        self.waits.append((idle, timeout))
+
+    def end_wait_idle(self) -> None:
+        self.ended += 1
+
+
+def test_first_batch_wait_option_parses_with_default_and_bounds() -> None:
+    assert SourceOptions.parse(BASE).first_batch_wait == 0.5
+    assert SourceOptions.parse({**BASE, "firstBatchWait": "0"}).first_batch_wait == 0.0
+    assert SourceOptions.parse({**BASE, "firstBatchWait": "2.5"}).first_batch_wait == 2.5
+    for bad in ("-1", "later"):
+        with pytest.raises(InvalidOptionError, match="'firstBatchWait'"):
+            SourceOptions.parse({**BASE, "firstBatchWait": bad})
+
+
+def test_the_run_s_first_offset_waits_for_every_shard_s_first_burst_once() -> None:
+    from connector.source.reader import FIRST_BATCH_IDLE
+
+    settled = reader(firstBatchWait="3")
+    shards = [WaitingShard(), WaitingShard()]
+    settled._shards = shards  # type: ignore[assignment]
+    settled._settle()
+    assert [s.waits for s in shards] == [[(FIRST_BATCH_IDLE, 3.0)]] * 2
+    assert [s.ended for s in shards] == [1, 1]
+    assert settled._settled
+
+    for quiet in (reader(firstBatchWait="0"), reader()):
+        quiet._shards = [WaitingShard()]  # type: ignore[assignment]
+        if quiet.options.first_batch_wait:
+            quiet._targets = [10]  # Trigger.AvailableNow waits for the queue already
+        quiet._settle()
+        assert quiet._shards[0].waits == [] and quiet._settled  # type: ignore[union-attr]
