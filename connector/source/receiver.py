@@ -258,7 +258,8 @@ class Receiver:
                 stats.appended += len(records)
                 client.acknowledge(messages, batch.released)
                 with self._cond:
-                    self.last_activity = time.monotonic()
+                    if messages:  # a QoS 2 release is not a message: the queue may be empty
+                        self.last_activity = time.monotonic()
                     self._cond.notify_all()
         except BaseException as exc:  # reported to Spark through check()
             log.error("MQTT receiver stopped: %s", exc)
