@@ -460,18 +460,12 @@ class ClientSession:
             for pid in packet_ids:
                 self._finish_qos2(pid)
             return
-        qos2 = self._qos2_in
-        here = self._qos2_here
         sent = self._pubrec_sent
         held = self._pubrec_held
         window = self.config.pubrec_window
         words: list[int] = []
         for pid in packet_ids:
-            # As _finish_qos2, inlined: this runs once per QoS 2 message.
-            qos2.pop(pid, None)
-            here.discard(pid)
-            sent.discard(pid)
-            held.pop(pid, None)
+            self._finish_qos2(pid)
             words.append(_PUBCOMP | pid)
             while held and len(sent) < window:
                 free, _ = held.popitem(last=False)

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from streaming_jobs import delta_append
 from streaming_jobs.batch_writer import (
     CREATED_TABLE_CHECKPOINT_INTERVAL,
+    DEFAULT_INTERVAL_KEY,
     QUERY_ID_PROPERTY,
     BatchWriter,
     created_table_interval,
@@ -333,10 +334,9 @@ def test_a_streaming_batch_runs_under_its_run_id(spark: SparkSession, tmp_path: 
 
 def new_tables_checkpoint_every(spark: SparkSession, interval: int) -> Iterator[None]:
     """New tables get ``delta.checkpointInterval`` ``interval`` while the test runs."""
-    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
-    spark.conf.set(key, str(interval))
+    spark.conf.set(DEFAULT_INTERVAL_KEY, str(interval))
     yield
-    spark.conf.unset(key)
+    spark.conf.unset(DEFAULT_INTERVAL_KEY)
 
 
 @pytest.fixture
