@@ -187,9 +187,9 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             shard.end_wait_idle()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        starts = self._positions(start)  # a changed receiver count fails before any starts
         if not self._settled:
             self._settle()
-        starts = self._positions(start)
         firsts, highs = [], []
         for index, shard in enumerate(self.shards):
             shard.check()
