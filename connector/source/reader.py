@@ -181,10 +181,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wait = self.options.first_batch_wait
         if not wait or self._targets is not None:
             return
-        for shard in self.shards:
-            shard.begin_wait_idle(FIRST_BATCH_IDLE, wait)
-        for shard in self.shards:
-            shard.end_wait_idle()
+        self._wait_idle(FIRST_BATCH_IDLE, wait)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         starts = self._positions(start)  # a changed receiver count fails before any starts
@@ -227,11 +224,18 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for ``availableNowIdleTimeout``), at most ``availableNowMaxWait``, then fix one target
         per shard: with steady traffic there is no drained moment, and the run takes what
         arrived by then. Receiver processes wait in parallel."""
-        idle = self.options.available_now_idle_timeout
-        for shard in self.shards:
-            shard.begin_wait_idle(idle, self.options.available_now_max_wait)
-        self._targets = [shard.end_wait_idle().next for shard in self.shards]
+        statuses = self._wait_idle(
+            self.options.available_now_idle_timeout, self.options.available_now_max_wait
+        )
+        self._targets = [status.next for status in statuses]
         log.info("Trigger.AvailableNow: reading up to WAL offset(s) %s", self._targets)
+
+    def _wait_idle(self, idle: float, timeout: float) -> list[ShardStatus]:
+        """Every shard's status once its receiver went ``idle`` seconds without a message (or
+        ``timeout`` passed); receiver processes wait in parallel."""
+        for shard in self.shards:
+            shard.begin_wait_idle(idle, timeout)
+        return [shard.end_wait_idle() for shard in self.shards]
 
     # ------------------------------------------------------------------ batches
 
