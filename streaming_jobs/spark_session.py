@@ -2,7 +2,8 @@
 
 Delta's JVM jars do not come with the ``delta-spark`` pip package; ``make setup`` copies
 ``io.delta:delta-spark_<spark>_2.13`` and its runtime dependencies into ``.jars/`` so runs need
-no network. ``DELTA_JARS_DIR`` points elsewhere.
+no network. ``DELTA_JARS_DIR`` points elsewhere. Of those, only the artifacts Spark does not ship
+itself are handed to it (:func:`delta_jars`).
 
 Local sessions this module launches also get the spawn-free local file system
 (``tools/local-fs``, built by ``make setup``) for ``file:`` paths: without Hadoop's native
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
+import pyspark
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
@@ -29,10 +32,40 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
+JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^/]*)\.jar$")
+"""``<artifact>-<version>.jar``, the file names Maven copies: the version starts at the first
+hyphen followed by a digit (``zstd-jni-1.5.7-3.jar``, ``delta-spark_4.2_2.13-4.4.0.jar``)."""
+
+
+def jar_artifact(file_name: str) -> str:
+    """The artifact id in a jar's file name (the whole stem when it carries no version)."""
+    match = JAR_NAME.match(file_name)
+    return match["artifact"] if match else file_name.removesuffix(".jar")
+
+
+def spark_jar_artifacts() -> frozenset[str]:
+    """Artifact ids of the jars Spark itself puts on its class path (``$SPARK_HOME/jars``,
+    else the installed PySpark's ``jars`` folder); empty when neither is there."""
+    home = os.environ.get("SPARK_HOME")
+    folder = Path(home) / "jars" if home else Path(pyspark.__file__).parent / "jars"
+    if not folder.is_dir():
+        return frozenset()
+    return frozenset(jar_artifact(p.name) for p in folder.glob("*.jar"))
+
+
 def delta_jars() -> list[str]:
-    """Paths of the Delta jars to hand to Spark; empty when none were fetched."""
+    """Paths of the Delta jars to hand to Spark; empty when none were fetched.
+
+    Maven copies Delta's whole runtime closure, which includes artifacts Spark ships itself
+    (Hadoop's client, Parquet, Jackson, Scala, log4j, ...) in other versions. Spark's own
+    class path is searched first, so those copies would never load: they are left out, and
+    only what Spark lacks (Delta's jars and their own dependencies) is handed over.
+    """
     folder = Path(os.environ.get("DELTA_JARS_DIR", REPO_ROOT / ".jars"))
-    return sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    shipped = spark_jar_artifacts()
+    return sorted(str(p) for p in folder.glob("*.jar") if jar_artifact(p.name) not in shipped)
 
 
 def prepare_local_environment() -> None:
