@@ -105,10 +105,11 @@ lint: $(VENV_STAMP)
 	$(VENV_PY) -m ruff check .
 
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
-## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, INGEST_ARGS,
+## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
 ## BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS (e.g. LATENCY_ARGS=--quick SCALE_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
+DRAIN_QOS2_ARGS ?=
 INGEST_ARGS ?=
 BACKLOG_RSS_ARGS ?=
 LATENCY_ARGS ?=
@@ -116,6 +117,7 @@ SCALE_ARGS ?=
 bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
+	$(VENV_PY) -m bench.drain --qos 2 $(DRAIN_QOS2_ARGS)
 	$(VENV_PY) -m bench.ingest $(INGEST_ARGS)
 	$(VENV_PY) -m bench.ingest --source-option receivers=2 --modes wal \
 		--output bench/results/ingest_receivers.json $(INGEST_ARGS)

@@ -25,7 +25,7 @@ from .latency import DELTA_CHECKPOINT_INTERVAL, run_label
 log = logging.getLogger("bench.report")
 
 BENCH_DIR = Path(__file__).resolve().parent
-RESULTS = ("codec", "drain", "ingest", "backlog_rss", "latency", "scale", "chaos")
+RESULTS = ("codec", "drain", "drain_qos2", "ingest", "backlog_rss", "latency", "scale", "chaos")
 PEER_COLOURS = {"ours": "tab:blue", "paho": "tab:orange", "mosquitto_sub": "tab:green"}
 
 Lines = list[str]
@@ -244,6 +244,36 @@ def section_drain(data: Mapping[str, Any], charts: Charts) -> Lines:
     out += [*_peer_clock_table(data), ""]
     out += [*md_table(["ratio", "median", "min", "max"], ratio_rows(data.get("ratios"))), ""]
     out += md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goals")))
+    return out
+
+
+def section_drain_qos2(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """The QoS 2 drain (``bench.drain --qos 2``): one row per peer, one column per clock
+    (median msg/s), then the ratios; it has no goals."""
+    params = data.get("parameters", {})
+    peers = data["peers"]
+    clocks: list[str] = []
+    for item in peers.values():
+        clocks += [c for c in item.get("rates", {}) if c not in clocks]
+    order = list(data.get("clocks") or {})
+    clocks.sort(key=lambda c: order.index(c) if c in order else len(order))
+    rows = [
+        [peer, *(num(item.get("rates", {}).get(c, {}).get("median")) for c in clocks)]
+        for peer, item in peers.items()
+    ]
+    out = [
+        f"The same drain with QoS 2: a backlog of {num(params.get('messages'))} QoS "
+        f"{params.get('qos')} messages ({params.get('payload_bytes')}-byte payloads), finished "
+        "once every exchange is complete (PUBREL received, PUBCOMP sent); median msg/s of "
+        f"{params.get('repeat')}.",
+        "",
+        *_clock_notes(data),
+        *md_table(["peer", *clocks], rows),
+        "",
+        *md_table(["ratio", "median", "min", "max"], ratio_rows(data.get("ratios"))),
+    ]
+    if data.get("goals_note"):
+        out += ["", f"*{data['goals_note']}.*"]
     return out
 
 
@@ -569,6 +599,7 @@ def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
 SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines]], ...] = (
     ("codec", "Codec", "python -m bench.codec", section_codec),
     ("drain", "Drain", "python -m bench.drain", section_drain),
+    ("drain_qos2", "Drain, QoS 2", "python -m bench.drain --qos 2", section_drain_qos2),
     ("ingest", "Ingest into Delta", "python -m bench.ingest", section_ingest),
     (
         "ingest_receivers",

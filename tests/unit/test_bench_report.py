@@ -201,3 +201,26 @@ def test_the_latency_bench_names_the_job_s_table_interval() -> None:
         "10,000 msg/s, 500 milliseconds"
     )
     assert run_label({**run, "table_checkpoint_interval": 10}).endswith(", table interval 10")
+
+
+def test_the_qos_2_drain_has_its_own_table(tmp_path: Path) -> None:
+    complete, process = "connect -> exchanges complete", "process start -> exit"
+    qos2 = {
+        "machine": MACHINE,
+        "parameters": {"messages": 60_000, "qos": 2, "payload_bytes": 100, "repeat": 3},
+        "clocks": {complete: "until every PUBCOMP", process: "wall time"},
+        "peers": {
+            "ours": {"rates": {complete: _stats(30_000), process: _stats(20_000)}},
+            "mosquitto_sub": {"rates": {process: _stats(10_000)}},
+        },
+        "ratios": {"ours/mosquitto_sub, process start -> exit": _stats(2.0)},
+        "goals": {},
+        "goals_note": "no goals at QoS 2",
+    }
+    text, _ = _generate(tmp_path, {"drain_qos2": qos2})
+    section = _section(text, "Drain, QoS 2")
+    assert f"| peer | {complete} | {process} |" in section
+    assert "| ours | 30,000 | 20,000 |" in section and "| mosquitto_sub | — | 10,000 |" in section
+    assert "| ours/mosquitto_sub, process start -> exit | 2.00x |" in section
+    assert "*no goals at QoS 2.*" in section
+    assert "Not run" in _section(text, "Drain")  # the QoS 1 drain keeps its own section
