@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 from .delta_append import DeltaAppender
 from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, table_rows
 from .progress import BatchStats, RunStats
+from .stop_interruption import stop_interruption
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,13 @@ class BatchWriter:
                 rows, unparsed, newest = self._write_single(batch, app_id, batch_id)
             else:
                 rows, unparsed, newest = self._write_cached(batch, app_id, batch_id)
-        except BaseException:
+        except BaseException as error:
             self.appender.forget()  # a commit may or may not have landed: look it up next time
-            raise
+            interrupted = stop_interruption(error, session.sparkContext)
+            if interrupted is None:
+                raise
+            log.info("batch %d: the query stopped during its write; replayed on restart", batch_id)
+            raise interrupted from None
         log.debug("batch %d: %d rows in %.2f s", batch_id, rows, time.monotonic() - began)
         self.stats.record(BatchStats(batch_id, rows, unparsed, newest, time.time()))
 
