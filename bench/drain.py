@@ -408,21 +408,6 @@ def _publish_backlog(
     return float(report["rate"])
 
 
-def _left_queued(url: str, client_id: str, wait: float = 0.3) -> int:
-    """Messages the broker still holds for the session: reconnect, count, leave unacked."""
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
-
-    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [])
-    client.connect()
-    found = 0
-    deadline = time.monotonic() + wait
-    while (remaining := deadline - time.monotonic()) > 0:
-        found += len(client.poll(remaining).messages)
-    client.close()  # no DISCONNECT needed; nothing was acknowledged
-    return found
-
-
 def _left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, int]:
     """(messages, PUBRELs) the broker sends when the session resumes: a bare socket sends
     CONNECT, reads for ``wait`` seconds after CONNACK, answers nothing and closes. (Our
@@ -568,11 +553,8 @@ def drain_once(
         # with the same client id before it has seen the drain's connection end would take
         # the session over and discard those.
         lag = _wait_connection_ended(broker, client_id, gone_before, timeout)
-        releases = None
-        if qos == 2:
-            left, releases = _left_in_session(broker.url, client_id)
-        else:
-            left = _left_queued(broker.url, client_id)
+        left, resent = _left_in_session(broker.url, client_id)
+        releases = resent if qos == 2 else None
         if broker.crashed:
             raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
     return Drain(peer, wall, drain_seconds, lag, publish_rate, left, details, releases)
