@@ -233,47 +233,25 @@ def _clock_notes(data: Mapping[str, Any]) -> Lines:
 
 
 def section_drain(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.drain``, QoS 1 or (``--qos 2``, finished once every exchange is complete) 2."""
     params = data.get("parameters", {})
+    finish = (
+        "drained by each peer until every exchange was complete (PUBREL received, PUBCOMP sent)"
+        if params.get("qos") == 2
+        else "drained and acknowledged by each peer"
+    )
     out = [
         f"A persistent session's backlog of {num(params.get('messages'))} QoS "
-        f"{params.get('qos')} messages ({params.get('payload_bytes')}-byte payloads) drained "
-        f"and acknowledged by each peer on a fresh Mosquitto; median of {params.get('repeat')}.",
+        f"{params.get('qos')} messages ({params.get('payload_bytes')}-byte payloads) {finish} "
+        f"on a fresh Mosquitto; median of {params.get('repeat')}.",
         "",
         *_clock_notes(data),
     ]
     out += [*_peer_clock_table(data), ""]
     out += [*md_table(["ratio", "median", "min", "max"], ratio_rows(data.get("ratios"))), ""]
-    out += md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goals")))
-    return out
-
-
-def section_drain_qos2(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """The QoS 2 drain (``bench.drain --qos 2``): one row per peer, one column per clock
-    (median msg/s), then the ratios; it has no goals."""
-    params = data.get("parameters", {})
-    peers = data["peers"]
-    clocks: list[str] = []
-    for item in peers.values():
-        clocks += [c for c in item.get("rates", {}) if c not in clocks]
-    order = list(data.get("clocks") or {})
-    clocks.sort(key=lambda c: order.index(c) if c in order else len(order))
-    rows = [
-        [peer, *(num(item.get("rates", {}).get(c, {}).get("median")) for c in clocks)]
-        for peer, item in peers.items()
-    ]
-    out = [
-        f"The same drain with QoS 2: a backlog of {num(params.get('messages'))} QoS "
-        f"{params.get('qos')} messages ({params.get('payload_bytes')}-byte payloads), finished "
-        "once every exchange is complete (PUBREL received, PUBCOMP sent); median msg/s of "
-        f"{params.get('repeat')}.",
-        "",
-        *_clock_notes(data),
-        *md_table(["peer", *clocks], rows),
-        "",
-        *md_table(["ratio", "median", "min", "max"], ratio_rows(data.get("ratios"))),
-    ]
     if data.get("goals_note"):
-        out += ["", f"*{data['goals_note']}.*"]
+        return [*out, f"*{data['goals_note']}.*"]
+    out += md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goals")))
     return out
 
 
@@ -599,7 +577,7 @@ def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
 SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines]], ...] = (
     ("codec", "Codec", "python -m bench.codec", section_codec),
     ("drain", "Drain", "python -m bench.drain", section_drain),
-    ("drain_qos2", "Drain, QoS 2", "python -m bench.drain --qos 2", section_drain_qos2),
+    ("drain_qos2", "Drain, QoS 2", "python -m bench.drain --qos 2", section_drain),
     ("ingest", "Ingest into Delta", "python -m bench.ingest", section_ingest),
     (
         "ingest_receivers",

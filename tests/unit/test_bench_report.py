@@ -219,8 +219,11 @@ def test_the_qos_2_drain_has_its_own_table(tmp_path: Path) -> None:
     }
     text, _ = _generate(tmp_path, {"drain_qos2": qos2})
     section = _section(text, "Drain, QoS 2")
-    assert f"| peer | {complete} | {process} |" in section
-    assert "| ours | 30,000 | 20,000 |" in section and "| mosquitto_sub | — | 10,000 |" in section
+    assert "until every exchange was complete" in section
+    assert f"| ours | {complete} | 30,000 | 27,000 | 33,000 |" in section
+    assert f"| ours | {process} | 20,000 | 18,000 | 22,000 |" in section
+    assert f"| mosquitto_sub | {process} | 10,000 | 9,000 | 11,000 |" in section
+    assert f"| mosquitto_sub | {complete} |" not in section
     assert "| ours/mosquitto_sub, process start -> exit | 2.00x |" in section
     assert "*no goals at QoS 2.*" in section
     assert "Not run" in _section(text, "Drain")  # the QoS 1 drain keeps its own section
