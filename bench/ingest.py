@@ -1042,6 +1042,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark__ui__showConsoleProgress="false",
     )
     spark.sparkContext.setLogLevel("ERROR")
+    driver_vm_flags = [
+        word
+        for word in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "").split()
+        if word.startswith("-XX:") and "IgnoreUnrecognized" not in word
+    ]
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     ours: dict[str, list[Landing]] = {peer_name(f"ours-{m}", q): [] for m, q in combos}
     synthetic: list[Landing] = []
@@ -1213,6 +1218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.no_warmup
             else "one unmeasured run per Spark peer at the measured size",
             "before_each_spark_run": "a full GC of the driver JVM (System.gc())",
+            "driver_vm_flags": driver_vm_flags,
             "publish_inflight": INFLIGHT,
             "topic": TOPIC,
             "topic_filter": TOPIC_FILTER,

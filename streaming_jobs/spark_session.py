@@ -11,6 +11,9 @@ library, Hadoop's own one runs ``chmod`` and ``readlink`` processes for each fil
 checkpoint and Delta's log write, about forty per micro-batch. ``LOCAL_FS_JAR`` points at
 another build of the jar; a session setting of ``spark.hadoop.fs.file.impl`` (and
 ``spark.hadoop.fs.AbstractFileSystem.file.impl``) replaces it.
+
+Their driver JVM also gets G1 settings (:data:`DRIVER_GC_OPTIONS`) that keep Spark's large
+buffers from starting old-generation marking over and over.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def local_spark(
     )
     settings = {key.replace("__", "."): value for key, value in conf.items()}
     if _one_jvm(master):
-        settings = with_local_fs(settings)
+        settings = with_local_driver(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()
@@ -136,6 +139,31 @@ def with_local_fs(conf: dict[str, str]) -> dict[str, str]:
     merged = {**LOCAL_FS_CLASSES, **conf}
     merged[CLASS_PATH] = os.pathsep.join(p for p in (str(jar), conf.get(CLASS_PATH)) if p)
     return merged
+
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+DRIVER_GC_OPTIONS = "-XX:-G1UseAdaptiveIHOP -XX:InitiatingHeapOccupancyPercent=70"
+"""G1 settings for a local driver JVM. Spark allocates buffers of half a heap region or more
+(4 MiB broadcast blocks, 1 MiB task-result chunks), which G1 places as humongous objects, and
+each such allocation starts a concurrent marking once the old generation is above G1's
+adaptive threshold. With Spark's own objects at 100-200 MiB of the default 1 GiB heap, the
+adaptive threshold sat below that, so a marking ran for most of every micro-batch: 0.2-0.7
+CPU-seconds per 100,000 messages on two cores (``bench.ingest``'s profile). A fixed threshold
+of 70 % starts markings only when the old generation really fills; young collections still
+free dead humongous buffers at once."""
+
+
+def with_driver_gc(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with :data:`DRIVER_GC_OPTIONS` ahead of the caller's own driver Java options
+    (the JVM takes the last value of a flag, so the caller's win)."""
+    given = conf.get(JAVA_OPTIONS, "")
+    return {**conf, JAVA_OPTIONS: " ".join(p for p in (DRIVER_GC_OPTIONS, given) if p)}
+
+
+def with_local_driver(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` plus what a driver JVM that runs the tasks itself gets: the spawn-free local
+    file system (:func:`with_local_fs`) and the G1 settings (:func:`with_driver_gc`)."""
+    return with_driver_gc(with_local_fs(conf))
 
 
 def _one_jvm(master: str) -> bool:
@@ -170,16 +198,17 @@ def _submitted_conf() -> SparkConf:
 
 def resubmit_command(conf: SparkConf, submit: str) -> list[str]:
     """``spark-submit`` with the submitted jars plus Delta's and the submitted master; for a
-    ``local`` master (the default) also the spawn-free local file system's settings."""
+    ``local`` master (the default) also the local driver's settings (:func:`with_local_driver`)
+    merged with the submitted class path and driver Java options."""
     jars = [j for j in (conf.get("spark.jars", "") or "").split(",") if j] + delta_jars()
     command = [submit, "--jars", ",".join(jars)]
     master = conf.get("spark.master", None)
     if master:
         command += ["--master", master]
     if _one_jvm(master or "local[*]"):
-        keys = (CLASS_PATH, *LOCAL_FS_CLASSES)
+        keys = (CLASS_PATH, JAVA_OPTIONS, *LOCAL_FS_CLASSES)
         given = {key: conf.get(key) or "" for key in keys if conf.contains(key)}
-        for key, value in with_local_fs(given).items():
+        for key, value in with_local_driver(given).items():
             command += ["--conf", f"{key}={value}"]
     return command
 
@@ -228,7 +257,7 @@ def job_spark(
     elif launched_here:
         builder = builder.master("local[2]").config("spark.driver.host", "127.0.0.1")
     if launched_here and _one_jvm(master or "local"):
-        settings = with_local_fs(settings)
+        settings = with_local_driver(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()

@@ -2,7 +2,9 @@
 
 Rules under test: a driver JVM that runs the tasks itself (a ``local`` master) gets the
 spawn-free local file system when its jar was built, merged with the caller's own class path
-and never over the caller's own file system settings; any other master gets none of it.
+and never over the caller's own file system settings, plus G1 settings placed before the
+caller's own driver Java options (the JVM takes a flag's last value); any other master gets
+none of it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import pytest
 from pyspark import SparkConf
 
 from streaming_jobs import spark_session
-from streaming_jobs.spark_session import LOCAL_FS_CLASSES, resubmit_command, with_local_fs
+from streaming_jobs.spark_session import (
+    DRIVER_GC_OPTIONS,
+    JAVA_OPTIONS,
+    LOCAL_FS_CLASSES,
+    resubmit_command,
+    with_driver_gc,
+    with_local_driver,
+    with_local_fs,
+)
 
 FILE_IMPL = "spark.hadoop.fs.file.impl"
 CLASS_PATH = "spark.driver.extraClassPath"
@@ -70,7 +80,30 @@ def test_resubmitting_locally_adds_delta_and_the_file_system(jar: Path) -> None:
         "--master",
         "local[2]",
     ]
-    assert _confs(command) == {**LOCAL_FS_CLASSES, CLASS_PATH: str(jar)}
+    assert _confs(command) == {
+        **LOCAL_FS_CLASSES,
+        CLASS_PATH: str(jar),
+        JAVA_OPTIONS: DRIVER_GC_OPTIONS,
+    }
+
+
+def test_the_driver_gc_options_come_before_the_callers() -> None:
+    assert with_driver_gc({"a": "b"}) == {"a": "b", JAVA_OPTIONS: DRIVER_GC_OPTIONS}
+    merged = with_driver_gc({JAVA_OPTIONS: "-XX:InitiatingHeapOccupancyPercent=50 -Dx=1"})
+    flags = merged[JAVA_OPTIONS].split()
+    assert flags[: len(DRIVER_GC_OPTIONS.split())] == DRIVER_GC_OPTIONS.split()
+    assert flags[-2:] == ["-XX:InitiatingHeapOccupancyPercent=50", "-Dx=1"]
+
+
+def test_a_local_driver_gets_both(jar: Path) -> None:
+    merged = with_local_driver({JAVA_OPTIONS: "-Dx=1"})
+    assert merged[CLASS_PATH] == str(jar)
+    assert merged[JAVA_OPTIONS] == f"{DRIVER_GC_OPTIONS} -Dx=1"
+
+
+def test_resubmitting_keeps_the_submitted_java_options(jar: Path) -> None:
+    command = resubmit_command(_conf(spark__driver__extraJavaOptions="-Dx=1"), "submit")
+    assert _confs(command)[JAVA_OPTIONS] == f"{DRIVER_GC_OPTIONS} -Dx=1"
 
 
 def test_resubmitting_without_a_master_is_local(jar: Path) -> None:
