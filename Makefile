@@ -106,11 +106,12 @@ lint: $(VENV_STAMP)
 
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
-## BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS (e.g. LATENCY_ARGS=--quick SCALE_ARGS=--quick)
+## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS (e.g. LATENCY_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
 DRAIN_QOS2_ARGS ?=
 INGEST_ARGS ?=
+INGEST_LONG_ARGS ?=
 BACKLOG_RSS_ARGS ?=
 LATENCY_ARGS ?=
 SCALE_ARGS ?=
@@ -121,6 +122,8 @@ bench: setup
 	$(VENV_PY) -m bench.ingest $(INGEST_ARGS)
 	$(VENV_PY) -m bench.ingest --source-option receivers=2 --modes wal \
 		--output bench/results/ingest_receivers.json $(INGEST_ARGS)
+	$(VENV_PY) -m bench.ingest --qos 1 --modes wal --messages 1000000 --no-paho \
+		--output bench/results/ingest_long.json $(INGEST_LONG_ARGS)
 	$(VENV_PY) -m bench.backlog_rss $(BACKLOG_RSS_ARGS)
 	$(VENV_PY) -m bench.latency $(LATENCY_ARGS)
 	$(VENV_PY) -m bench.scale $(SCALE_ARGS)

@@ -40,6 +40,10 @@ end, which includes the receive that overlaps the query's first (empty) batch; t
 own rate (first -> last WAL receive timestamp); ``query start -> done``. paho: CONNACK -> last
 message, inside its process. Ratios pair the runs of one repetition.
 
+``make bench`` also runs a 1,000,000-message QoS 1 backlog (``bench/results/ingest_long.json``):
+about ten seconds of draining, where what every new query pays once (the first batch, and the
+driver JVM's JIT compiling more of Spark's planning code) weighs less than in a two-second run.
+
 Checks: every Delta table holds exactly N rows with N distinct sequence numbers 0..N-1 (a
 Spark read after the query stopped); paho saw N distinct sequence numbers.
 

@@ -586,6 +586,13 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines
         "bench/results/ingest_receivers.json",
         section_ingest,
     ),
+    (
+        "ingest_long",
+        "Ingest into Delta, a long QoS 1 backlog",
+        "python -m bench.ingest --qos 1 --modes wal --messages 1000000 --no-paho --output "
+        "bench/results/ingest_long.json",
+        section_ingest,
+    ),
     ("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", section_backlog_rss),
     ("latency", "Latency", "python -m bench.latency", section_latency),
     ("scale", "Scale of cost", "python -m bench.scale", section_scale),
