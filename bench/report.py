@@ -25,7 +25,6 @@ from .latency import DELTA_CHECKPOINT_INTERVAL, run_label
 log = logging.getLogger("bench.report")
 
 BENCH_DIR = Path(__file__).resolve().parent
-RESULTS = ("codec", "drain", "drain_qos2", "ingest", "backlog_rss", "latency", "scale", "chaos")
 PEER_COLOURS = {"ours": "tab:blue", "paho": "tab:orange", "mosquitto_sub": "tab:green"}
 
 Lines = list[str]
