@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.wal import WalColumns
+from connector.wal.columns import ColumnPiece
 from connector.wal.records import FLAG_DUP, FLAG_HAS_ID, FLAG_QOS_MASK, FLAG_RETAIN
 
 SCHEMA_DDL = (
@@ -42,33 +43,96 @@ _NULL_ID = pa.scalar(None, pa.int32())
 
 
 def to_arrow(columns: WalColumns, receiver: int = 0) -> pa.RecordBatch:
-    """All of ``columns`` as one Arrow record batch, built column-wise: the flags, message ids
-    and timestamps arrays are used as Arrow buffers as they are, offsets come from a range,
-    topics from their dictionary; only the payloads go through a Python list."""
+    """All of ``columns`` as one Arrow record batch, built column-wise without a Python object
+    per row. Each piece's buffers (a data block's bytes, or the arrays gathered from version 1
+    records) are used as Arrow buffers: fixed-width columns as they are (one piece) or joined,
+    payloads as one binary array per piece, concatenated; topics index each piece's topic
+    dictionary; qos, flags and null message ids come from Arrow kernels on the flags, offsets
+    from a range."""
     n = len(columns)
-    flags = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(columns.flags)])
-    mids = pa.Array.from_buffers(
-        pa.uint16(), n, [None, pa.py_buffer(columns.message_id_values)]
-    ).cast(pa.int32())
+    pieces = columns.pieces
+    flags = _fixed(pieces, "flags", pa.uint8(), n)
+    mids = _fixed(pieces, "message_ids", pa.uint16(), n).cast(pa.int32())
     has_id = pc.not_equal(pc.bit_wise_and(flags, FLAG_HAS_ID), 0)
     if not pc.all(has_id).as_py() or n == 0:
         mids = pc.if_else(has_id, mids, _NULL_ID)
-    topic_ids = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.topic_ids)])
+    payloads = []
+    for piece in pieces:
+        payload = pa.Array.from_buffers(
+            pa.binary(),
+            piece.hi - piece.lo,
+            [None, pa.py_buffer(piece.payload_ends), pa.py_buffer(piece.payload_data)],
+            0,
+            piece.lo,
+        )
+        payload.validate(full=True)  # positions stay inside the piece's bytes
+        payloads.append(payload)
     first = columns.first_offset
-    offsets = array("q", range(first, first + n))
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(columns.topic_names, pa.string()).take(topic_ids),
-            pa.array(columns.payloads, pa.binary()),
+            _topics(pieces),
+            _concat(payloads, pa.binary()),
             pc.bit_wise_and(flags, FLAG_QOS_MASK).cast(pa.int32()),
             pc.not_equal(pc.bit_wise_and(flags, FLAG_RETAIN), 0),
             pc.not_equal(pc.bit_wise_and(flags, FLAG_DUP), 0),
             mids,
-            pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(columns.timestamps)]),
-            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+            _fixed(pieces, "timestamps", _TIMESTAMP, n),
+            _range(first, first + n),
             pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array("i", [receiver]) * n)]),
         ],
         schema=ARROW_SCHEMA,
+    )
+
+
+def _fixed(pieces: tuple[ColumnPiece, ...], name: str, arrow_type: pa.DataType, n: int) -> pa.Array:
+    """A fixed-width column of every piece: the piece's buffer itself when there is one piece,
+    else the rows in use joined into one buffer."""
+    if len(pieces) == 1:
+        piece = pieces[0]
+        buffer = pa.py_buffer(getattr(piece, name))
+        return pa.Array.from_buffers(arrow_type, n, [None, buffer], 0, piece.lo)
+    joined = b"".join([piece.column(name) for piece in pieces])
+    return pa.Array.from_buffers(arrow_type, n, [None, pa.py_buffer(joined)])
+
+
+def _topics(pieces: tuple[ColumnPiece, ...]) -> pa.Array:
+    """The topic column: each piece's topic indexes into its dictionary of names. One take when
+    every piece has the same dictionary, else dictionary arrays concatenated (Arrow unifies the
+    dictionaries) and decoded."""
+    dictionaries: dict[tuple[str, ...], pa.Array] = {}
+    parts = []
+    for piece in pieces:
+        names = tuple(piece.topic_names)
+        dictionary = dictionaries.get(names)
+        if dictionary is None:
+            dictionary = dictionaries[names] = pa.array(names, pa.string())
+        ids = pa.Array.from_buffers(
+            pa.int32(), piece.hi - piece.lo, [None, pa.py_buffer(piece.topic_ids)], 0, piece.lo
+        )
+        parts.append((ids, dictionary))
+    if len(dictionaries) <= 1:
+        ids = _concat([ids for ids, _ in parts], pa.int32())
+        return next(iter(dictionaries.values()), pa.array([], pa.string())).take(ids)
+    encoded = [pa.DictionaryArray.from_arrays(ids, dictionary) for ids, dictionary in parts]
+    return pa.concat_arrays(encoded).cast(pa.string())
+
+
+def _concat(arrays: list[pa.Array], arrow_type: pa.DataType) -> pa.Array:
+    """One array of ``arrays`` (no copy for a single one)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    if not arrays:
+        return pa.array([], arrow_type)
+    return pa.concat_arrays(arrays)
+
+
+def _range(start: int, stop: int) -> pa.Array:
+    """int64 values ``start, ..., stop - 1``."""
+    arange = getattr(pa, "arange", None)  # pyarrow >= 21
+    if arange is not None:
+        return arange(start, stop)
+    return pa.Array.from_buffers(
+        pa.int64(), stop - start, [None, pa.py_buffer(array("q", range(start, stop)))]
     )
 
 

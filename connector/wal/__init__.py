@@ -38,6 +38,7 @@ sealed. A segment rolls over before a data record when it already holds data and
 """
 
 from .blob import decode_blob
+from .columns import WalColumns
 from .errors import (
     WalCorruptError,
     WalDataLossError,
@@ -47,7 +48,7 @@ from .errors import (
 )
 from .identity import read_identity
 from .reader import WalReader, encode_range
-from .records import NewRecord, RecordTuple, WalColumns, WalRecord, record_digest
+from .records import NewRecord, RecordTuple, WalRecord, record_digest
 from .writer import DEFAULT_SEGMENT_MAX_BYTES, WalWriter
 
 __all__ = [

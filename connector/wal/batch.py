@@ -2,26 +2,29 @@
 
 Encoding happens before any byte is written, so an invalid record (bad QoS, missing packet
 id, field out of range) raises ValueError with the QoS state restored and nothing written.
-Releases are applied before the batch's records. A segment rolls over before a data record
-when it already holds data and is at least ``segment_max_bytes`` long; the new segment starts
-with a snapshot of the state as of that record.
+Releases are applied before the batch's records. The records become data blocks (kind 5, see
+:mod:`connector.wal.block`): one per batch, split where the segment rolls over and where an
+index hint is due (every 64 KiB of segment), so a block stays small enough to seek into and
+every hint points at a block start. A segment rolls over before a data record when it already
+holds data and would be at least ``segment_max_bytes`` long with the rows before that record;
+the new segment starts with a snapshot of the state as of that record.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from .block import BLOCK_SLACK, ROW_BYTES, body_size, encode_block
 from .records import (
-    DATA_HEAD,
     FLAGS,
-    FRAME,
     FRAME_SIZE,
-    KIND_DATA,
     KIND_STATE,
-    MAX_RECORD_LENGTH,
+    MAX_PAYLOAD_BYTES,
     MAX_TOPIC_BYTES,
     RecordTuple,
     encode_record,
@@ -71,7 +74,7 @@ class BatchEncoder:
     def __init__(self, identity: bytes, segment_max_bytes: int) -> None:
         self._identity = identity
         self._limit = segment_max_bytes
-        self._topics: dict[str, tuple[bytes, int, Callable[..., bytes], int]] = {}
+        self._topics: dict[str, tuple[bytes, int]] = {}
 
     def encode(
         self,
@@ -126,17 +129,19 @@ class BatchEncoder:
     ) -> Batch:
         """The hot loop of :meth:`encode`; records undo information in the two collections.
 
-        Message digests of the batch are collected in a dict of their own and merged into the
-        state at the end (or before a segment snapshot), so only those merges need undo
-        information. Rollover and index hints are checked only once ``pos`` reaches the nearer
-        of the two thresholds."""
+        Rows go into the open data block's columns. Message digests of the batch are collected
+        in a dict of their own and merged into the state at the end (or before a segment
+        snapshot), so only those merges need undo information. ``estimate`` bounds from above
+        where the segment would end with the open block closed; rollover and index hints are
+        checked exactly only once it reaches the nearer of the two thresholds. A block is
+        closed where the segment rolls over and where an index hint is due, so every hint
+        points at a block start."""
         offset, segment_first, pos, index_next = position
         chunk = Chunk(offset, [], new_segment=False)
         chunks = [chunk]
-        parts = chunk.parts
         if released:
             release = encode_release(released)
-            parts.append(release)
+            chunk.parts.append(release)
             pos += len(release)
         has_data = offset > segment_first
         limit = self._limit
@@ -144,63 +149,161 @@ class BatchEncoder:
         watch = min(limit, index_next) if has_data else 0
         pending, digests = state.pending_qos2, state.digests
         batch_digests: dict[int, int] = {}
-        topics, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
-        pack_frame = FRAME.pack
-        extend = parts.extend
+        cache, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
+        block = _OpenBlock(offset, pos)
+        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = block.appenders()
+        estimate, total = pos + BLOCK_SLACK, 0
         try:
             for topic, payload, qos, retained, duplicate, mid, stamp in records:
-                if pos >= watch:
-                    if pos >= limit and has_data:
-                        chunk.end_offset, chunk.seal = offset, True
-                        _merge_digests(digests, batch_digests, old_digests)
-                        prefix = segment_prefix(self._identity, offset, state)
-                        chunk = Chunk(offset, [prefix], new_segment=True)
-                        chunks.append(chunk)
-                        parts, pos, has_data = chunk.parts, len(prefix), False
-                        extend = parts.extend
-                        index_next = pos + INDEX_INTERVAL
-                    if pos >= index_next:
-                        chunk.index.append((offset, pos))
-                        index_next = pos + INDEX_INTERVAL
-                    watch = min(limit, index_next) if has_data else 0
-                entry = topics.get(topic)
-                if entry is None:
-                    entry = self._cache_topic(topic)
+                if estimate >= watch:
+                    here = block.end_position(total)
+                    if here >= watch:
+                        closed = False
+                        if here >= limit and has_data:
+                            if len(block.flags):
+                                chunk.parts.extend(block.encode())
+                            chunk.end_offset, chunk.seal = offset, True
+                            _merge_digests(digests, batch_digests, old_digests)
+                            prefix = segment_prefix(self._identity, offset, state)
+                            chunk = Chunk(offset, [prefix], new_segment=True)
+                            chunks.append(chunk)
+                            here, has_data, closed = len(prefix), False, True
+                            index_next = here + INDEX_INTERVAL
+                        if here >= index_next:
+                            if not closed and len(block.flags):
+                                chunk.parts.extend(block.encode())
+                                closed = True
+                            chunk.index.append((offset, here))
+                            index_next = here + INDEX_INTERVAL
+                        if closed:
+                            block = _OpenBlock(offset, here)
+                            appenders = block.appenders()
+                            block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = (
+                                appenders
+                            )
+                            estimate, total = here + BLOCK_SLACK, 0
+                        watch = min(limit, index_next) if has_data else 0
+                tid = block_topic(topic)
+                if tid is None:
+                    entry = cache.get(topic)
+                    if entry is None:
+                        entry = self._cache_topic(topic)
+                    tid = block.add_topic(topic, entry)
+                    estimate += 2 + len(entry[0])
                 flags = flags_of.get((qos, retained, duplicate, mid is not None))
                 if flags is None:
                     raise ValueError(f"invalid record at offset {offset}: qos={qos!r}")
                 if qos:
                     if not mid:
                         raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
-                    batch_digests[mid] = crc32(payload, entry[1])
+                    batch_digests[mid] = crc32(payload, seeds[tid])
                     if qos == 2 and mid not in pending:
                         pending.add(mid)
                         added.append(mid)
-                head = entry[2](KIND_DATA, offset, stamp, flags, mid or 0, entry[3], entry[0])
-                length = len(head) + len(payload)
-                if length > MAX_RECORD_LENGTH:
-                    raise ValueError(f"record at offset {offset} is too large ({length} bytes)")
-                extend((pack_frame(length, crc32(payload, crc32(head))), head, payload))
-                pos += FRAME_SIZE + length
+                size = len(payload)
+                if size > MAX_PAYLOAD_BYTES:
+                    raise ValueError(f"record at offset {offset} is too large ({size} bytes)")
+                ids(tid)
+                flags_out(flags)
+                mids(mid or 0)
+                stamps(stamp)
+                total += size
+                ends(total)
+                payloads(payload)
+                estimate += ROW_BYTES + size
                 offset += 1
                 has_data = True
-        except struct.error as exc:
+        except (OverflowError, struct.error) as exc:
             raise ValueError(f"record at offset {offset} has a field out of range: {exc}") from exc
+        if len(block.flags):
+            chunk.parts.extend(block.encode())
         _merge_digests(digests, batch_digests, old_digests)
         chunk.end_offset = offset
         return Batch(chunks, index_next)
 
-    def _cache_topic(self, topic: str) -> tuple[bytes, int, Callable[..., bytes], int]:
-        """A topic's UTF-8 bytes, the crc32 seed of its digest, the packer of a data record
-        head ending with that topic, and the topic's length; cached."""
+    def _cache_topic(self, topic: str) -> tuple[bytes, int]:
+        """A topic's UTF-8 bytes and the crc32 seed of its digest; cached."""
         raw = topic.encode("utf-8")
         if len(raw) > MAX_TOPIC_BYTES:
             raise ValueError(f"topic is {len(raw)} bytes, the limit is {MAX_TOPIC_BYTES}")
         if len(self._topics) >= _TOPIC_CACHE_LIMIT:
             self._topics.clear()
-        head = struct.Struct(f"{DATA_HEAD.format}{len(raw)}s")
-        entry = self._topics[topic] = (raw, zlib.crc32(raw + b"\0"), head.pack, len(raw))
+        entry = self._topics[topic] = (raw, zlib.crc32(raw + b"\0"))
         return entry
+
+
+class _OpenBlock:
+    """The columns of the data block being encoded, starting at segment byte ``start``."""
+
+    __slots__ = (
+        "ends",
+        "first",
+        "flags",
+        "message_ids",
+        "names",
+        "payloads",
+        "seeds",
+        "start",
+        "table_bytes",
+        "timestamps",
+        "topic_ids",
+        "topics",
+    )
+
+    def __init__(self, first: int, start: int) -> None:
+        self.first = first
+        self.start = start
+        self.topics: dict[str, int] = {}
+        self.names: list[bytes] = []
+        self.seeds: list[int] = []
+        self.table_bytes = 0
+        self.topic_ids = array("i")
+        self.flags = bytearray()
+        self.message_ids = array("H")
+        self.timestamps = array("q")
+        self.ends = array("i", [0])
+        self.payloads: list[bytes] = []
+
+    def appenders(self) -> tuple[Callable[..., Any], ...]:
+        """The bound methods the hot loop calls per row (and the seeds list)."""
+        return (
+            self.topics.get,
+            self.seeds,
+            self.topic_ids.append,
+            self.flags.append,
+            self.message_ids.append,
+            self.timestamps.append,
+            self.ends.append,
+            self.payloads.append,
+        )
+
+    def add_topic(self, topic: str, entry: tuple[bytes, int]) -> int:
+        """Add a topic to the block's table; returns its index."""
+        tid = self.topics[topic] = len(self.names)
+        self.names.append(entry[0])
+        self.seeds.append(entry[1])
+        self.table_bytes += 2 + len(entry[0])
+        return tid
+
+    def end_position(self, payload_bytes: int) -> int:
+        """The segment size once this block (holding ``payload_bytes``) is written."""
+        count = len(self.flags)
+        if not count:
+            return self.start
+        return self.start + FRAME_SIZE + 1 + body_size(count, self.table_bytes, payload_bytes)
+
+    def encode(self) -> list[bytes]:
+        """The framed block record as parts."""
+        return encode_block(
+            self.first,
+            self.names,
+            self.timestamps,
+            self.message_ids,
+            self.flags,
+            self.topic_ids,
+            self.ends,
+            self.payloads,
+        )
 
 
 def _merge_digests(

@@ -1,26 +1,33 @@
 """A self-contained bytes blob of one offset range, for shipping records to executors.
 
 Layout: ``4s magic "MQWB" | u16 version | u16 reserved | u64 first offset | u64 count``
-followed by exactly ``count`` data records in the segment framing (CRC-checked on decode).
+followed by the stored records that hold offsets ``[first, first + count)``, in the segment
+framing (CRC-checked on decode): version 1 data records and data blocks, whole. A block may
+begin before ``first`` or end after ``first + count``; the decoder keeps only the range's rows.
+Version 2 blobs may hold blocks; version 1 blobs (exactly ``count`` version 1 data records
+from ``first``) decode the same way.
 """
 
 from __future__ import annotations
 
 import struct
 
+from .columns import WalColumns
 from .decode import DONE, DataSink, scan
 from .errors import WalCorruptError
-from .records import WalColumns
+from .records import OFFSET_AT
 
 BLOB_MAGIC = b"MQWB"
-BLOB_VERSION = 1
+BLOB_VERSION = 2
+READABLE_BLOB_VERSIONS = (1, 2)
 BLOB_HEAD = struct.Struct("<4sHHQQ")
+_OFFSET = struct.Struct("<Q")
 _WHERE = "<WAL blob>"
 
 
-def pack_blob(first_offset: int, frames: list[memoryview] | list[bytes]) -> bytes:
-    """A blob holding ``frames``: consecutive data records starting at ``first_offset``."""
-    head = BLOB_HEAD.pack(BLOB_MAGIC, BLOB_VERSION, 0, first_offset, len(frames))
+def pack_blob(first_offset: int, count: int, frames: list[memoryview] | list[bytes]) -> bytes:
+    """A blob of offsets ``[first_offset, first_offset + count)`` held by ``frames``."""
+    head = BLOB_HEAD.pack(BLOB_MAGIC, BLOB_VERSION, 0, first_offset, count)
     return b"".join([head, *frames])
 
 
@@ -32,12 +39,21 @@ def decode_blob(blob: bytes | bytearray | memoryview) -> WalColumns:
     magic, version, _, first, count = BLOB_HEAD.unpack_from(data, 0)
     if magic != BLOB_MAGIC:
         raise WalCorruptError(_WHERE, 0, f"bad blob magic {magic!r}")
-    if version != BLOB_VERSION:
+    if version not in READABLE_BLOB_VERSIONS:
         raise WalCorruptError(_WHERE, 4, f"unsupported blob version {version}")
     sink = DataSink()
-    pos, _, status = scan(data, BLOB_HEAD.size, first, first, first + count, sink, _WHERE, 0)
-    if status != DONE:
-        raise WalCorruptError(_WHERE, pos, f"blob ends after {len(sink)} of {count} records")
+    pos = BLOB_HEAD.size
+    if count:
+        # Both record kinds carry their (first) offset at the same place; the scan checks
+        # every following one, and that the range is covered.
+        if len(data) < pos + OFFSET_AT + _OFFSET.size:
+            raise WalCorruptError(_WHERE, pos, f"blob ends after 0 of {count} records")
+        stored = _OFFSET.unpack_from(data, pos + OFFSET_AT)[0]
+        if stored > first:
+            raise WalCorruptError(_WHERE, pos, f"blob starts at offset {stored}, not {first}")
+        pos, _, status = scan(data, pos, stored, first, first + count, sink, _WHERE, 0)
+        if status != DONE:
+            raise WalCorruptError(_WHERE, pos, f"blob ends after {len(sink)} of {count} records")
     if pos != len(data):
         raise WalCorruptError(_WHERE, pos, f"{len(data) - pos} unexpected bytes after the records")
     return sink.columns(first)

@@ -1,7 +1,9 @@
 """The hot decoding loop: turn a buffer of records into columns (or raw data frames).
 
 Used by the reader for segment files and by the blob codec. Every record is CRC-checked and
-every data record's offset must be the next expected one, so gaps or reordering are caught.
+every data record's offset (a data block's first offset) must be the next expected one, so
+gaps or reordering are caught. A data block whose rows reach into [start, end) is kept whole
+(raw) or as a piece of only those rows; rows outside are never looked at.
 """
 
 from __future__ import annotations
@@ -9,36 +11,49 @@ from __future__ import annotations
 import zlib
 from array import array
 
+from .block import decode_block
+from .columns import ColumnPiece, WalColumns
 from .errors import WalCorruptError
 from .records import (
+    BLOCK_HEAD,
+    BLOCK_HEAD_LENGTH,
     DATA_FIELDS,
     DATA_FIELDS_AT,
     DATA_HEAD_SIZE,
     FRAME_KIND,
     FRAME_SIZE,
+    KIND_BLOCK,
     KIND_DATA,
     KIND_RELEASE,
     KIND_SEAL,
     KIND_STATE,
     MAX_RECORD_LENGTH,
+    OFFSET_AT,
     SEAL_BODY,
     TOPIC_AT,
-    WalColumns,
 )
 
 NEED_MORE = 0  # the buffer ends before the next needed record is complete
 DONE = 1  # every offset below ``end`` has been consumed
 SEALED = 2  # a seal record ended the segment; ``pos`` is the seal's position
 
+_RUN_PAYLOAD_LIMIT = 1 << 30  # payload bytes of version 1 rows gathered into one piece
+
 
 class DataSink:
-    """Collects data records: as compact columns, or (``raw=True``) as undecoded frames for a
-    blob. Topics become indexes into a per-sink dictionary of distinct topics."""
+    """Collects data rows: as column pieces, or (``raw=True``) as undecoded frames for a blob.
+
+    Rows of a data block become one piece that shares the block's buffer. Rows of version 1
+    data records are gathered into machine arrays (topics as indexes into a per-sink
+    dictionary of distinct topics) and become a piece when a block or the end interrupts them.
+    """
 
     __slots__ = (
         "flags",
         "message_ids",
-        "payloads",
+        "payload_data",
+        "payload_ends",
+        "pieces",
         "raw",
         "timestamps",
         "topic_ids",
@@ -50,26 +65,47 @@ class DataSink:
         self.topic_names: list[str] = []
         self.topic_index: dict[bytes, int] = {}
         self.topic_ids = array("i")
-        self.payloads: list[bytes] = []
         self.flags = bytearray()
         self.message_ids = array("H")
         self.timestamps = array("q")
+        self.payload_ends = array("i", [0])
+        self.payload_data = bytearray()
+        self.pieces: list[ColumnPiece] = []
         self.raw: list[memoryview] | None = [] if raw else None
 
     def __len__(self) -> int:
-        return len(self.raw) if self.raw is not None else len(self.flags)
+        if self.raw is not None:
+            return len(self.raw)
+        return sum(len(piece) for piece in self.pieces) + len(self.flags)
+
+    def flush(self) -> None:
+        """Turn the gathered version 1 rows into a piece (copies), and start gathering anew."""
+        if not self.flags:
+            return
+        self.pieces.append(
+            ColumnPiece(
+                self.topic_names,  # only grows, so the indexes stay valid
+                array("i", self.topic_ids),
+                bytes(self.flags),
+                array("H", self.message_ids),
+                array("q", self.timestamps),
+                array("i", self.payload_ends),
+                bytes(self.payload_data),
+            )
+        )
+        del self.topic_ids[:], self.message_ids[:], self.timestamps[:], self.payload_ends[1:]
+        self.flags.clear()
+        self.payload_data.clear()
+
+    def add_block(self, piece: ColumnPiece) -> None:
+        """Append the rows in use of a decoded data block."""
+        self.flush()
+        self.pieces.append(piece)
 
     def columns(self, first_offset: int) -> WalColumns:
-        """The collected records as columns; their offsets start at ``first_offset``."""
-        return WalColumns(
-            first_offset,
-            self.topic_names,
-            self.topic_ids,
-            self.payloads,
-            self.flags,
-            self.message_ids,
-            self.timestamps,
-        )
+        """The collected rows as columns; their offsets start at ``first_offset``."""
+        self.flush()
+        return WalColumns(first_offset, self.pieces)
 
 
 def scan(
@@ -96,7 +132,8 @@ def scan(
     raw = sink.raw
     index = sink.topic_index
     topic_ids = sink.topic_ids.append
-    payloads = sink.payloads.append
+    payload_data = sink.payload_data
+    payload_ends = sink.payload_ends.append
     flags_out = sink.flags.append
     mids = sink.message_ids.append
     stamps = sink.timestamps.append
@@ -136,11 +173,31 @@ def scan(
                         if last_id < 0:
                             last_id = _add_topic(last_raw, sink, where, base + pos)
                     topic_ids(last_id)
-                    payloads(buf[topic_end:stop])
+                    payload_data += view[topic_end:stop]
+                    payload_ends(len(payload_data))
                     flags_out(flags)
                     mids(mid)
                     stamps(stamp)
+                    if len(payload_data) > _RUN_PAYLOAD_LIMIT:
+                        sink.flush()
             expected = offset + 1
+        elif kind == KIND_BLOCK:
+            if length < BLOCK_HEAD_LENGTH:
+                raise WalCorruptError(where, base + pos, f"data block too short ({length})")
+            first, count, _ = BLOCK_HEAD.unpack_from(buf, pos + OFFSET_AT)
+            if first != expected:
+                raise WalCorruptError(
+                    where, base + pos, f"expected offset {expected}, found offset {first}"
+                )
+            expected = first + count
+            if expected > start:
+                if raw is not None:
+                    raw.append(view[pos:stop])
+                else:
+                    piece = decode_block(bytes(view[pos + OFFSET_AT : stop]), where, base + pos)
+                    sink.add_block(piece.rows(max(start - first, 0), min(end, expected) - first))
+            pos = stop
+            continue
         elif kind == KIND_SEAL:
             seal_end = SEAL_BODY.unpack_from(buf, pos + FRAME_SIZE + 1)[0]
             if seal_end != expected:

@@ -1,7 +1,11 @@
 """``wal.json``: the WAL's random identity and format version.
 
 The identity (uuid4 hex) is also stamped into every segment header. A Spark source stores it
-in its checkpoint so that a recreated WAL directory is never mistaken for the old one.
+in its checkpoint so that a recreated WAL directory is never mistaken for the old one. The
+version is the newest format any segment of the directory may use: a writer opening a
+version 1 directory rewrites ``wal.json`` with version 2 before it appends anything, so a
+reader that knows only version 1 refuses the directory with "unsupported WAL format version"
+instead of meeting a record kind it does not know.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import os
 from pathlib import Path
 
 from .errors import WalCorruptError
-from .segment import FORMAT_VERSION, TEMP_SUFFIX, fsync_dir
+from .segment import FORMAT_VERSION, READABLE_VERSIONS, TEMP_SUFFIX, fsync_dir
 
 META_NAME = "wal.json"
 FORMAT_NAME = "connector-mqtt-wal"
@@ -22,6 +26,12 @@ def read_identity(path: str | os.PathLike[str]) -> str | None:
 
     Raises WalCorruptError when the file exists but is unreadable or of another format.
     """
+    meta = read_meta(path)
+    return None if meta is None else meta[0]
+
+
+def read_meta(path: str | os.PathLike[str]) -> tuple[str, int] | None:
+    """``(identity, format version)`` of the WAL at ``path``, None without ``wal.json``."""
     file = Path(path) / META_NAME
     try:
         raw = file.read_bytes()
@@ -36,15 +46,16 @@ def read_identity(path: str | os.PathLike[str]) -> str | None:
         bytes.fromhex(identity)
     except (ValueError, KeyError, TypeError) as exc:
         raise WalCorruptError(file, 0, f"unreadable WAL metadata: {exc}") from exc
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise WalCorruptError(file, 0, f"unsupported WAL format version {version}")
     if len(identity) != 32:
         raise WalCorruptError(file, 0, f"identity {identity!r} is not 32 hex digits")
-    return identity
+    return identity, version
 
 
 def write_identity(root: Path, identity: str, *, fsync: bool) -> None:
-    """Atomically create ``wal.json`` (temporary file, fsync, rename, directory fsync)."""
+    """Atomically create or replace ``wal.json`` with the current format version
+    (temporary file, fsync, rename, directory fsync)."""
     body = json.dumps(
         {"format": FORMAT_NAME, "version": FORMAT_VERSION, "identity": identity}, indent=2
     )

@@ -9,31 +9,32 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import zlib
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from .blob import pack_blob
+from .columns import WalColumns
 from .decode import NEED_MORE, SEALED, DataSink, scan
 from .errors import WalCorruptError, WalDataLossError
 from .identity import read_identity
 from .records import (
-    DATA_FIELDS,
-    DATA_FIELDS_AT,
+    BLOCK_HEAD_LENGTH,
     DATA_HEAD_SIZE,
     FRAME,
-    FRAME_KIND,
     FRAME_SIZE,
+    KIND_BLOCK,
     KIND_DATA,
     MAX_RECORD_LENGTH,
-    TOPIC_AT,
-    WalColumns,
 )
 from .segment import HEADER_SIZE, decode_header, index_lookup, list_segments, segment_name
 
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 1024 * 1024
+_HINT_HEAD = struct.Struct("<IIBQ")  # length, crc32, kind, (first) offset
+_SMALLEST_LENGTH = {KIND_DATA: DATA_HEAD_SIZE, KIND_BLOCK: BLOCK_HEAD_LENGTH}
 
 
 class WalReader:
@@ -76,7 +77,7 @@ class WalReader:
         """The records with ``start <= offset < end`` as one blob for :func:`decode_blob`."""
         sink = DataSink(raw=True)
         self._collect(start, end, sink)
-        return pack_blob(start, sink.raw or [])
+        return pack_blob(start, end - start, sink.raw or [])
 
     def _collect(self, start: int, end: int, sink: DataSink) -> None:
         """Feed every record of [start, end) to ``sink``, segment after segment."""
@@ -208,14 +209,14 @@ def encode_range(path: str | os.PathLike[str], start: int, end: int) -> bytes:
 
 
 def _hint_is_valid(fd: int, offset: int, position: int) -> bool:
-    """Whether an index hint points at an intact data record carrying ``offset``."""
-    head = os.pread(fd, TOPIC_AT, position)
-    if len(head) < TOPIC_AT:
+    """Whether an index hint points at an intact data record or data block whose (first)
+    offset is ``offset``."""
+    head = os.pread(fd, _HINT_HEAD.size, position)
+    if len(head) < _HINT_HEAD.size:
         return False
-    length, crc, kind = FRAME_KIND.unpack_from(head, 0)
-    if kind != KIND_DATA or not DATA_HEAD_SIZE <= length <= MAX_RECORD_LENGTH:
-        return False
-    if DATA_FIELDS.unpack_from(head, DATA_FIELDS_AT)[0] != offset:
+    length, crc, kind, stored = _HINT_HEAD.unpack(head)
+    smallest = _SMALLEST_LENGTH.get(kind)
+    if smallest is None or not smallest <= length <= MAX_RECORD_LENGTH or stored != offset:
         return False
     body = os.pread(fd, length, position + FRAME_SIZE)
     return len(body) == length and zlib.crc32(body) == crc

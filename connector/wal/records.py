@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import struct
 import zlib
-from array import array
-from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 KIND_DATA = 1
 KIND_RELEASE = 2
 KIND_STATE = 3
 KIND_SEAL = 4
-KNOWN_KINDS = frozenset((KIND_DATA, KIND_RELEASE, KIND_STATE, KIND_SEAL))
+KIND_BLOCK = 5
+KNOWN_KINDS = frozenset((KIND_DATA, KIND_RELEASE, KIND_STATE, KIND_SEAL, KIND_BLOCK))
 
 FLAG_QOS_MASK = 0x03
 FLAG_RETAIN = 0x04
@@ -32,13 +31,19 @@ DATA_HEAD_SIZE = DATA_HEAD.size  # smallest valid ``length`` of a data record
 DATA_FIELDS = struct.Struct("<QqBHH")  # the data head after the kind byte
 DATA_FIELDS_AT = FRAME_SIZE + 1  # where DATA_FIELDS starts, relative to the record start
 TOPIC_AT = FRAME_SIZE + DATA_HEAD_SIZE  # where the topic starts, relative to the record start
+OFFSET_AT = FRAME_SIZE + 1  # where a data record's offset or a block's first offset starts
 SEAL_BODY = struct.Struct("<QI")  # end offset, crc32 of every segment byte before the seal
 SEAL_RECORD_SIZE = FRAME_SIZE + 1 + SEAL_BODY.size
 COUNT = struct.Struct("<I")
+BLOCK_HEAD = struct.Struct("<QII")  # a data block's first offset, row count, topic table bytes
+BLOCK_HEAD_LENGTH = 1 + BLOCK_HEAD.size  # smallest valid ``length`` of a data block
 
 MAX_TOPIC_BYTES = 0xFFFF
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # MQTT's largest packet is 256 MiB
-MAX_RECORD_LENGTH = DATA_HEAD_SIZE + MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES
+MAX_DATA_LENGTH = DATA_HEAD_SIZE + MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES  # one kind 1 record
+# A block holds less than one index interval (64 KiB) of rows before its last row, whose topic
+# and payload fit MAX_DATA_LENGTH; 1 MiB covers the rest of the block's per-row columns.
+MAX_RECORD_LENGTH = MAX_DATA_LENGTH + (1 << 20)
 
 # (qos, retained, duplicate, has message id) -> flags byte; a missing key is an invalid record.
 FLAGS: dict[tuple[int, bool, bool, bool], int] = {
@@ -88,156 +93,6 @@ class WalRecord(NamedTuple):
     timestamp_us: int
 
 
-class WalColumns:
-    """Records of one offset range, column by column; ``len()`` is the number of records.
-
-    Stored compactly, as the decoder produced them: a topic dictionary with one index per
-    record, the payloads, and the flags bytes, message ids and timestamps as machine arrays
-    (``array``/``bytearray``), so a consumer such as an Arrow converter can use those buffers
-    as they are. The list attributes (``topics``, ``qos``, ...) are built on first use.
-    """
-
-    __slots__ = (
-        "_lists",
-        "first_offset",
-        "flags",
-        "message_id_values",
-        "payloads",
-        "timestamps",
-        "topic_ids",
-        "topic_names",
-    )
-
-    def __init__(
-        self,
-        first_offset: int,
-        topic_names: list[str],
-        topic_ids: array,
-        payloads: list[bytes],
-        flags: bytearray,
-        message_id_values: array,
-        timestamps: array,
-    ) -> None:
-        n = len(payloads)
-        if not len(topic_ids) == len(flags) == len(message_id_values) == len(timestamps) == n:
-            raise ValueError("WAL columns of different lengths")
-        if topic_ids.typecode != "i" or message_id_values.typecode != "H":
-            raise ValueError("topic ids must be an array('i'), message ids an array('H')")
-        if timestamps.typecode != "q":
-            raise ValueError("timestamps must be an array('q')")
-        self.first_offset = first_offset
-        self.topic_names = topic_names
-        self.topic_ids = topic_ids
-        self.payloads = payloads
-        self.flags = flags
-        self.message_id_values = message_id_values
-        """Raw u16 message ids; meaningful only where the flags have FLAG_HAS_ID."""
-        self.timestamps = timestamps
-        self._lists: dict[str, list] = {}
-
-    @classmethod
-    def from_records(cls, first_offset: int, records: Iterable[NewRecord]) -> WalColumns:
-        """Columns of ``records`` numbered from ``first_offset`` (for tests and tools)."""
-        names: dict[str, int] = {}
-        ids, payloads = array("i"), []
-        flags, mids, stamps = bytearray(), array("H"), array("q")
-        for topic, payload, qos, retained, duplicate, mid, stamp in records:
-            ids.append(names.setdefault(topic, len(names)))
-            payloads.append(payload)
-            flags.append(FLAGS[(qos, retained, duplicate, mid is not None)])
-            mids.append(mid or 0)
-            stamps.append(stamp)
-        return cls(first_offset, list(names), ids, payloads, flags, mids, stamps)
-
-    def __len__(self) -> int:
-        return len(self.payloads)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, WalColumns):
-            return NotImplemented
-        return len(self) == len(other) and all(
-            getattr(self, name) == getattr(other, name) for name in _COLUMN_NAMES
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"WalColumns(offsets=[{self.first_offset}, {self.first_offset + len(self)}))"
-
-    def _list(self, name: str, build: Callable[[], list]) -> list:
-        value = self._lists.get(name)
-        if value is None:
-            value = self._lists[name] = build()
-        return value
-
-    @property
-    def offsets(self) -> list[int]:
-        return self._list(
-            "offsets", lambda: list(range(self.first_offset, self.first_offset + len(self)))
-        )
-
-    @property
-    def topics(self) -> list[str]:
-        return self._list("topics", lambda: list(map(self.topic_names.__getitem__, self.topic_ids)))
-
-    @property
-    def qos(self) -> list[int]:
-        return self._list("qos", lambda: list(map(QOS_OF.__getitem__, self.flags)))
-
-    @property
-    def retained(self) -> list[bool]:
-        return self._list("retained", lambda: list(map(RETAINED_OF.__getitem__, self.flags)))
-
-    @property
-    def duplicate(self) -> list[bool]:
-        return self._list("duplicate", lambda: list(map(DUPLICATE_OF.__getitem__, self.flags)))
-
-    @property
-    def message_ids(self) -> list[int | None]:
-        return self._list(
-            "message_ids",
-            lambda: [
-                mid if flag & FLAG_HAS_ID else None
-                for flag, mid in zip(self.flags, self.message_id_values, strict=True)
-            ],
-        )
-
-    @property
-    def timestamps_us(self) -> list[int]:
-        return self._list("timestamps_us", lambda: self.timestamps.tolist())
-
-    def records(self) -> Iterator[WalRecord]:
-        """Yield the rows as :class:`WalRecord` (convenient, slower than the columns)."""
-        return map(
-            WalRecord,
-            self.offsets,
-            self.topics,
-            self.payloads,
-            self.qos,
-            self.retained,
-            self.duplicate,
-            self.message_ids,
-            self.timestamps_us,
-        )
-
-    @classmethod
-    def empty(cls, first_offset: int = 0) -> WalColumns:
-        """Columns with no records."""
-        return cls(first_offset, [], array("i"), [], bytearray(), array("H"), array("q"))
-
-
-_COLUMN_NAMES = (
-    "offsets",
-    "topics",
-    "payloads",
-    "qos",
-    "retained",
-    "duplicate",
-    "message_ids",
-    "timestamps_us",
-)
-
-
 def record_digest(topic: str, payload: bytes) -> int:
     """The 32-bit digest kept per QoS 1 packet id: crc32 of UTF-8 topic, a NUL, the payload."""
     return zlib.crc32(payload, zlib.crc32(topic.encode("utf-8") + b"\0"))
@@ -284,6 +139,8 @@ def frame_problem(buf: bytes | memoryview, pos: int) -> str | None:
         return f"unknown record kind {kind}"
     if kind == KIND_DATA and length < DATA_HEAD_SIZE:
         return f"data record too short ({length} bytes)"
+    if kind == KIND_BLOCK and length < BLOCK_HEAD_LENGTH:
+        return f"data block too short ({length} bytes)"
     if kind == KIND_SEAL and length != 1 + SEAL_BODY.size:
         return f"seal record has length {length}"
     return None

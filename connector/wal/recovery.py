@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
+from .block import decode_block
+from .columns import ColumnPiece
 from .errors import WalCorruptError
 from .records import (
+    BLOCK_HEAD,
     DATA_FIELDS,
     DATA_FIELDS_AT,
     DATA_HEAD_SIZE,
@@ -35,10 +38,12 @@ from .records import (
     FLAG_QOS_MASK,
     FRAME_KIND,
     FRAME_SIZE,
+    KIND_BLOCK,
     KIND_DATA,
     KIND_RELEASE,
     KIND_SEAL,
     KIND_STATE,
+    OFFSET_AT,
     SEAL_BODY,
     SEAL_RECORD_SIZE,
     TOPIC_AT,
@@ -235,6 +240,16 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
                 if flags & FLAG_QOS_MASK == 2:
                     pending.add(mid)
             expected += 1
+        elif kind == KIND_BLOCK:
+            block_first, count, _ = BLOCK_HEAD.unpack_from(data, pos + OFFSET_AT)
+            if block_first != expected:
+                raise WalCorruptError(file, pos, f"expected offset {expected}, found {block_first}")
+            piece = decode_block(bytes(view[pos + OFFSET_AT : stop]), str(file), pos)
+            if pos >= index_next:
+                walk.index.append((block_first, pos))
+                index_next = pos + INDEX_INTERVAL
+            _apply_block(piece, state, file, pos)
+            expected += count
         elif kind == KIND_RELEASE:
             try:
                 pending.difference_update(decode_release(view[pos + FRAME_SIZE + 1 : stop]))
@@ -251,3 +266,20 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
         pos = stop
     walk.end, walk.expected, walk.index_next = pos, expected, index_next
     return walk
+
+
+def _apply_block(piece: ColumnPiece, state: QosState, file: Path, pos: int) -> None:
+    """Account for a data block's rows in the QoS state, as the writer did when encoding."""
+    crc32 = zlib.crc32
+    seeds = [crc32(name.encode("utf-8") + b"\0") for name in piece.topic_names]
+    ids = piece.topic_ids
+    if len(ids) and (min(ids) < 0 or max(ids) >= len(seeds)):
+        raise WalCorruptError(file, pos, "data block names a topic its table does not hold")
+    pending, digests = state.pending_qos2, state.digests
+    mids, ends, data = piece.message_ids, piece.payload_ends, piece.payload_data
+    for row, flags in enumerate(piece.flags):
+        if flags & FLAG_HAS_ID:
+            mid = mids[row]
+            digests[mid] = crc32(data[ends[row] : ends[row + 1]], seeds[ids[row]])
+            if flags & FLAG_QOS_MASK == 2:
+                pending.add(mid)

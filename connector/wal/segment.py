@@ -24,7 +24,8 @@ TEMP_SUFFIX = ".tmp"
 _NAME_DIGITS = 20
 
 MAGIC = b"MQTTWAL\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what new segments and wal.json say; see connector.wal for the history
+READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sHH16sQI")  # magic, version, reserved, identity, first offset, crc32
 HEADER_SIZE = HEADER.size
 INDEX_ENTRY = struct.Struct("<QQ")  # offset, byte position of that data record
@@ -85,7 +86,7 @@ def decode_header(raw: bytes, file: Path, first_offset: int, identity: bytes | N
         raise WalCorruptError(file, 0, f"bad segment magic {magic!r}")
     if zlib.crc32(raw[: HEADER_SIZE - 4]) != crc:
         raise WalCorruptError(file, 0, "segment header CRC mismatch")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise WalCorruptError(file, 8, f"unsupported segment format version {version}")
     if stored_first != first_offset:
         raise WalCorruptError(

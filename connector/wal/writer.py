@@ -24,11 +24,12 @@ from types import TracebackType
 
 from .batch import BatchEncoder, Chunk, segment_prefix
 from .errors import WalCorruptError, WalError, WalWriteError
-from .identity import read_identity, write_identity
+from .identity import read_meta, write_identity
 from .lock import WalLock
 from .records import RecordTuple, encode_seal
 from .recovery import ActiveSegment, recover_log, remove_leftovers
 from .segment import (
+    FORMAT_VERSION,
     INDEX_INTERVAL,
     create_segment,
     encode_index,
@@ -127,7 +128,8 @@ class WalWriter:
     ) -> WalWriter:
         """Establish the identity, validate and repair segments, and build the writer."""
         remove_leftovers(root, list_segments(root))
-        identity = read_identity(root)
+        meta = read_meta(root)
+        identity = None if meta is None else meta[0]
         firsts = list_segments(root)
         if identity is None:
             if firsts:  # crashed between creating segment 0 and wal.json
@@ -143,6 +145,15 @@ class WalWriter:
                 root / "wal.json", 0, "the WAL has an identity but no segment files"
             )
         active = recover_log(root, firsts, bytes.fromhex(identity), fsync=fsync)
+        if meta is not None and meta[1] < FORMAT_VERSION:
+            # Before the first block: readers of the old version must refuse the directory.
+            write_identity(root, identity, fsync=fsync)
+            log.info(
+                "WAL %s: format version %d upgraded to %d (appends store data blocks)",
+                root,
+                meta[1],
+                FORMAT_VERSION,
+            )
         remove_leftovers(root, firsts)
         if active.sealed:  # crashed between sealing a segment and creating the next one
             prefix = segment_prefix(bytes.fromhex(identity), active.next_offset, active.state)

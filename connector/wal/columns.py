@@ -1,0 +1,254 @@
+"""Decoded records of one offset range, column by column, without a Python object per row.
+
+A :class:`WalColumns` is a sequence of :class:`ColumnPiece`: each piece holds the column
+buffers of one data block (zero-copy views of the block's bytes) or of a run of version 1
+data records, and the rows ``[lo, hi)`` of those buffers that belong to the range. A consumer
+such as the Arrow converter uses the buffers as they are; the list attributes (``topics``,
+``payloads``, ``qos``, ...) are built on first use, for tests and tools.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from .records import (
+    DUPLICATE_OF,
+    FLAG_HAS_ID,
+    FLAGS,
+    QOS_OF,
+    RETAINED_OF,
+    NewRecord,
+    WalRecord,
+)
+
+Buffer = Any
+"""A C-contiguous buffer of machine values: an ``array``, ``bytes`` or a typed memoryview."""
+
+
+class ColumnPiece:
+    """Column buffers of ``n`` rows, of which rows ``[lo, hi)`` are in use.
+
+    ``topic_ids`` (int32) index ``topic_names``; ``flags`` (uint8), ``message_ids`` (uint16,
+    meaningful where the flags have FLAG_HAS_ID) and ``timestamps`` (int64 microseconds) hold
+    one value per row; ``payload_ends`` (int32, ``n + 1`` values, the first 0) delimit row i's
+    payload as ``payload_data[ends[i]:ends[i + 1]]``.
+    """
+
+    __slots__ = (
+        "flags",
+        "hi",
+        "lo",
+        "message_ids",
+        "payload_data",
+        "payload_ends",
+        "timestamps",
+        "topic_ids",
+        "topic_names",
+    )
+
+    def __init__(
+        self,
+        topic_names: list[str],
+        topic_ids: Buffer,
+        flags: Buffer,
+        message_ids: Buffer,
+        timestamps: Buffer,
+        payload_ends: Buffer,
+        payload_data: Buffer,
+        lo: int = 0,
+        hi: int | None = None,
+    ) -> None:
+        self.topic_names = topic_names
+        self.topic_ids = topic_ids
+        self.flags = flags
+        self.message_ids = message_ids
+        self.timestamps = timestamps
+        self.payload_ends = payload_ends
+        self.payload_data = payload_data
+        self.lo = lo
+        self.hi = len(flags) if hi is None else hi
+
+    def rows(self, lo: int, hi: int) -> ColumnPiece:
+        """The same buffers with rows ``[lo, hi)`` in use (relative to the buffers)."""
+        return ColumnPiece(
+            self.topic_names,
+            self.topic_ids,
+            self.flags,
+            self.message_ids,
+            self.timestamps,
+            self.payload_ends,
+            self.payload_data,
+            lo,
+            hi,
+        )
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def payloads(self) -> list[bytes]:
+        """The payloads of the rows in use, as bytes."""
+        ends, data = self.payload_ends, self.payload_data
+        return [bytes(data[ends[i] : ends[i + 1]]) for i in range(self.lo, self.hi)]
+
+    def topics(self) -> Iterator[str]:
+        """The topics of the rows in use."""
+        return map(self.topic_names.__getitem__, memoryview(self.topic_ids)[self.lo : self.hi])
+
+    def column(self, name: str) -> memoryview:
+        """The rows in use of the buffer attribute ``name`` (a typed memoryview)."""
+        return memoryview(getattr(self, name))[self.lo : self.hi]
+
+
+class WalColumns:
+    """Records of one offset range as a sequence of column pieces; ``len()`` is the number of
+    records. Offsets are consecutive from ``first_offset`` across the pieces."""
+
+    __slots__ = ("_length", "_lists", "first_offset", "pieces")
+
+    def __init__(self, first_offset: int, pieces: Iterable[ColumnPiece] = ()) -> None:
+        self.first_offset = first_offset
+        self.pieces: tuple[ColumnPiece, ...] = tuple(p for p in pieces if p.hi > p.lo)
+        self._length = sum(p.hi - p.lo for p in self.pieces)
+        self._lists: dict[str, Any] = {}
+
+    @classmethod
+    def from_records(cls, first_offset: int, records: Iterable[NewRecord]) -> WalColumns:
+        """Columns of ``records`` numbered from ``first_offset`` (for tests and tools)."""
+        names: dict[str, int] = {}
+        ids, flags, mids, stamps = array("i"), bytearray(), array("H"), array("q")
+        ends, data = array("i", [0]), bytearray()
+        for topic, payload, qos, retained, duplicate, mid, stamp in records:
+            ids.append(names.setdefault(topic, len(names)))
+            flags.append(FLAGS[(qos, retained, duplicate, mid is not None)])
+            mids.append(mid or 0)
+            stamps.append(stamp)
+            data += payload
+            ends.append(len(data))
+        piece = ColumnPiece(list(names), ids, flags, mids, stamps, ends, bytes(data))
+        return cls(first_offset, [piece])
+
+    @classmethod
+    def empty(cls, first_offset: int = 0) -> WalColumns:
+        """Columns with no records."""
+        return cls(first_offset)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WalColumns):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            getattr(self, name) == getattr(other, name) for name in _COLUMN_NAMES
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"WalColumns(offsets=[{self.first_offset}, {self.first_offset + len(self)}), "
+            f"pieces={len(self.pieces)})"
+        )
+
+    def _list(self, name: str, build: Callable[[], Any]) -> Any:
+        value = self._lists.get(name)
+        if value is None:
+            value = self._lists[name] = build()
+        return value
+
+    def _joined(self, name: str, typecode: str) -> array:
+        """One buffer column of every piece, concatenated."""
+        joined = array(typecode)
+        for piece in self.pieces:
+            joined.frombytes(piece.column(name).tobytes())
+        return joined
+
+    @property
+    def flags(self) -> bytes:
+        """The flags bytes of every row."""
+        return self._list("flags", lambda: self._joined("flags", "B").tobytes())
+
+    @property
+    def message_id_values(self) -> array:
+        """Raw u16 message ids (``array('H')``); meaningful only where flags have FLAG_HAS_ID."""
+        return self._list("message_id_values", lambda: self._joined("message_ids", "H"))
+
+    @property
+    def timestamps(self) -> array:
+        """Timestamps in microseconds as ``array('q')``."""
+        return self._list("timestamps", lambda: self._joined("timestamps", "q"))
+
+    @property
+    def offsets(self) -> list[int]:
+        return self._list(
+            "offsets", lambda: list(range(self.first_offset, self.first_offset + len(self)))
+        )
+
+    @property
+    def topics(self) -> list[str]:
+        return self._list("topics", lambda: _concat(piece.topics() for piece in self.pieces))
+
+    @property
+    def payloads(self) -> list[bytes]:
+        return self._list("payloads", lambda: _concat(piece.payloads() for piece in self.pieces))
+
+    @property
+    def qos(self) -> list[int]:
+        return self._list("qos", lambda: list(map(QOS_OF.__getitem__, self.flags)))
+
+    @property
+    def retained(self) -> list[bool]:
+        return self._list("retained", lambda: list(map(RETAINED_OF.__getitem__, self.flags)))
+
+    @property
+    def duplicate(self) -> list[bool]:
+        return self._list("duplicate", lambda: list(map(DUPLICATE_OF.__getitem__, self.flags)))
+
+    @property
+    def message_ids(self) -> list[int | None]:
+        return self._list(
+            "message_ids",
+            lambda: [
+                mid if flag & FLAG_HAS_ID else None
+                for flag, mid in zip(self.flags, self.message_id_values, strict=True)
+            ],
+        )
+
+    @property
+    def timestamps_us(self) -> list[int]:
+        return self._list("timestamps_us", lambda: self.timestamps.tolist())
+
+    def records(self) -> Iterator[WalRecord]:
+        """Yield the rows as :class:`WalRecord` (convenient, slower than the columns)."""
+        return map(
+            WalRecord,
+            self.offsets,
+            self.topics,
+            self.payloads,
+            self.qos,
+            self.retained,
+            self.duplicate,
+            self.message_ids,
+            self.timestamps_us,
+        )
+
+
+def _concat(parts: Iterable[Sequence[Any] | Iterator[Any]]) -> list[Any]:
+    out: list[Any] = []
+    for part in parts:
+        out.extend(part)
+    return out
+
+
+_COLUMN_NAMES = (
+    "offsets",
+    "topics",
+    "payloads",
+    "qos",
+    "retained",
+    "duplicate",
+    "message_ids",
+    "timestamps_us",
+)
