@@ -7,12 +7,13 @@ calls :meth:`WalWriter.truncate_before` to delete old segments. Offsets are gap-
 record ever appended is offset 0 and every data record takes the next one. Nothing here
 imports Spark, pyarrow or :mod:`connector.mqtt`.
 
-On-disk format (version 1, all integers little endian)
+On-disk format (version 2, all integers little endian)
 ------------------------------------------------------
 Directory: ``wal.json`` (format name, version, identity = uuid4 hex), ``LOCK`` (flock of the
 single writer; holds its pid and host), segments ``<first offset, 20 digits>.seg`` and
 unsynced index hints ``<first offset>.idx`` (``u64 offset | u64 byte position`` pairs, one per
-64 KiB of records; readers validate each entry they use).
+64 KiB of records, each at the start of a data record or data block that holds that (first)
+offset; readers validate each entry they use).
 
 Segment = header, a state snapshot record, then records::
 
@@ -22,19 +23,41 @@ Segment = header, a state snapshot record, then records::
 Record = ``u32 length | u32 crc32 | u8 kind | body``; ``length`` counts kind + body and the
 crc32 covers exactly those bytes. Kinds:
 
-* 1 data: ``u64 offset | i64 timestamp_us | u8 flags | u16 message id | u16 topic length |
-  topic UTF-8 | payload``. flags: bits 0-1 QoS, bit 2 retain, bit 3 dup, bit 4 message id
-  present (clear for QoS 0 without id). The offset is explicit so every read validates it.
+* 1 data (written by version 1 only, read by all): ``u64 offset | i64 timestamp_us | u8 flags |
+  u16 message id | u16 topic length | topic UTF-8 | payload``. flags: bits 0-1 QoS, bit 2
+  retain, bit 3 dup, bit 4 message id present (clear for QoS 0 without id). The offset is
+  explicit so every read validates it.
 * 2 QoS 2 release: ``u32 n | n x u16 packet id`` (those ids are no longer pending).
 * 3 state snapshot (first record of every segment): ``u32 n | u32 m | n x u16 pending QoS 2
   id | m x u16 QoS 1 id | m x u32 digest`` - the QoS state when the segment was created.
 * 4 seal (last record of every full segment): ``u64 end offset | u32 crc32 of every byte of
   the segment before the seal``.
+* 5 data block (version 2): consecutive data records column by column, one crc32 for all::
+
+      u64 first offset | u32 n | u32 topic table bytes t |
+      topic table (per distinct topic: u16 length | UTF-8) | zero padding to a multiple of 8 |
+      n x i64 timestamp_us | n x u16 message id | n x u8 flags | zero padding to a multiple
+      of 4 | n x u32 topic index | (n + 1) x u32 payload end position (first 0) | payloads
+
+  Positions are relative to the byte after the kind; flags as in kind 1; the body ends exactly
+  after the last payload. The rows hold offsets [first, first + n); the first offset must be
+  the next expected one, like a kind 1 offset. The writer makes one block of an append batch,
+  cut where the segment rolls over and where an index hint is due (so a block holds at most
+  64 KiB of rows before its last row, and its payload positions stay below 2^31). Details in
+  :mod:`connector.wal.block`.
 
 A segment file appears atomically (written as ``.tmp``, fsynced, renamed, directory fsynced)
 and only after the previous segment was sealed and fsynced, so every non-last segment is
 sealed. A segment rolls over before a data record when it already holds data and is at least
-``segment_max_bytes`` long. Recovery rules: see :mod:`connector.wal.recovery`.
+``segment_max_bytes`` long. Recovery rules: see :mod:`connector.wal.recovery`; a torn or
+corrupt last block is cut whole, like a torn record.
+
+Versions: version 1 segments hold kind 1 data records, version 2 segments data blocks. Readers
+accept both, and a version 1 segment that continues with blocks. A writer opening a version 1
+directory rewrites ``wal.json`` with version 2 before appending (its active version 1 segment
+keeps its header and receives blocks; new segments are version 2), so a reader that knows only
+version 1 stops at ``wal.json`` with "unsupported WAL format version 2" rather than at a record
+kind it does not know. The inline blob (:mod:`connector.wal.blob`) is version 2 as well.
 """
 
 from .blob import decode_blob

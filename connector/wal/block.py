@@ -33,11 +33,9 @@ from .records import BLOCK_HEAD, FRAME, KIND_BLOCK
 
 _U16 = struct.Struct("<H")
 _KIND_BYTE = bytes((KIND_BLOCK,))
-_ROW_BYTES = 8 + 2 + 1 + 4 + 4  # timestamp, message id, flags, topic index, payload end
+ROW_BYTES = 8 + 2 + 1 + 4 + 4  # timestamp, message id, flags, topic index, payload end
 BLOCK_SLACK = FRAME.size + 1 + BLOCK_HEAD.size + 7 + 3 + 4
 """Upper bound of a block's on-disk size minus its topic table, rows and payload bytes."""
-ROW_BYTES = _ROW_BYTES
-MAX_BLOCK_PAYLOAD = (1 << 31) - 1
 
 
 def _check_host() -> None:

@@ -5,10 +5,12 @@ Rules:
 * Every non-last segment must be sealed: its seal's CRC of all preceding bytes must match and
   its end offset must equal the next segment's first offset. Anything else is corruption
   (WalCorruptError naming the file and byte position); nothing is repaired.
-* The last (active) segment is scanned record by record. Its header and leading state
-  snapshot must be intact. The first record that is short, has a bad length or a bad CRC
-  starts a torn tail: the file is cut there (fsynced, logged as a warning). A record with a
-  valid CRC but wrong content (offset out of sequence, misplaced state record) is corruption.
+* The last (active) segment is scanned record by record (a data block is one record; its
+  rows rebuild the QoS state). Its header and leading state snapshot must be intact. The
+  first record that is short, has a bad length or a bad CRC starts a torn tail: the file is
+  cut there (fsynced, logged as a warning), so a torn or corrupt last block goes whole. A
+  record with a valid CRC but wrong content (offset out of sequence, misplaced state record,
+  a block whose layout does not add up) is corruption.
 * Leftover ``*.tmp`` files and index hints without a segment are deleted.
 
 Cost: one sequential read of every retained segment (CRC at C speed, about 1 s per GB) plus
