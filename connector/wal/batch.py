@@ -27,6 +27,7 @@ from .records import (
     MAX_PAYLOAD_BYTES,
     MAX_TOPIC_BYTES,
     RecordTuple,
+    digest_seed,
     encode_record,
     encode_release,
 )
@@ -228,7 +229,7 @@ class BatchEncoder:
             raise ValueError(f"topic is {len(raw)} bytes, the limit is {MAX_TOPIC_BYTES}")
         if len(self._topics) >= _TOPIC_CACHE_LIMIT:
             self._topics.clear()
-        entry = self._topics[topic] = (raw, zlib.crc32(raw + b"\0"))
+        entry = self._topics[topic] = (raw, digest_seed(raw))
         return entry
 
 

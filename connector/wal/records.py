@@ -95,7 +95,12 @@ class WalRecord(NamedTuple):
 
 def record_digest(topic: str, payload: bytes) -> int:
     """The 32-bit digest kept per QoS 1 packet id: crc32 of UTF-8 topic, a NUL, the payload."""
-    return zlib.crc32(payload, zlib.crc32(topic.encode("utf-8") + b"\0"))
+    return zlib.crc32(payload, digest_seed(topic.encode("utf-8")))
+
+
+def digest_seed(topic: bytes | memoryview) -> int:
+    """crc32 of a UTF-8 topic and a NUL: continued over the payload, it is the record digest."""
+    return zlib.crc32(b"\0", zlib.crc32(topic))
 
 
 def encode_record(kind: int, body: bytes) -> bytes:

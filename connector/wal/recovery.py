@@ -50,6 +50,7 @@ from .records import (
     SEAL_RECORD_SIZE,
     TOPIC_AT,
     decode_release,
+    digest_seed,
     frame_problem,
 )
 from .segment import (
@@ -237,7 +238,7 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
                 index_next = pos + INDEX_INTERVAL
             if flags & FLAG_HAS_ID:
                 topic_end = pos + TOPIC_AT + topic_len
-                seed = zlib.crc32(b"\0", zlib.crc32(view[pos + TOPIC_AT : topic_end]))
+                seed = digest_seed(view[pos + TOPIC_AT : topic_end])
                 digests[mid] = zlib.crc32(view[topic_end:stop], seed)
                 if flags & FLAG_QOS_MASK == 2:
                     pending.add(mid)
@@ -273,7 +274,7 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
 def _apply_block(piece: ColumnPiece, state: QosState, file: Path, pos: int) -> None:
     """Account for a data block's rows in the QoS state, as the writer did when encoding."""
     crc32 = zlib.crc32
-    seeds = [crc32(name.encode("utf-8") + b"\0") for name in piece.topic_names]
+    seeds = [digest_seed(name.encode("utf-8")) for name in piece.topic_names]
     ids = piece.topic_ids
     if len(ids) and (min(ids) < 0 or max(ids) >= len(seeds)):
         raise WalCorruptError(file, pos, "data block names a topic its table does not hold")

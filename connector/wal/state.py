@@ -15,7 +15,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 
-from .records import FLAG_HAS_ID, FLAG_QOS_MASK
+from .records import FLAG_HAS_ID, FLAG_QOS_MASK, digest_seed
 
 _COUNTS = struct.Struct("<II")
 MAX_PACKET_ID = 0xFFFF
@@ -51,7 +51,7 @@ class QosState:
         """Account for one stored data record (used by recovery; the writer inlines this)."""
         if not flags & FLAG_HAS_ID:
             return
-        self.digests[message_id] = zlib.crc32(payload, zlib.crc32(topic + b"\0"))
+        self.digests[message_id] = zlib.crc32(payload, digest_seed(topic))
         if flags & FLAG_QOS_MASK == 2:
             self.pending_qos2.add(message_id)
 
