@@ -70,15 +70,18 @@ system-deps:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
 	fi
 
-# Delta's JVM jar plus its runtime dependencies, for local Spark sessions.
-# Re-runs when the pom changes; a failed run leaves no stamp. The sed drops the
-# colour codes some Maven builds print even in batch mode.
-$(JARS_STAMP): $(JARS_POM) | system-deps
+# Delta's JVM jar plus its runtime dependencies, for local Spark sessions, without the
+# artifacts the installed PySpark ships itself (Hadoop's client, Parquet, Jackson, ...: Spark's
+# own copies load first, so Maven's would never be used). Re-runs when the pom or the
+# virtualenv changes; a failed run leaves no stamp. The sed drops the colour codes some Maven
+# builds print even in batch mode.
+$(JARS_STAMP): $(JARS_POM) $(VENV_STAMP) | system-deps
 	@echo "Fetching Delta jars into $(JARS_DIR)/"
 	rm -rf $(JARS_DIR)
 	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS_DIR)) 2>&1 \
 		| sed -e 's/\x1b\[[0-9;]*m//g'
+	$(VENV_PY) -m streaming_jobs.spark_session prune-jars $(JARS_DIR)
 	@touch $@
 
 # Hadoop's file: file system without a process spawn per file operation, compiled against

@@ -71,6 +71,17 @@ def delta_jars() -> list[str]:
     return sorted(str(p) for p in folder.glob("*.jar") if jar_artifact(p.name) not in shipped)
 
 
+def prune_shipped_jars(folder: Path) -> list[Path]:
+    """Delete the jars in ``folder`` whose artifact Spark ships itself, in any version: Spark's
+    own class path is searched first, so they would never load. Deletes nothing when Spark's
+    jars folder is not found. Returns the deleted paths."""
+    shipped = spark_jar_artifacts()
+    pruned = sorted(p for p in folder.glob("*.jar") if jar_artifact(p.name) in shipped)
+    for path in pruned:
+        path.unlink()
+    return pruned
+
+
 def prepare_local_environment() -> None:
     """Python workers must run this interpreter and connect back over loopback."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -261,3 +272,12 @@ def job_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()
+
+
+if __name__ == "__main__":
+    # `make setup`, after Maven's copy: python -m streaming_jobs.spark_session prune-jars DIR
+    if len(sys.argv) != 3 or sys.argv[1] != "prune-jars":
+        sys.exit("usage: python -m streaming_jobs.spark_session prune-jars DIR")
+    removed = prune_shipped_jars(Path(sys.argv[2]))
+    kept = len(list(Path(sys.argv[2]).glob("*.jar")))
+    sys.stderr.write(f"{sys.argv[2]}: removed {len(removed)} jars Spark ships, kept {kept}\n")

@@ -1,7 +1,9 @@
-"""Which fetched jars a session hands to Spark (``streaming_jobs.spark_session.delta_jars``).
+"""Which fetched jars a session hands to Spark (``streaming_jobs.spark_session.delta_jars``)
+and which ``make setup`` keeps (``prune_shipped_jars``).
 
 Rule under test: every jar in the Delta jars folder goes to Spark unless Spark's own jars
-folder (``$SPARK_HOME/jars``, else PySpark's) already holds the same artifact, in any version.
+folder (``$SPARK_HOME/jars``, else PySpark's) already holds the same artifact, in any version;
+set-up deletes those copies.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs import spark_session
-from streaming_jobs.spark_session import delta_jars, jar_artifact
+from streaming_jobs.spark_session import delta_jars, jar_artifact, prune_shipped_jars
 
 
 @pytest.mark.parametrize(
@@ -88,4 +90,40 @@ def test_the_installed_jars_hand_over_delta_and_nothing_pyspark_ships(
     assert any(a.startswith("delta-spark_") for a in artifacts)
     assert not artifacts & spark_session.spark_jar_artifacts()
     fetched = {jar_artifact(p.name) for p in Path(jars[0]).parent.glob("*.jar")}
-    assert len(artifacts) < len(fetched)  # Maven's copy holds artifacts PySpark ships
+    assert fetched == artifacts  # set-up pruned Maven's copies of what PySpark ships
+
+
+def test_pruning_deletes_only_the_jars_spark_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spark_home = tmp_path / "spark"
+    _jars(spark_home / "jars", "hadoop-client-api-3.5.0.jar", "parquet-column-1.15.2.jar")
+    fetched = _jars(
+        tmp_path / "delta",
+        "delta-spark_4.2_2.13-4.4.0.jar",
+        "hadoop-client-api-3.4.2.jar",
+        "parquet-column-1.16.0.jar",
+        "notes.txt",
+    )
+    monkeypatch.setenv("SPARK_HOME", str(spark_home))
+    pruned = prune_shipped_jars(fetched)
+    assert [p.name for p in pruned] == ["hadoop-client-api-3.4.2.jar", "parquet-column-1.16.0.jar"]
+    assert sorted(p.name for p in fetched.iterdir()) == [
+        "delta-spark_4.2_2.13-4.4.0.jar",
+        "notes.txt",
+    ]
+    assert sorted(p.name for p in (spark_home / "jars").iterdir()) == [
+        "hadoop-client-api-3.5.0.jar",
+        "parquet-column-1.15.2.jar",
+    ]
+    monkeypatch.setenv("DELTA_JARS_DIR", str(fetched))
+    assert delta_jars() == [str(fetched / "delta-spark_4.2_2.13-4.4.0.jar")]
+
+
+def test_pruning_without_a_spark_jars_folder_deletes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fetched = _jars(tmp_path / "delta", "delta-storage-4.4.0.jar", "scala-library-2.13.17.jar")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "no-spark-here"))
+    assert prune_shipped_jars(fetched) == []
+    assert len(list(fetched.glob("*.jar"))) == 2
