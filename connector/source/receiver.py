@@ -15,6 +15,9 @@ Duplicate rules (documented in the README, "Delivery guarantees"):
   but whose PUBCOMP it lost (a broker crash restoring older state). Limit: a genuinely new
   message with the same id, topic and payload, first sent on a connection that dropped before
   it reached us, would be taken for a redelivery.
+* QoS 1 also: the broker resends in order, so a DUP=1 message equal to a stored message
+  whose packet id a later stored message reused is matched against the WAL in send order
+  (:mod:`connector.source.resend_run`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import RecordTuple, WalLockedError, WalWriter, record_digest
 
 from .options import SourceOptions
+from .resend_run import ResendRun
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,7 @@ class Receiver:
         self.stats = ReceiverStats()
         self.error: BaseException | None = None
         self.committed = self.wal.first_offset
+        self.resends = ResendRun(self.wal)
         self.last_activity = time.monotonic()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -129,6 +134,7 @@ class Receiver:
 
     def _on_connect(self, connected: Connected) -> None:
         self.stats.connections += 1
+        self.resends.connection_started(self.wal.next_offset)
         self.last_activity = time.monotonic()
         if connected.session_lost:
             self.stats.sessions_lost += 1
@@ -220,6 +226,7 @@ class Receiver:
         wal = self.wal
         client = self.client
         stats = self.stats
+        resends = self.resends
         try:
             while not self._stop.is_set():
                 if self._backlogged():
@@ -241,8 +248,12 @@ class Receiver:
                             stats.duplicates_dropped += 1
                             continue
                         if m.dup and m.qos:
-                            digest = wal.latest_digest(m.packet_id)  # type: ignore[arg-type]
-                            if digest is not None and digest == record_digest(m.topic, m.payload):
+                            digest = record_digest(m.topic, m.payload)
+                            if (
+                                resends.is_resend(m.packet_id, digest)  # type: ignore[arg-type]
+                                if m.qos == 1
+                                else wal.latest_digest(m.packet_id) == digest  # type: ignore[arg-type]
+                            ):
                                 stats.duplicates_dropped += 1
                                 continue
                         records.append(
