@@ -16,8 +16,9 @@ Duplicate rules (documented in the README, "Delivery guarantees"):
   message with the same id, topic and payload, first sent on a connection that dropped before
   it reached us, would be taken for a redelivery.
 * QoS 1 also: the broker resends in order, so a DUP=1 message equal to a stored message
-  whose packet id a later stored message reused is matched against the WAL in send order
-  (:mod:`connector.source.resend_run`).
+  whose packet id a later stored message reused is matched against the WAL in send order,
+  per socket read: a match found by searching the WAL counts only when the resends after it
+  in the same read confirm it (:mod:`connector.source.resend_run`).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.packets import ProtocolLevel
+from connector.mqtt.packets import ProtocolLevel, Publish
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import RecordTuple, WalLockedError, WalWriter, record_digest
 
@@ -57,6 +59,16 @@ def _open_wal(path: str) -> WalWriter:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.2)
+
+
+def _qos1_resends(resends: ResendRun, messages: list[Publish]) -> Iterator[bool]:
+    """Verdicts (True: already stored) on the DUP=1 QoS 1 messages of one read, in order.
+    They are decided together: a run found by the WAL search must be confirmed by the
+    resends that follow its start in the same read."""
+    pairs = [
+        (m.packet_id, record_digest(m.topic, m.payload)) for m in messages if m.dup and m.qos == 1
+    ]
+    return iter(resends.classify(pairs))  # type: ignore[arg-type]
 
 
 class ReceiverStats:
@@ -243,17 +255,20 @@ class Receiver:
                 records: list[RecordTuple]
                 if any(m.dup or m.qos == 2 for m in messages):
                     records = []
+                    resent = None  # verdicts on this read's DUP=1 QoS 1 messages, in order
                     for m in messages:
                         if m.qos == 2 and wal.is_qos2_pending(m.packet_id):  # type: ignore[arg-type]
                             stats.duplicates_dropped += 1
                             continue
                         if m.dup and m.qos:
-                            digest = record_digest(m.topic, m.payload)
-                            if (
-                                resends.is_resend(m.packet_id, digest)  # type: ignore[arg-type]
-                                if m.qos == 1
-                                else wal.latest_digest(m.packet_id) == digest  # type: ignore[arg-type]
-                            ):
+                            if m.qos == 1:
+                                if resent is None:
+                                    resent = _qos1_resends(resends, messages)
+                                stored = next(resent)
+                            else:
+                                digest = record_digest(m.topic, m.payload)
+                                stored = wal.latest_digest(m.packet_id) == digest  # type: ignore[arg-type]
+                            if stored:
                                 stats.duplicates_dropped += 1
                                 continue
                         records.append(

@@ -9,18 +9,33 @@ receiver stored is a prefix of it. The resend on the next connection is therefor
 records stored on earlier connections from some offset ``j`` up to ``conn_start`` (the WAL's
 ``next_offset`` when this connection came up), then messages the receiver never got.
 
-Rule, per connection (:meth:`ResendRun.is_resend`, for DUP=1 QoS 1 messages only):
+Rule, per connection, decided per socket read (:meth:`ResendRun.classify` takes the DUP=1
+QoS 1 messages of one read, in order, as (packet id, record digest) pairs):
 
 * While a run is active, a message equal (packet id and record digest) to the stored QoS 1
   record at the cursor is a redelivery; the cursor moves to the next stored QoS 1 record
   with a packet id. When it reaches ``conn_start`` the run is over: what follows was never
   stored. A mismatch before ``conn_start`` means the broker did not resend in order: one
-  WARNING per connection, and the message is searched for as below.
+  WARNING per connection, the run ends, and the message is tested as below (one more
+  search is allowed).
 * Otherwise a message equal to the latest stored message with its packet id (the WAL's QoS
   state, the cheap first test) is a redelivery.
 * Otherwise, once per connection (and again after a mismatch), the WAL is searched backwards
-  from ``conn_start`` for the latest QoS 1 record with that packet id and digest. Found at
-  ``j``: a redelivery, and a run starts after ``j``. Not found: a new message.
+  from ``conn_start`` for the latest QoS 1 record with that packet id and digest. A hit at
+  ``j`` is a redelivery only when the next :data:`CONFIRM` DUP=1 QoS 1 messages of the same
+  read equal the stored QoS 1 records that follow ``j``, in order (or, when fewer than
+  :data:`CONFIRM` lie between ``j`` and ``conn_start``, all of them do): then the message
+  and those that confirmed it are redeliveries, and the run goes on after them. Otherwise
+  (no hit, a mismatch, or the read ends first) the message is new and the search counts as
+  done; older candidates are not looked for.
+
+Packet ids are reused (every 65,535 messages, sooner for a broker that picks the lowest free
+id) and sensor payloads repeat, so the WAL can hold an older message equal to a new one that
+was lost in flight with a dropped connection; dropping it on a single hit would lose it. With
+the confirmation, a false drop needs 1 + :data:`CONFIRM` consecutive resends equal to
+consecutive stored messages (packet id, topic and payload), which only a stream of identical
+messages produces, and there no digest-based rule can tell messages apart. An unconfirmed
+hit is stored: at worst a duplicate, never a loss.
 
 This catches redeliveries whose packet id a later stored message reused, which a broker
 with more than 65,535 messages in flight for one session produces (Mosquitto 2.0.11). Only
@@ -44,6 +59,9 @@ from connector.wal.records import FLAG_HAS_ID, FLAG_QOS_MASK, digest_seed
 
 log = logging.getLogger(__name__)
 
+CONFIRM = 4
+"""Resends after a search hit, in the same socket read, that must equal the stored QoS 1
+records following it before the hit counts as a redelivery (fewer only up to ``conn_start``)."""
 CHUNK_RECORDS = 65_536
 """Most records read from the WAL at once (by default)."""
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -141,10 +159,13 @@ class ResendRun:
         """Redeliveries recognised by the run or the search (not by the latest digest)."""
         self.searches = 0
         """Backward searches of the WAL (tests and diagnostics)."""
+        self.rejected = 0
+        """Search hits not confirmed by the resends after them (stored as new messages)."""
         self._cursor: int | None = None
         self._chunk: _Chunk | None = None
         self._searched = False
         self._warned = False
+        self._rejected = False
         self._max = chunk_records
         self._size = min(_FIRST_CHUNK, chunk_records)
 
@@ -154,6 +175,7 @@ class ResendRun:
         self._end_run()
         self._searched = False
         self._warned = False
+        self._rejected = False
 
     @property
     def active(self) -> bool:
@@ -165,28 +187,44 @@ class ResendRun:
         """Offset of the stored record the next in-order resend should equal."""
         return self._cursor
 
-    def is_resend(self, message_id: int, digest: int) -> bool:
-        """Whether a DUP=1 QoS 1 message (packet id, record digest) is already stored."""
-        cursor = self._cursor
-        if cursor is not None:
-            chunk = self._chunk_at(cursor)
-            if chunk is None:  # truncation deleted the rest of the run
-                self._end_run()
-                return self.wal.latest_digest(message_id) == digest
-            i = cursor - chunk.lo
-            if chunk.message_ids[i] == message_id and chunk.digest(i) == digest:
-                self.matched += 1
-                self._advance(chunk, i + 1)
-                return True
-            self._mismatch(message_id, cursor)
-            return self._search_and_start(message_id, digest) or (
-                self.wal.latest_digest(message_id) == digest
-            )
-        if self.wal.latest_digest(message_id) == digest:
-            return True
-        if self._searched:
-            return False
-        return self._search_and_start(message_id, digest)
+    def classify(self, pairs: list[tuple[int, int]]) -> list[bool]:
+        """Which DUP=1 QoS 1 messages of one socket read are already stored (True: drop).
+
+        ``pairs`` holds (packet id, record digest) of those messages in the order read.
+        """
+        out: list[bool] = []
+        n = len(pairs)
+        k = 0
+        while k < n:
+            message_id, digest = pairs[k]
+            cursor = self._cursor
+            if cursor is not None:
+                chunk = self._chunk_at(cursor)
+                if chunk is None:  # truncation deleted the rest of the run
+                    self._end_run()
+                    out.append(self.wal.latest_digest(message_id) == digest)
+                    k += 1
+                    continue
+                i = cursor - chunk.lo
+                if chunk.message_ids[i] == message_id and chunk.digest(i) == digest:
+                    self.matched += 1
+                    self._advance(chunk, i + 1)
+                    out.append(True)
+                    k += 1
+                    continue
+                self._mismatch(message_id, cursor)
+            if self.wal.latest_digest(message_id) == digest:
+                out.append(True)
+                k += 1
+                continue
+            taken = 0 if self._searched else self._search_and_confirm(pairs, k)
+            if taken:
+                out.extend([True] * taken)
+                k += taken
+            else:
+                out.append(False)
+                k += 1
+        return out
 
     # ------------------------------------------------------------------ internals
 
@@ -196,6 +234,7 @@ class ResendRun:
 
     def _mismatch(self, message_id: int, cursor: int) -> None:
         self._end_run()
+        self._searched = False  # the resend went out of order: one more search
         if not self._warned:
             self._warned = True
             log.warning(
@@ -207,27 +246,70 @@ class ResendRun:
                 self.conn_start,
             )
 
-    def _search_and_start(self, message_id: int, digest: int) -> bool:
+    def _search_and_confirm(self, pairs: list[tuple[int, int]], k: int) -> int:
+        """Search for ``pairs[k]``; on a hit confirmed by the pairs after it, start the run
+        after them and return how many pairs are redeliveries (0: ``pairs[k]`` is new)."""
         self._searched = True
+        message_id, digest = pairs[k]
         if self.wal.latest_digest(message_id) is None:
-            return False  # no QoS 1 or 2 message was ever stored with this packet id
+            return 0  # no QoS 1 or 2 message was ever stored with this packet id
         found = self._search(message_id, digest)
         if found is None:
-            return False
-        self.matched += 1
+            return 0
+        taken = self._confirm(found, pairs, k)
+        if not taken:
+            self._end_run()
+            self._searched = True
+            self.rejected += 1
+            if not self._rejected:
+                self._rejected = True
+                log.info(
+                    "packet id %d resent with DUP=1 equals the message stored at WAL offset %d, "
+                    "but the same read does not follow it with %d resends equal to the "
+                    "messages stored after that offset: stored as a new message (no further "
+                    "search on this connection unless a run goes out of order)",
+                    message_id,
+                    found,
+                    CONFIRM,
+                )
+            return 0
+        self.matched += taken
         log.info(
-            "packet id %d resent with DUP=1 equals the message stored at WAL offset %d: "
-            "resends that follow it in order up to offset %d are not stored again",
+            "packet id %d resent with DUP=1 equals the message stored at WAL offset %d and "
+            "the resends after it equal the messages stored after it: resends that follow "
+            "it in order up to offset %d are not stored again",
             message_id,
             found,
             self.conn_start,
         )
+        return taken
+
+    def _confirm(self, found: int, pairs: list[tuple[int, int]], k: int) -> int:
+        """Follow the run from ``found`` over ``pairs[k + 1:]``: 1 + the confirming pairs
+        when CONFIRM of them (or all stored QoS 1 records up to ``conn_start``) match,
+        else 0. Leaves the cursor after the last match."""
         chunk = self._chunk_at(found)
-        if chunk is None:
-            self._end_run()
-        else:
-            self._advance(chunk, found - chunk.lo + 1)
-        return True
+        if chunk is None or not self._advance(chunk, found - chunk.lo + 1):
+            return 0
+        taken = 1
+        while taken <= CONFIRM:
+            cursor = self._cursor
+            if cursor is None:
+                return taken  # the run reached conn_start: every record after ``found`` matched
+            at = k + taken
+            if at >= len(pairs):
+                return 0  # the read ended before the hit was confirmed
+            chunk = self._chunk_at(cursor)
+            if chunk is None:
+                return 0
+            i = cursor - chunk.lo
+            message_id, digest = pairs[at]
+            if chunk.message_ids[i] != message_id or chunk.digest(i) != digest:
+                return 0
+            if not self._advance(chunk, i + 1):
+                return 0
+            taken += 1
+        return taken
 
     def _search(self, message_id: int, digest: int) -> int | None:
         """Offset of the latest QoS 1 record below ``conn_start`` with this id and digest."""
@@ -250,8 +332,9 @@ class ResendRun:
             size = self._next_size(chunk)
             hi = lo
 
-    def _advance(self, chunk: _Chunk, i: int) -> None:
-        """Move the cursor to the first QoS 1 record at or after row ``i`` of ``chunk``."""
+    def _advance(self, chunk: _Chunk, i: int) -> bool:
+        """Move the cursor to the first QoS 1 record at or after row ``i`` of ``chunk``, or
+        end the run at ``conn_start``; False when truncation deleted records on the way."""
         while True:
             n = chunk.hi - chunk.lo
             while i < n and not chunk.is_qos1(i):
@@ -259,15 +342,15 @@ class ResendRun:
             if i < n:
                 self._cursor = chunk.lo + i
                 self._chunk = chunk
-                return
+                return True
             if chunk.hi >= self.conn_start:
                 self._end_run()  # everything stored before this connection was resent
                 self._searched = True
-                return
+                return True
             next_chunk = self._read(chunk.hi, min(self.conn_start, chunk.hi + self._size))
             if next_chunk is None:
                 self._end_run()
-                return
+                return False
             self._size = self._next_size(next_chunk)
             chunk, i = next_chunk, 0
 
