@@ -61,14 +61,16 @@ def test_an_in_order_resend_with_reused_packet_ids_is_stored_once(tmp_path: Path
         threading.Thread(target=run, daemon=True).start()
 
     def connack(conn: socket.socket, number: int) -> None:
-        conn.sendall(encode(Connack(number > 1, 0)))
+        data = encode(Connack(number > 1, 0))
         if number == 2 and not stop.is_set():
+            # CONNACK and the whole resend in one write (about 3.5 kB): the receiver reads
+            # them in one go, so the run found by the WAL search is confirmed by the resends
+            # after its start in the same read.
             resend = range(RESENT_FROM, FIRST + NEVER_RECEIVED)
-            conn.sendall(
-                b"".join(
-                    encode_publish(TOPIC, payload(n), 1, packet_id(n), dup=True) for n in resend
-                )
+            data += b"".join(
+                encode_publish(TOPIC, payload(n), 1, packet_id(n), dup=True) for n in resend
             )
+        conn.sendall(data)
 
     with ScriptedBroker(first_connection, on_connect=connack) as broker:
         raw = {
@@ -107,3 +109,5 @@ def test_an_in_order_resend_with_reused_packet_ids_is_stored_once(tmp_path: Path
     assert receiver.stats.duplicates_dropped == FIRST - RESENT_FROM
     assert receiver.stats.appended == FIRST + NEVER_RECEIVED
     assert receiver.stats.connections == 2
+    # One search found the run's start and the resends after it confirmed it.
+    assert (receiver.resends.searches, receiver.resends.rejected) == (1, 0)
