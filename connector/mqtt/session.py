@@ -716,8 +716,7 @@ class ClientSession:
                     "the broker resent two messages with packet id %d on one connection: it "
                     "kept more than one message per id in flight (section 2.3.1; Mosquitto "
                     "2.0.11 does so with more than 65,535 messages queued for a session, "
-                    "fixed in 2.0.12). Each is acknowledged; a redelivery among them can be "
-                    "stored twice",
+                    "fixed in 2.0.12). Each is acknowledged, in order",
                     pid,
                 )
         elif packet.qos:

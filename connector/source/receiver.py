@@ -15,6 +15,10 @@ Duplicate rules (documented in the README, "Delivery guarantees"):
   but whose PUBCOMP it lost (a broker crash restoring older state). Limit: a genuinely new
   message with the same id, topic and payload, first sent on a connection that dropped before
   it reached us, would be taken for a redelivery.
+* QoS 1 also: the broker resends in order, so a DUP=1 message equal to a stored message
+  whose packet id a later stored message reused is matched against the WAL in send order,
+  per socket read: a match found by searching the WAL counts only when the resends after it
+  in the same read confirm it (:mod:`connector.source.resend_run`).
 """
 
 from __future__ import annotations
@@ -24,14 +28,16 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.packets import ProtocolLevel
+from connector.mqtt.packets import ProtocolLevel, Publish
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import RecordTuple, WalLockedError, WalWriter, record_digest
 
 from .options import SourceOptions
+from .resend_run import ResendRun
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,16 @@ def _open_wal(path: str) -> WalWriter:
             time.sleep(0.2)
 
 
+def _qos1_resends(resends: ResendRun, messages: list[Publish]) -> Iterator[bool]:
+    """Verdicts (True: already stored) on the DUP=1 QoS 1 messages of one read, in order.
+    They are decided together: a run found by the WAL search must be confirmed by the
+    resends that follow its start in the same read."""
+    pairs = [
+        (m.packet_id, record_digest(m.topic, m.payload)) for m in messages if m.dup and m.qos == 1
+    ]
+    return iter(resends.classify(pairs))  # type: ignore[arg-type]
+
+
 class ReceiverStats:
     """Counters the receiver keeps for progress reports and tests."""
 
@@ -76,6 +92,7 @@ class Receiver:
         self.stats = ReceiverStats()
         self.error: BaseException | None = None
         self.committed = self.wal.first_offset
+        self.resends = ResendRun(self.wal)
         self.last_activity = time.monotonic()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -129,6 +146,7 @@ class Receiver:
 
     def _on_connect(self, connected: Connected) -> None:
         self.stats.connections += 1
+        self.resends.connection_started(self.wal.next_offset)
         self.last_activity = time.monotonic()
         if connected.session_lost:
             self.stats.sessions_lost += 1
@@ -220,6 +238,7 @@ class Receiver:
         wal = self.wal
         client = self.client
         stats = self.stats
+        resends = self.resends
         try:
             while not self._stop.is_set():
                 if self._backlogged():
@@ -236,13 +255,20 @@ class Receiver:
                 records: list[RecordTuple]
                 if any(m.dup or m.qos == 2 for m in messages):
                     records = []
+                    resent = None  # verdicts on this read's DUP=1 QoS 1 messages, in order
                     for m in messages:
                         if m.qos == 2 and wal.is_qos2_pending(m.packet_id):  # type: ignore[arg-type]
                             stats.duplicates_dropped += 1
                             continue
                         if m.dup and m.qos:
-                            digest = wal.latest_digest(m.packet_id)  # type: ignore[arg-type]
-                            if digest is not None and digest == record_digest(m.topic, m.payload):
+                            if m.qos == 1:
+                                if resent is None:
+                                    resent = _qos1_resends(resends, messages)
+                                stored = next(resent)
+                            else:
+                                digest = record_digest(m.topic, m.payload)
+                                stored = wal.latest_digest(m.packet_id) == digest  # type: ignore[arg-type]
+                            if stored:
                                 stats.duplicates_dropped += 1
                                 continue
                         records.append(
