@@ -41,21 +41,34 @@ def _jars(folder: Path, *names: str) -> Path:
     return folder
 
 
+def _spark_and_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: list[str], fetched: list[str]
+) -> tuple[Path, Path]:
+    """A Spark home whose jars folder holds ``shipped`` and a fetched folder holding
+    ``fetched``; SPARK_HOME and DELTA_JARS_DIR point at them."""
+    spark_home = tmp_path / "spark"
+    _jars(spark_home / "jars", *shipped)
+    folder = _jars(tmp_path / "delta", *fetched)
+    monkeypatch.setenv("SPARK_HOME", str(spark_home))
+    monkeypatch.setenv("DELTA_JARS_DIR", str(folder))
+    return spark_home, folder
+
+
 def test_jars_spark_already_ships_are_left_out_whatever_their_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spark_home = tmp_path / "spark"
-    _jars(spark_home / "jars", "hadoop-client-api-3.5.0.jar", "scala-library-2.13.18.jar")
-    fetched = _jars(
-        tmp_path / "delta",
-        "delta-spark_4.2_2.13-4.4.0.jar",
-        "delta-storage-4.4.0.jar",
-        "hadoop-client-api-3.4.2.jar",
-        "scala-library-2.13.17.jar",
-        "notes.txt",
+    _, fetched = _spark_and_fetched(
+        tmp_path,
+        monkeypatch,
+        ["hadoop-client-api-3.5.0.jar", "scala-library-2.13.18.jar"],
+        [
+            "delta-spark_4.2_2.13-4.4.0.jar",
+            "delta-storage-4.4.0.jar",
+            "hadoop-client-api-3.4.2.jar",
+            "scala-library-2.13.17.jar",
+            "notes.txt",
+        ],
     )
-    monkeypatch.setenv("SPARK_HOME", str(spark_home))
-    monkeypatch.setenv("DELTA_JARS_DIR", str(fetched))
     assert delta_jars() == [
         str(fetched / "delta-spark_4.2_2.13-4.4.0.jar"),
         str(fetched / "delta-storage-4.4.0.jar"),
@@ -96,16 +109,17 @@ def test_the_installed_jars_hand_over_delta_and_nothing_pyspark_ships(
 def test_pruning_deletes_only_the_jars_spark_ships(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spark_home = tmp_path / "spark"
-    _jars(spark_home / "jars", "hadoop-client-api-3.5.0.jar", "parquet-column-1.15.2.jar")
-    fetched = _jars(
-        tmp_path / "delta",
-        "delta-spark_4.2_2.13-4.4.0.jar",
-        "hadoop-client-api-3.4.2.jar",
-        "parquet-column-1.16.0.jar",
-        "notes.txt",
+    spark_home, fetched = _spark_and_fetched(
+        tmp_path,
+        monkeypatch,
+        ["hadoop-client-api-3.5.0.jar", "parquet-column-1.15.2.jar"],
+        [
+            "delta-spark_4.2_2.13-4.4.0.jar",
+            "hadoop-client-api-3.4.2.jar",
+            "parquet-column-1.16.0.jar",
+            "notes.txt",
+        ],
     )
-    monkeypatch.setenv("SPARK_HOME", str(spark_home))
     pruned = prune_shipped_jars(fetched)
     assert [p.name for p in pruned] == ["hadoop-client-api-3.4.2.jar", "parquet-column-1.16.0.jar"]
     assert sorted(p.name for p in fetched.iterdir()) == [
@@ -116,7 +130,6 @@ def test_pruning_deletes_only_the_jars_spark_ships(
         "hadoop-client-api-3.5.0.jar",
         "parquet-column-1.15.2.jar",
     ]
-    monkeypatch.setenv("DELTA_JARS_DIR", str(fetched))
     assert delta_jars() == [str(fetched / "delta-spark_4.2_2.13-4.4.0.jar")]
 
 

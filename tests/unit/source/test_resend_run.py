@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.source.resend_run import CONFIRM, ResendRun
+from connector.source.resend_run import CHUNK_RECORDS, CONFIRM, ResendRun
 from connector.wal import RecordTuple, WalColumns, WalReader, WalWriter, record_digest
 
 TOPIC = "r/t"
@@ -66,12 +66,18 @@ def fresh(n: int, pid: int | None = None) -> tuple[int, int]:
     return (n % IDS + 1 if pid is None else pid), record_digest(TOPIC, b"new%d" % n)
 
 
+def connected(wal: WalWriter, chunk_records: int = CHUNK_RECORDS) -> ResendRun:
+    """The rule's state for a connection that just came up on ``wal``."""
+    run = ResendRun(wal, chunk_records=chunk_records)
+    run.connection_started(wal.next_offset)
+    return run
+
+
 @pytest.mark.parametrize("chunk_records", [7, 65_536])
 def test_an_in_order_resend_of_stored_messages_is_recognised_even_where_ids_were_reused(
     wal: WalWriter, chunk_records: int
 ) -> None:
-    run = ResendRun(wal, chunk_records=chunk_records)
-    run.connection_started(wal.next_offset)
+    run = connected(wal, chunk_records=chunk_records)
     resent = range(150, STORED)  # the broker's in-flight list: a suffix of what it sent
     # ... then messages the broker sent after those, never received: new, although their
     # ids are stored.
@@ -90,8 +96,7 @@ def test_an_in_order_resend_of_stored_messages_is_recognised_even_where_ids_were
 def test_a_run_confirmed_in_one_read_continues_over_the_following_reads(
     wal: WalWriter, chunk_records: int
 ) -> None:
-    run = ResendRun(wal, chunk_records=chunk_records)
-    run.connection_started(wal.next_offset)
+    run = connected(wal, chunk_records=chunk_records)
     # The first read ends right after the confirming resends; a read of one message follows.
     reads = [range(150, 155), range(155, 156), range(156, 230), range(230, STORED)]
     for ns in reads:
@@ -104,8 +109,7 @@ def test_a_run_confirmed_in_one_read_continues_over_the_following_reads(
 def test_the_run_starts_where_the_latest_digest_rule_stops_matching(wal: WalWriter) -> None:
     """A resend that starts at 200: 200..299 are the latest of their ids (no search needed);
     a second pass 120.. after a reconnect needs one search, then follows the run."""
-    run = ResendRun(wal)
-    run.connection_started(wal.next_offset)
+    run = connected(wal)
     assert all(run.classify(resends(range(200, STORED))))
     assert run.searches == 0
     run.connection_started(wal.next_offset)
@@ -137,8 +141,7 @@ def test_a_lost_new_message_equal_to_an_older_stored_message_with_its_id_is_kept
 def test_a_hit_the_read_does_not_confirm_is_new_and_not_searched_again(
     wal: WalWriter, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = ResendRun(wal)
-    run.connection_started(wal.next_offset)
+    run = connected(wal)
     with caplog.at_level(logging.INFO, logger="connector.source.resend_run"):
         # 150 is found at its offset, 151 matches the next record, then the read ends.
         assert run.classify(resends([150, 151])) == [False, False]
@@ -203,8 +206,7 @@ def test_the_confirmation_boundaries(
 
 
 def test_a_dup_message_never_stored_is_new(wal: WalWriter) -> None:
-    run = ResendRun(wal)
-    run.connection_started(wal.next_offset)
+    run = connected(wal)
     assert run.classify([(7, record_digest(TOPIC, b"never stored"))]) == [False]
     assert run.classify([(4242, record_digest(TOPIC, b"m00001"))]) == [False]  # id never used
     assert run.classify(resends(range(150, 160))) == [False] * 10, "searched once"
@@ -219,8 +221,7 @@ def test_a_dup_message_never_stored_is_new(wal: WalWriter) -> None:
 def test_a_mismatch_mid_run_falls_back_to_the_search_and_warns_once(
     wal: WalWriter, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = ResendRun(wal)
-    run.connection_started(wal.next_offset)
+    run = connected(wal)
     with caplog.at_level(logging.WARNING, logger="connector.source.resend_run"):
         assert all(run.classify(resends(range(150, 160))))
         assert run.cursor is not None
@@ -248,8 +249,7 @@ def test_a_receiver_restart_is_a_new_connection(wal: WalWriter) -> None:
 
 
 def test_messages_stored_on_this_connection_are_not_part_of_the_run(wal: WalWriter) -> None:
-    run = ResendRun(wal)
-    run.connection_started(wal.next_offset)
+    run = connected(wal)
     pid, payload = 9, b"stored now"
     wal.append([(TOPIC, payload, 1, False, True, pid, 0)])
     # The latest-digest rule still sees it (same as before runs existed) ...
@@ -263,8 +263,7 @@ def test_messages_stored_on_this_connection_are_not_part_of_the_run(wal: WalWrit
 
 def test_messages_in_deleted_segments_cannot_be_matched(wal: WalWriter) -> None:
     """Only what the WAL still holds can be matched; the latest-digest rule still applies."""
-    run = ResendRun(wal)
-    run.connection_started(wal.next_offset)
+    run = connected(wal)
     assert wal.truncate_before(175 + 175 // 40 + 175 // 70) > 0  # offset of message 175
     first = wal.first_offset
     gone = [n for n in range(100, 200) if n + n // 40 + n // 70 < first]
