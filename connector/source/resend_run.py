@@ -123,6 +123,11 @@ class _Chunk:
         ends = piece.payload_ends
         return zlib.crc32(memoryview(piece.payload_data)[ends[row] : ends[row + 1]], seed)
 
+    def holds(self, offset: int, message_id: int, digest: int) -> bool:
+        """Whether the record at ``offset`` has this packet id and record digest."""
+        i = offset - self.lo
+        return self.message_ids[i] == message_id and self.digest(i) == digest
+
     def rfind(self, message_id: int, digest: int) -> int | None:
         """Offset of the last QoS 1 row with ``message_id`` and ``digest``, None if none."""
         raw = self.message_ids.tobytes()
@@ -205,10 +210,9 @@ class ResendRun:
                     out.append(self.wal.latest_digest(message_id) == digest)
                     k += 1
                     continue
-                i = cursor - chunk.lo
-                if chunk.message_ids[i] == message_id and chunk.digest(i) == digest:
+                if chunk.holds(cursor, message_id, digest):
                     self.matched += 1
-                    self._advance(chunk, i + 1)
+                    self._advance(chunk, cursor - chunk.lo + 1)
                     out.append(True)
                     k += 1
                     continue
@@ -259,7 +263,6 @@ class ResendRun:
         taken = self._confirm(found, pairs, k)
         if not taken:
             self._end_run()
-            self._searched = True
             self.rejected += 1
             if not self._rejected:
                 self._rejected = True
@@ -302,11 +305,9 @@ class ResendRun:
             chunk = self._chunk_at(cursor)
             if chunk is None:
                 return 0
-            i = cursor - chunk.lo
-            message_id, digest = pairs[at]
-            if chunk.message_ids[i] != message_id or chunk.digest(i) != digest:
+            if not chunk.holds(cursor, *pairs[at]):
                 return 0
-            if not self._advance(chunk, i + 1):
+            if not self._advance(chunk, cursor - chunk.lo + 1):
                 return 0
             taken += 1
         return taken
