@@ -5,11 +5,14 @@ mounts, and ``docker compose config`` when the compose plugin is installed (it n
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import pyspark
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +62,9 @@ def test_dockerfile_has_the_essentials() -> None:
     # The runtime image (the last stage) is Debian with Python 3.11 ...
     base = froms[-1].split()[0]
     stages = {f.split()[-1]: f.split()[0] for f in froms if " AS " in f.upper()}
-    runtime = stages.get(base, base)
+    runtime = base
+    while runtime in stages:  # a stage built on other stages: follow them to the image
+        runtime = stages[runtime]
     assert re.fullmatch(r"python:3\.11(\.\d+)?-(slim-)?(bookworm|bullseye)", runtime), runtime
     # ... with Java 17 for Spark's JVM,
     assert any(re.search(r"apt-get install .*openjdk-17-jre", r) for r in runs), runs
@@ -184,3 +189,77 @@ def test_compose_config_names_both_services_and_the_volumes() -> None:
     broker_mounts = {v["target"]: v for v in config["services"]["mosquitto"]["volumes"]}
     conf = broker_mounts["/mosquitto/config/mosquitto.conf"]
     assert Path(conf["source"]).resolve() == MOSQUITTO_CONF
+
+
+def stages(parsed: list[tuple[str, str]]) -> dict[str, tuple[str, list[tuple[str, str]]]]:
+    """Each build stage by name (unnamed ones by their index): (what it is FROM, its
+    instructions). The last stage, the image itself, is also under ``"final"``."""
+    found: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+    current: list[tuple[str, str]] = []
+    for keyword, rest in parsed:
+        if keyword == "FROM":
+            words = rest.split()
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else str(len(found))
+            current = []
+            found[name] = (words[0], current)
+            found["final"] = found[name]
+        elif found:
+            current.append((keyword, rest))
+    return found
+
+
+def test_the_image_gets_delta_jars_without_the_ones_pyspark_ships(tmp_path: Path) -> None:
+    """The jars are pruned (``streaming_jobs.spark_session prune-jars``, as ``make setup``
+    does) in a stage with the project and PySpark installed, and only the pruned folder is
+    copied into the image, so the deleted jars are in none of its layers. The Dockerfile's
+    own command then runs here on a folder of Maven-named jars."""
+    parsed = instructions(DOCKERFILE.read_text())
+    built = stages(parsed)
+    mvn = next(r for r in of("RUN", parsed) if re.search(r"\bmvn\b", r))
+    jars_dir = re.search(r"-DoutputDirectory=(\S+)", mvn)
+    assert jars_dir is not None
+    folder = jars_dir.group(1)
+    final_copies = of("COPY", built["final"][1])
+    into_image = [c for c in final_copies if c.endswith(f" {folder} {folder}")]
+    assert len(into_image) == 1, final_copies
+    source = re.match(r"--from=(\S+) ", into_image[0])
+    assert source is not None, into_image
+    parent, pruning = built[source.group(1)]
+    prune = [r for r in of("RUN", pruning) if "prune-jars" in r]
+    assert len(prune) == 1, pruning
+    command = prune[0].split("&&")[0].split()
+    assert command[1:] == ["-m", "streaming_jobs.spark_session", "prune-jars", folder], command
+    # The pruning stage copies the jars in before it prunes them, and has PySpark: the
+    # project's wheel is pip-installed in it or in a stage it builds on.
+    assert pruning.index(("RUN", prune[0])) > next(
+        i for i, (k, r) in enumerate(pruning) if k == "COPY" and r.endswith(f" {folder} {folder}")
+    )
+    lineage = [pruning]
+    while parent in built:
+        parent, instructions_of = built[parent]
+        lineage.append(instructions_of)
+    assert any(
+        re.search(r"\bpip install\b.*\.whl", r) for steps in lineage for r in of("RUN", steps)
+    ), "the pruning stage has no PySpark installed"
+    # The command itself: Maven's copies of what PySpark ships go, Delta's own jars stay.
+    shipped = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    hadoop = next(name for name in shipped if name.startswith("hadoop-client-api-"))
+    fetched = tmp_path / "delta-jars"
+    fetched.mkdir()
+    for name in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", hadoop):
+        (fetched / name).write_bytes(b"PK")
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
+    done = subprocess.run(
+        [sys.executable, *command[1:-1], str(fetched)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMPOSE_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in fetched.iterdir()) == [
+        "delta-spark_4.2_2.13-4.4.0.jar",
+        "delta-storage-4.4.0.jar",
+    ]
