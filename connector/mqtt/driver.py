@@ -39,6 +39,9 @@ from .session import (
 
 log = logging.getLogger(__name__)
 
+DISCONNECT_DRAIN = 0.5
+"""Seconds ``disconnect`` waits for the broker to close the connection after DISCONNECT."""
+
 DEFAULT_PORTS = {"tcp": 1883, "mqtt": 1883, "ssl": 8883, "mqtts": 8883, "tls": 8883}
 TLS_SCHEMES = frozenset({"ssl", "mqtts", "tls"})
 
@@ -128,6 +131,18 @@ class ReconnectPolicy:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+def _drain_until_closed(sock: socket.socket, timeout: float) -> None:
+    """Shut the write side of ``sock`` and read (dropping it) until the peer closes, at
+    most ``timeout`` seconds; socket errors end it quietly."""
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(OSError, ValueError):
+        sock.shutdown(socket.SHUT_WR)
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
+                return
 
 
 @dataclass(slots=True)
@@ -358,11 +373,21 @@ class MqttClient:
             self.session.connection_lost()
 
     def disconnect(self) -> None:
-        """Send DISCONNECT and close (section 3.14). Never unsubscribes."""
-        if self._sock is not None and self.session.state is State.CONNECTED:
+        """Send DISCONNECT and close (section 3.14). Never unsubscribes.
+
+        The close is graceful: after DISCONNECT the write side is shut and what the broker
+        still sends is read and dropped until it closes (it does on DISCONNECT, section
+        3.14.4), at most ``DISCONNECT_DRAIN`` seconds. Closing a socket that holds unread
+        data sends a reset, and a reset makes the broker's kernel drop what the broker had
+        not read yet: the last acknowledgements (a broker that reads them slowly, such as
+        Mosquitto, may be thousands behind) and the DISCONNECT itself, so the broker would
+        resend those messages on the next connection."""
+        sock = self._sock
+        if sock is not None and self.session.state is State.CONNECTED:
             self.session.disconnect(self.clock())
             with contextlib.suppress(MqttError):
                 self.flush()
+                _drain_until_closed(sock, DISCONNECT_DRAIN)
         self.close()
 
     # ------------------------------------------------------------------ I/O

@@ -10,9 +10,11 @@ import time
 
 from connector.mqtt.codec import encode_publish
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.packets import Puback
+from connector.mqtt.packets import Puback, Publish
 from connector.mqtt.session import SessionConfig
+from tests.brokers import BrokerFactory
 from tests.hostile_broker import ScriptedBroker
+from tests.integration.test_receiver import publish
 from tests.waiting import wait_until
 
 COUNT = 60_000
@@ -60,3 +62,51 @@ def test_acks_to_a_broker_that_reads_slowly_wait_for_room_and_keep_the_connectio
             n + 1 for n in range(COUNT)
         ]
         client.disconnect()
+
+
+def test_a_disconnect_with_unread_messages_keeps_the_acks_the_broker_has_not_read_yet(
+    broker_factory: BrokerFactory,
+) -> None:
+    """Mosquitto without an inflight limit sends a whole backlog at once and reads our PUBACKs
+    one per loop turn. The client reads part of it, acknowledges that part and disconnects
+    with the rest unread. A close with unread data sends a reset, on which Mosquitto drops the
+    connection without reading the PUBACKs still queued: it then resent the whole backlog,
+    acknowledged part included. The disconnect shuts the write side and drains until the
+    broker closes, so the broker reads every PUBACK and the DISCONNECT first."""
+    broker = broker_factory(max_inflight_messages=0)
+    topic, count, part = "slow/closing", 20_000, 5_000
+
+    def client() -> MqttClient:
+        return MqttClient(broker.url, SessionConfig("closing", keep_alive=10), [("slow/#", 1)])
+
+    offline = client()
+    offline.connect()
+    offline.disconnect()
+    publish(broker, topic, 1, count)
+
+    first = client()
+    first.connect()
+    read: list[Publish] = []
+    deadline = time.monotonic() + 30
+    while len(read) < part and time.monotonic() < deadline:
+        read += first.poll(1.0).messages
+    assert part <= len(read) < count, "the client should stop with messages unread"
+    first.acknowledge(read)
+    first.disconnect()
+
+    second = client()
+    assert second.connect().session_present
+    resent: list[Publish] = []
+
+    def resent_so_far() -> int:
+        resent.extend(second.poll(0.2).messages)
+        return len(resent)
+
+    wait_until(
+        lambda: resent_so_far() >= count - len(read),
+        30,
+        message=lambda: f"{len(resent)} of the {count - len(read)} unacknowledged resent",
+    )
+    second.close()
+    numbers = [int(bytes(m.payload)[:10]) for m in resent]
+    assert numbers == list(range(len(read), count)), "only what was never acknowledged"
