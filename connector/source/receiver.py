@@ -18,7 +18,8 @@ Duplicate rules (documented in the README, "Delivery guarantees"):
 * QoS 1 also: the broker resends in order, so a DUP=1 message equal to a stored message
   whose packet id a later stored message reused is matched against the WAL in send order,
   per socket read: a match found by searching the WAL counts only when the resends after it
-  in the same read confirm it (:mod:`connector.source.resend_run`).
+  confirm it, and the receiver reads on (joining those reads to the batch) while they are
+  still to come (:mod:`connector.source.resend_run`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from connector.mqtt.driver import MqttClient
+from connector.mqtt.driver import Batch, MqttClient
 from connector.mqtt.packets import ProtocolLevel, Publish
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import RecordTuple, WalLockedError, WalWriter, record_digest
@@ -61,14 +62,37 @@ def _open_wal(path: str) -> WalWriter:
             time.sleep(0.2)
 
 
-def _qos1_resends(resends: ResendRun, messages: list[Publish]) -> Iterator[bool]:
-    """Verdicts (True: already stored) on the DUP=1 QoS 1 messages of one read, in order.
-    They are decided together: a run found by the WAL search must be confirmed by the
-    resends that follow its start in the same read."""
-    pairs = [
-        (m.packet_id, record_digest(m.topic, m.payload)) for m in messages if m.dup and m.qos == 1
+CONFIRM_READ_WAIT = 0.05
+"""Seconds to wait for the next read while the resends after a WAL search hit are still to
+come (a broker resends its in-flight list at once, so they follow within microseconds)."""
+
+
+def _resend_pairs(messages: list[Publish]) -> list[tuple[int, int]]:
+    return [
+        (m.packet_id, record_digest(m.topic, m.payload))  # type: ignore[misc]
+        for m in messages
+        if m.dup and m.qos == 1
     ]
-    return iter(resends.classify(pairs))  # type: ignore[arg-type]
+
+
+def _qos1_resends(resends: ResendRun, client: MqttClient, batch: Batch) -> Iterator[bool]:
+    """Verdicts (True: already stored) on the DUP=1 QoS 1 messages of ``batch``, in order.
+    They are decided together: a run found by the WAL search must be confirmed by the
+    resends that follow its start. While the read ends before that, the next reads on the
+    same connection join ``batch`` (their messages are stored and acknowledged with it);
+    when none brings a further resend, the hit stays unconfirmed and is stored."""
+    pairs = _resend_pairs(batch.messages)
+    while True:
+        verdicts = resends.classify(pairs, final=False)
+        if verdicts is not None:
+            return iter(verdicts)
+        more = client.poll(CONFIRM_READ_WAIT) if client.connected else Batch()
+        batch.messages.extend(more.messages)
+        batch.released.extend(more.released)
+        added = _resend_pairs(more.messages)
+        if not added:
+            return iter(resends.classify(pairs))  # type: ignore[arg-type]
+        pairs.extend(added)
 
 
 class ReceiverStats:
@@ -251,20 +275,24 @@ class Receiver:
                 messages = batch.messages
                 if not messages and not batch.released:
                     continue
-                now_us = time.time_ns() // 1000
                 records: list[RecordTuple]
                 if any(m.dup or m.qos == 2 for m in messages):
+                    # Verdicts on the DUP=1 QoS 1 messages, in order; confirming a WAL search
+                    # hit may read on, adding to ``messages``.
+                    resent = (
+                        _qos1_resends(resends, client, batch)
+                        if any(m.dup and m.qos == 1 for m in messages)
+                        else None
+                    )
+                    now_us = time.time_ns() // 1000
                     records = []
-                    resent = None  # verdicts on this read's DUP=1 QoS 1 messages, in order
                     for m in messages:
                         if m.qos == 2 and wal.is_qos2_pending(m.packet_id):  # type: ignore[arg-type]
                             stats.duplicates_dropped += 1
                             continue
                         if m.dup and m.qos:
                             if m.qos == 1:
-                                if resent is None:
-                                    resent = _qos1_resends(resends, messages)
-                                stored = next(resent)
+                                stored = next(resent)  # type: ignore[arg-type]
                             else:
                                 digest = record_digest(m.topic, m.payload)
                                 stored = wal.latest_digest(m.packet_id) == digest  # type: ignore[arg-type]
@@ -275,6 +303,7 @@ class Receiver:
                             (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us)
                         )
                 else:  # nothing to check: QoS 0/1 first deliveries
+                    now_us = time.time_ns() // 1000
                     # Plain tuples in NewRecord's field order: a NamedTuple costs 5x more to build.
                     records = [
                         (m.topic, m.payload, m.qos, m.retain, False, m.packet_id, now_us)

@@ -22,12 +22,15 @@ QoS 1 messages of one read, in order, as (packet id, record digest) pairs):
   state, the cheap first test) is a redelivery.
 * Otherwise, once per connection (and again after a mismatch), the WAL is searched backwards
   from ``conn_start`` for the latest QoS 1 record with that packet id and digest. A hit at
-  ``j`` is a redelivery only when the next :data:`CONFIRM` DUP=1 QoS 1 messages of the same
-  read equal the stored QoS 1 records that follow ``j``, in order (or, when fewer than
+  ``j`` is a redelivery only when the next :data:`CONFIRM` DUP=1 QoS 1 messages equal the
+  stored QoS 1 records that follow ``j``, in order (or, when fewer than
   :data:`CONFIRM` lie between ``j`` and ``conn_start``, all of them do): then the message
   and those that confirmed it are redeliveries, and the run goes on after them. Otherwise
-  (no hit, a mismatch, or the read ends first) the message is new and the search counts as
-  done; older candidates are not looked for.
+  (no hit, or a mismatch) the message is new and the search counts as done; older
+  candidates are not looked for. When the read ends before the hit is confirmed, the
+  verdict waits (``classify(..., final=False)`` returns None and changes nothing): the
+  receiver reads on and asks again with the longer list, and only a final call, when no
+  further resend came, stores the unconfirmed hit as new.
 
 Packet ids are reused (every 65,535 messages, sooner for a broker that picks the lowest free
 id) and sensor payloads repeat, so the WAL can hold an older message equal to a new one that
@@ -60,8 +63,8 @@ from connector.wal.records import FLAG_HAS_ID, FLAG_QOS_MASK, digest_seed
 log = logging.getLogger(__name__)
 
 CONFIRM = 4
-"""Resends after a search hit, in the same socket read, that must equal the stored QoS 1
-records following it before the hit counts as a redelivery (fewer only up to ``conn_start``)."""
+"""Resends after a search hit that must equal the stored QoS 1 records following it before the
+hit counts as a redelivery (fewer only up to ``conn_start``)."""
 CHUNK_RECORDS = 65_536
 """Most records read from the WAL at once (by default)."""
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -84,6 +87,10 @@ class StoredLog(Protocol):
     def next_offset(self) -> int: ...
 
     def latest_digest(self, message_id: int) -> int | None: ...
+
+
+class _NeedMore(Exception):
+    """The read ended before a search hit was confirmed (a call that is not final)."""
 
 
 class _Chunk:
@@ -171,6 +178,10 @@ class ResendRun:
         self._searched = False
         self._warned = False
         self._rejected = False
+        self._hit: tuple[int, int, int | None] | None = None
+        """The last search's (packet id, digest, offset found): a call asked again after
+        reading more does not search the WAL again."""
+        self._final = True
         self._max = chunk_records
         self._size = min(_FIRST_CHUNK, chunk_records)
 
@@ -181,6 +192,7 @@ class ResendRun:
         self._searched = False
         self._warned = False
         self._rejected = False
+        self._hit = None
 
     @property
     def active(self) -> bool:
@@ -192,11 +204,36 @@ class ResendRun:
         """Offset of the stored record the next in-order resend should equal."""
         return self._cursor
 
-    def classify(self, pairs: list[tuple[int, int]]) -> list[bool]:
+    def classify(self, pairs: list[tuple[int, int]], *, final: bool = True) -> list[bool] | None:
         """Which DUP=1 QoS 1 messages of one socket read are already stored (True: drop).
 
-        ``pairs`` holds (packet id, record digest) of those messages in the order read.
+        ``pairs`` holds (packet id, record digest) of those messages in the order read. Not
+        ``final``: None when the pairs end before a search hit is confirmed, with the state
+        as before the call; ask again with these pairs and the ones read after them.
         """
+        saved = (
+            self._cursor,
+            self._chunk,
+            self._searched,
+            self._rejected,
+            self.matched,
+            self.rejected,
+        )
+        self._final = final
+        try:
+            return self._classify(pairs)
+        except _NeedMore:
+            (
+                self._cursor,
+                self._chunk,
+                self._searched,
+                self._rejected,
+                self.matched,
+                self.rejected,
+            ) = saved
+            return None
+
+    def _classify(self, pairs: list[tuple[int, int]]) -> list[bool]:
         out: list[bool] = []
         n = len(pairs)
         k = 0
@@ -257,7 +294,12 @@ class ResendRun:
         message_id, digest = pairs[k]
         if self.wal.latest_digest(message_id) is None:
             return 0  # no QoS 1 or 2 message was ever stored with this packet id
-        found = self._search(message_id, digest)
+        hit = self._hit
+        if hit is not None and hit[:2] == (message_id, digest):
+            found = hit[2]
+        else:
+            found = self._search(message_id, digest)
+            self._hit = (message_id, digest, found)
         if found is None:
             return 0
         taken = self._confirm(found, pairs, k)
@@ -268,9 +310,9 @@ class ResendRun:
                 self._rejected = True
                 log.info(
                     "packet id %d resent with DUP=1 equals the message stored at WAL offset %d, "
-                    "but the same read does not follow it with %d resends equal to the "
-                    "messages stored after that offset: stored as a new message (no further "
-                    "search on this connection unless a run goes out of order)",
+                    "but the resends that follow it do not include %d equal to the messages "
+                    "stored after that offset: stored as a new message (no further search on "
+                    "this connection unless a run goes out of order)",
                     message_id,
                     found,
                     CONFIRM,
@@ -301,7 +343,9 @@ class ResendRun:
                 return taken  # the run reached conn_start: every record after ``found`` matched
             at = k + taken
             if at >= len(pairs):
-                return 0  # the read ended before the hit was confirmed
+                if not self._final:
+                    raise _NeedMore  # the read ended before the hit was confirmed
+                return 0
             chunk = self._chunk_at(cursor)
             if chunk is None:
                 return 0

@@ -296,3 +296,28 @@ def test_a_read_racing_truncation_stops_the_search_at_the_new_first_offset(
         assert run.classify([resend(5)]) == [False]
         assert run.searches == 1
         assert writer.first_offset > 100, "the search met the truncation"
+
+
+def test_a_hit_the_pairs_do_not_confirm_yet_waits_when_not_final(wal: WalWriter) -> None:
+    """Not final: the pairs end two resends after the hit, so there is no verdict and the
+    state is as before; asked again with the resends read after them, the run is confirmed
+    without a second WAL search. The same pairs in a final call store the hit as new."""
+    run = connected(wal)
+    before = (run.active, run.matched, run.rejected)
+    assert run.classify(resends([150, 151]), final=False) is None
+    assert (run.active, run.matched, run.rejected) == before
+    assert run.searches == 1
+    assert run.classify(resends([150, 151]), final=False) is None
+    assert run.classify(resends(range(150, 160)), final=False) == [True] * 10
+    assert run.searches == 1, "the hit was kept, not searched for again"
+    assert run.active and run.matched == 10 and run.rejected == 0
+    # A final call decides with what it has.
+    run.connection_started(wal.next_offset)
+    assert run.classify(resends([150, 151])) == [False, False]
+    assert run.rejected == 1 and not run.active
+
+
+def test_without_a_search_hit_a_call_that_is_not_final_decides_at_once(wal: WalWriter) -> None:
+    run = connected(wal)
+    assert run.classify([fresh(1), *resends([250])], final=False) == [False, True]
+    assert run.classify(resends(range(150, 155)), final=False) == [False] * 5, "searched once"
