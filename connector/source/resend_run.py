@@ -89,6 +89,10 @@ class StoredLog(Protocol):
     def latest_digest(self, message_id: int) -> int | None: ...
 
 
+_UNDONE_WITHOUT_VERDICT = ("_cursor", "_chunk", "_searched", "_rejected", "matched", "rejected")
+"""The state a call that ends without a verdict puts back (the kept search hit stays)."""
+
+
 class _NeedMore(Exception):
     """The read ended before a search hit was confirmed (a call that is not final)."""
 
@@ -211,26 +215,13 @@ class ResendRun:
         ``final``: None when the pairs end before a search hit is confirmed, with the state
         as before the call; ask again with these pairs and the ones read after them.
         """
-        saved = (
-            self._cursor,
-            self._chunk,
-            self._searched,
-            self._rejected,
-            self.matched,
-            self.rejected,
-        )
+        saved = [getattr(self, name) for name in _UNDONE_WITHOUT_VERDICT]
         self._final = final
         try:
             return self._classify(pairs)
         except _NeedMore:
-            (
-                self._cursor,
-                self._chunk,
-                self._searched,
-                self._rejected,
-                self.matched,
-                self.rejected,
-            ) = saved
+            for name, value in zip(_UNDONE_WITHOUT_VERDICT, saved, strict=True):
+                setattr(self, name, value)
             return None
 
     def _classify(self, pairs: list[tuple[int, int]]) -> list[bool]:

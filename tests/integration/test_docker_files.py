@@ -146,10 +146,13 @@ def compose_config() -> dict:
     return config
 
 
-def run(command: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    command: list[str], stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command,
         cwd=REPO_ROOT,
+        env=env,
         input=stdin,
         capture_output=True,
         text=True,
@@ -249,15 +252,7 @@ def test_the_image_gets_delta_jars_without_the_ones_pyspark_ships(tmp_path: Path
     for name in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", hadoop):
         (fetched / name).write_bytes(b"PK")
     env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
-    done = subprocess.run(
-        [sys.executable, *command[1:-1], str(fetched)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMPOSE_TIMEOUT,
-        check=False,
-    )
+    done = run([sys.executable, *command[1:-1], str(fetched)], env=env)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in fetched.iterdir()) == [
         "delta-spark_4.2_2.13-4.4.0.jar",
