@@ -378,10 +378,10 @@ class MqttClient:
         The close is graceful: after DISCONNECT the write side is shut and what the broker
         still sends is read and dropped until it closes (it does on DISCONNECT, section
         3.14.4), at most ``DISCONNECT_DRAIN`` seconds. Closing a socket that holds unread
-        data sends a reset, and a reset makes the broker's kernel drop what the broker had
-        not read yet: the last acknowledgements (a broker that reads them slowly, such as
-        Mosquitto, may be thousands behind) and the DISCONNECT itself, so the broker would
-        resend those messages on the next connection."""
+        data sends a reset, and on a reset Mosquitto drops the connection without reading
+        what it has not read yet: the last acknowledgements (it reads one packet per loop
+        turn, so it may be thousands behind) and the DISCONNECT itself, and it resends those
+        messages on the next connection."""
         sock = self._sock
         if sock is not None and self.session.state is State.CONNECTED:
             self.session.disconnect(self.clock())
