@@ -415,6 +415,13 @@ class ClientSession:
                 self._pubrec(pid, words)  # type: ignore[arg-type]
         self._send_words(words, now)
 
+    @property
+    def open_pubrecs(self) -> int:
+        """QoS 2 exchanges of the current connection answered with PUBREC whose PUBCOMP is
+        not sent yet: the PUBRELs the broker owes, plus those received and not yet completed
+        (at most ``pubrec_window`` when the window is on)."""
+        return len(self._pubrec_sent)
+
     def _pubrec(self, pid: int, words: list[int]) -> None:
         """Add PUBREC for recorded ``pid`` to ``words``, or hold it while the window is full."""
         window = self.config.pubrec_window

@@ -628,6 +628,19 @@ def test_pubrecs_beyond_the_window_wait_for_pubcomps_in_order() -> None:
     assert session.pubrecs_held == 3
 
 
+def test_open_pubrecs_counts_answered_exchanges_until_their_pubcomp() -> None:
+    session, _, _ = acknowledged(2, 1, 2, 3)
+    assert session.open_pubrecs == 2, "the held PUBREC is not open"
+    session.receive_data(wire(Pubrel(1)), 2.0)
+    assert session.open_pubrecs == 2, "released but not completed: still open"
+    session.complete(1, 2.0)  # lets PUBREC 3 out
+    assert session.open_pubrecs == 2
+    for pid in (2, 3):
+        session.receive_data(wire(Pubrel(pid)), 3.0)
+        session.complete(pid, 3.0)
+    assert session.open_pubrecs == 0
+
+
 def test_a_resend_of_an_answered_id_gets_its_pubrec_again_without_taking_room() -> None:
     session, _, sent = acknowledged(1, 1, 2)
     assert sent == wire(Pubrec(1))
