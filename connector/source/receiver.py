@@ -3,7 +3,9 @@
 It runs as a thread in the process that hosts the stream reader (Spark's Python streaming
 source runner on the driver) for the lifetime of the query. Per socket read: drop broker
 redeliveries already in the WAL, append the rest with one fsync, then acknowledge everything
-(PUBACK / PUBREC / PUBCOMP) in one write.
+(PUBACK / PUBREC / PUBCOMP) in one write. A read of QoS 2 releases alone may first wait a
+moment for more (``_gather_releases``), and a QoS 1 resend may read on for its confirmation
+(``_qos1_resends``); the reads joined that way count as one.
 
 Duplicate rules (documented in the README, "Delivery guarantees"):
 
@@ -112,10 +114,9 @@ def _gather_releases(client: MqttClient, batch: Batch) -> bool:
     PUBCOMP the broker may reuse the id), so every read of releases costs an fsync.
     A broker that sends a QoS 2 backlog at once (Mosquitto 2.0.11 exceeds its inflight limit
     then) answers the PUBREC window's exchanges one PUBREL per write, and a read without
-    waiting holds a few dozen: gathering took the receiver's CPU for a 60,000-message
-    QoS 2 drain from 0.52-0.63 to 0.38-0.46 s with the same drain time. A broker that keeps
-    fewer exchanges open than ``RELEASE_GATHER`` (e.g. an inflight limit of 20) is never
-    waited for, and the wait ends at the first message, so a live stream is not delayed."""
+    waiting holds a few dozen (figures in decision 29). A broker that keeps fewer exchanges
+    open than ``RELEASE_GATHER`` (e.g. an inflight limit of 20) is never waited for, and the
+    wait ends at the first message, so a live stream is not delayed."""
     owed = client.session.open_pubrecs - len(batch.released)
     if owed < RELEASE_GATHER or batch.messages:
         return False
