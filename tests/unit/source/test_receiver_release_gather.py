@@ -4,30 +4,11 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from connector.mqtt.driver import Batch
 from connector.mqtt.packets import Publish
 from connector.source.receiver import RELEASE_GATHER, RELEASE_GATHER_WAIT, _gather_releases
-
-
-@dataclass
-class OpenExchanges:
-    open_pubrecs: int
-
-
-class ScriptedReads:
-    """Stands in for the client: ``poll`` hands out the given reads, then empty ones."""
-
-    def __init__(self, open_pubrecs: int, *reads: Batch, connected: bool = True) -> None:
-        self.session = OpenExchanges(open_pubrecs)
-        self.reads = list(reads)
-        self.connected = connected
-        self.timeouts: list[float | None] = []
-
-    def poll(self, timeout: float | None = None) -> Batch:
-        self.timeouts.append(timeout)
-        return self.reads.pop(0) if self.reads else Batch()
+from tests.scripted_reads import ScriptedReads
 
 
 def releases(first: int, count: int) -> list[int]:
@@ -37,7 +18,7 @@ def releases(first: int, count: int) -> list[int]:
 def test_reads_are_joined_until_enough_releases_are_in_hand() -> None:
     batch = Batch([], releases(1, 20))
     later = [Batch([], releases(21, 30)), Batch([], releases(51, 30)), Batch([], [999])]
-    client = ScriptedReads(256, *later)
+    client = ScriptedReads(*later, open_pubrecs=256)
     assert _gather_releases(client, batch)  # type: ignore[arg-type]
     assert batch.released == releases(1, 80), "joined in order, and no read past the target"
     assert len(client.reads) == 1
@@ -45,9 +26,10 @@ def test_reads_are_joined_until_enough_releases_are_in_hand() -> None:
 
 
 def test_no_wait_when_few_releases_are_owed() -> None:
-    """A broker keeping 20 exchanges in flight is never waited for."""
+    """One PUBREL fewer owed than RELEASE_GATHER: no wait (a broker keeping 20 exchanges in
+    flight never comes near)."""
     batch = Batch([], releases(1, 5))
-    client = ScriptedReads(5 + RELEASE_GATHER - 1, Batch([], [99]))
+    client = ScriptedReads(Batch([], [99]), open_pubrecs=5 + RELEASE_GATHER - 1)
     assert not _gather_releases(client, batch)  # type: ignore[arg-type]
     assert client.timeouts == [] and batch.released == releases(1, 5)
 
@@ -55,7 +37,7 @@ def test_no_wait_when_few_releases_are_owed() -> None:
 def test_a_message_ends_the_wait_and_joins_the_batch() -> None:
     message = Publish("r/t", b"new", 1, False, False, 7)
     batch = Batch([], releases(1, 10))
-    client = ScriptedReads(256, Batch([message], [11]), Batch([], [12]))
+    client = ScriptedReads(Batch([message], [11]), Batch([], [12]), open_pubrecs=256)
     assert _gather_releases(client, batch)  # type: ignore[arg-type]
     assert batch.messages == [message] and batch.released == releases(1, 11)
     assert len(client.reads) == 1
@@ -63,7 +45,7 @@ def test_a_message_ends_the_wait_and_joins_the_batch() -> None:
 
 def test_the_wait_ends_at_its_deadline_when_no_release_comes() -> None:
     batch = Batch([], releases(1, 10))
-    client = ScriptedReads(256)
+    client = ScriptedReads(open_pubrecs=256)
     began = time.monotonic()
     assert _gather_releases(client, batch)  # type: ignore[arg-type]
     assert time.monotonic() - began < 1.0  # bounded by RELEASE_GATHER_WAIT, with slack for load
@@ -73,6 +55,6 @@ def test_the_wait_ends_at_its_deadline_when_no_release_comes() -> None:
 
 def test_a_lost_connection_is_not_read_from() -> None:
     batch = Batch([], releases(1, 10))
-    client = ScriptedReads(256, Batch([], [11]), connected=False)
+    client = ScriptedReads(Batch([], [11]), connected=False, open_pubrecs=256)
     _gather_releases(client, batch)  # type: ignore[arg-type]
     assert client.timeouts == [] and batch.released == releases(1, 10)

@@ -13,6 +13,7 @@ from connector.mqtt.packets import Publish
 from connector.source.receiver import CONFIRM_READ_WAIT, _qos1_resends
 from connector.source.resend_run import ResendRun
 from connector.wal import WalWriter
+from tests.scripted_reads import ScriptedReads
 
 TOPIC = "r/t"
 IDS = 100
@@ -22,19 +23,6 @@ STORED = 300
 def message(n: int, *, dup: bool = True, new: bool = False) -> Publish:
     payload = (b"new%d" if new else b"m%05d") % n
     return Publish(TOPIC, payload, 1, False, dup, n % IDS + 1)
-
-
-class ScriptedReads:
-    """Stands in for the client: ``poll`` hands out the given reads, then empty ones."""
-
-    def __init__(self, *reads: list[Publish], connected: bool = True) -> None:
-        self.reads = list(reads)
-        self.connected = connected
-        self.timeouts: list[float | None] = []
-
-    def poll(self, timeout: float | None = None) -> Batch:
-        self.timeouts.append(timeout)
-        return Batch(self.reads.pop(0)) if self.reads else Batch()
 
 
 @pytest.fixture
@@ -59,7 +47,7 @@ def test_a_read_ending_after_the_hit_is_joined_by_the_next_read(run: ResendRun) 
     """Message 150's id was reused by 250: only the search finds it. Its read ends one resend
     later; the next read brings the rest, and all are redeliveries (none stored again)."""
     batch = Batch([message(150), message(151)])
-    client = ScriptedReads([message(n) for n in range(152, STORED)] + [message(0, new=True)])
+    client = ScriptedReads(Batch([message(n) for n in range(152, STORED)] + [message(0, new=True)]))
     got = verdicts(run, client, batch)
     assert got == [True] * (STORED - 150) + [False]
     assert [m.payload for m in batch.messages][-2:] == [message(299).payload, b"new0"]
@@ -69,7 +57,7 @@ def test_a_read_ending_after_the_hit_is_joined_by_the_next_read(run: ResendRun) 
 
 def test_the_hit_is_stored_when_no_further_resend_comes(run: ResendRun) -> None:
     batch = Batch([message(150), message(151)])
-    client = ScriptedReads([message(7, dup=False, new=True)])  # a first delivery, no resend
+    client = ScriptedReads(Batch([message(7, dup=False, new=True)]))  # a first delivery, no resend
     assert verdicts(run, client, batch) == [False, False]
     assert len(batch.messages) == 3, "the read taken while waiting goes with the batch"
     assert run.rejected == 1
@@ -77,6 +65,6 @@ def test_the_hit_is_stored_when_no_further_resend_comes(run: ResendRun) -> None:
 
 def test_a_lost_connection_is_not_read_from(run: ResendRun) -> None:
     batch = Batch([message(150), message(151)])
-    client = ScriptedReads([message(n) for n in range(152, 160)], connected=False)
+    client = ScriptedReads(Batch([message(n) for n in range(152, 160)]), connected=False)
     assert verdicts(run, client, batch) == [False, False]
     assert client.timeouts == [] and len(batch.messages) == 2
