@@ -69,6 +69,15 @@ CONFIRM_READ_WAIT = 0.05
 come (a broker resends its in-flight list at once, so they follow within microseconds)."""
 
 
+def _join_read(client: MqttClient, batch: Batch, timeout: float) -> Batch:
+    """Read once more on the same connection and add what came to ``batch`` (its messages
+    and releases are then stored and acknowledged with it); returns that read."""
+    more = client.poll(timeout)
+    batch.messages.extend(more.messages)
+    batch.released.extend(more.released)
+    return more
+
+
 def _resend_pairs(messages: list[Publish]) -> list[tuple[int, int]]:
     return [
         (m.packet_id, record_digest(m.topic, m.payload))  # type: ignore[misc]
@@ -88,9 +97,7 @@ def _qos1_resends(resends: ResendRun, client: MqttClient, batch: Batch) -> Itera
         verdicts = resends.classify(pairs, final=False)
         if verdicts is not None:
             return iter(verdicts)
-        more = client.poll(CONFIRM_READ_WAIT) if client.connected else Batch()
-        batch.messages.extend(more.messages)
-        batch.released.extend(more.released)
+        more = _join_read(client, batch, CONFIRM_READ_WAIT) if client.connected else Batch()
         added = _resend_pairs(more.messages)
         if not added:
             return iter(resends.classify(pairs))  # type: ignore[arg-type]
@@ -125,9 +132,7 @@ def _gather_releases(client: MqttClient, batch: Batch) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        more = client.poll(left)
-        batch.messages.extend(more.messages)
-        batch.released.extend(more.released)
+        _join_read(client, batch, left)
     return True
 
 
