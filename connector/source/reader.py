@@ -32,9 +32,6 @@ from .shards import Position, check_wal_layout, decode_offset, encode_offset, fa
 
 log = logging.getLogger(__name__)
 
-MIN_RECORDS_PER_SPLIT = 20_000
-"""Below this many records a batch is not split further (task overhead dominates)."""
-
 FIRST_BATCH_IDLE = 0.1
 """``firstBatchWait``: seconds without a message after which the first burst counts as over."""
 
@@ -56,13 +53,17 @@ class MqttPartition(InputPartition):
     receiver: int = 0
 
 
-def split_range(start: int, end: int, per_partition: int, min_split: int) -> list[tuple[int, int]]:
-    """Cut [start, end) into near-equal ranges of at most ``per_partition`` records, using at
-    least two when there are ``2 * min_split`` records or more."""
+def split_range(start: int, end: int, per_partition: int) -> list[tuple[int, int]]:
+    """Cut [start, end) into the fewest near-equal ranges of at most ``per_partition`` records.
+
+    Every task pays a fixed cost (a Python worker round, a Parquet file, an entry in the Delta
+    commit) that a second task on the same cores does not win back while the receiver and a
+    colocated broker need CPU too, so a batch is split only by ``recordsPerPartition``
+    (decision 30)."""
     count = end - start
     if count <= 0:
         return []
-    parts = max(math.ceil(count / per_partition), min(2, count // min_split), 1)
+    parts = math.ceil(count / per_partition)
     bounds = [start + (count * i) // parts for i in range(parts + 1)]
     return [(bounds[i], bounds[i + 1]) for i in range(parts)]
 
@@ -262,10 +263,9 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     index,
                 )
                 for a, b in split_range(
-                    first, ends[index].offset, self.options.records_per_partition,
-                    MIN_RECORDS_PER_SPLIT,
+                    first, ends[index].offset, self.options.records_per_partition
                 )
-            )  # fmt: skip
+            )
         return parts
 
     def read(self, partition: InputPartition) -> Iterator:
