@@ -18,8 +18,8 @@ of the QoS 2 backlogs carry a ``-qos2`` suffix (``ours-wal-qos2``, ``paho-qos2``
   (local[2]), with ``partitionData`` wal or inline;
 * ``synthetic``: the same write path and trigger fed by Spark's file source reading Parquet
   files of the same rows (the source's schema, the same 100-byte JSON payloads) made
-  beforehand, two files (tasks) per batch, as many rows per batch as ``ours-wal`` had in that
-  repetition: Spark + Delta's own ceiling;
+  beforehand, two files (tasks) per batch (ours: one task up to 100,000 rows, decision 30),
+  as many rows per batch as ``ours-wal`` had in that repetition: Spark + Delta's own ceiling;
 * ``paho``: a paho-mqtt 2.x subscriber (subprocess, automatic PUBACKs) draining the backlog:
   the raw rate of a plain MQTT client, nothing written.
 
@@ -676,9 +676,10 @@ def run_synthetic(
     spark: Any, count: int, rows_per_batch: int, setup: Setup, workdir: Path
 ) -> Landing:
     """The same rows through the same write path from a bounded in-JVM stream: Parquet files
-    of the source's schema, made beforehand, read ``FILES_PER_BATCH`` files per batch (the two
-    tasks of one of ours' batches). Unlike ``rate-micro-batch`` it ends, so no batch is
-    interrupted when the query stops."""
+    of the source's schema, made beforehand, read ``FILES_PER_BATCH`` files per batch (two
+    tasks, as ours had before decision 30; ours now run a batch of up to 100,000 rows as one
+    task). Unlike ``rate-micro-batch`` it ends, so no batch is interrupted when the query
+    stops."""
     from pyspark.sql import functions as F
 
     from connector.source.schema import SCHEMA_DDL
