@@ -18,7 +18,8 @@ of the QoS 2 backlogs carry a ``-qos2`` suffix (``ours-wal-qos2``, ``paho-qos2``
   (local[2]), with ``partitionData`` wal or inline;
 * ``synthetic``: the same write path and trigger fed by Spark's file source reading Parquet
   files of the same rows (the source's schema, the same 100-byte JSON payloads) made
-  beforehand, two files (tasks) per batch (ours: one task up to 100,000 rows, decision 30),
+  beforehand, as many files (tasks) per batch as ours split such a batch into
+  (``synthetic_files_per_batch``: one up to 100,000 rows, decision 30),
   as many rows per batch as ``ours-wal`` had in that repetition: Spark + Delta's own ceiling;
 * ``paho``: a paho-mqtt 2.x subscriber (subprocess, automatic PUBACKs) draining the backlog:
   the raw rate of a plain MQTT client, nothing written.
@@ -104,7 +105,6 @@ queues them, so past 65,535 waiting for one session it reuses ids of open exchan
 drain stalls (``mosquitto_sub`` too); the README's broker notes say so."""
 PAYLOAD_BYTES = 100
 MODES = ("wal", "inline")
-FILES_PER_BATCH = 2
 SINKS = ("job", "delta")
 SINK_NAMES = {
     "job": "the ingest job's writer: foreachBatch(BatchWriter), idempotent Delta appends",
@@ -672,13 +672,22 @@ def run_ours(
     )
 
 
+def synthetic_files_per_batch(rows_per_batch: int) -> int:
+    """Files (so tasks) per batch of the synthetic peer: as many as ours cut a batch of
+    ``rows_per_batch`` rows into (``reader.split_range`` with the default
+    ``recordsPerPartition``), so both pay the same per-task costs."""
+    from connector.source.options import RECORDS_PER_PARTITION
+    from connector.source.reader import split_range
+
+    return max(1, len(split_range(0, rows_per_batch, RECORDS_PER_PARTITION)))
+
+
 def run_synthetic(
     spark: Any, count: int, rows_per_batch: int, setup: Setup, workdir: Path
 ) -> Landing:
     """The same rows through the same write path from a bounded in-JVM stream: Parquet files
-    of the source's schema, made beforehand, read ``FILES_PER_BATCH`` files per batch (two
-    tasks, as ours had before decision 30; ours now run a batch of up to 100,000 rows as one
-    task). Unlike ``rate-micro-batch`` it ends, so no batch is interrupted when the query
+    of the source's schema, made beforehand, read ``synthetic_files_per_batch`` files per
+    batch. Unlike ``rate-micro-batch`` it ends, so no batch is interrupted when the query
     stops."""
     from pyspark.sql import functions as F
 
@@ -687,7 +696,8 @@ def run_synthetic(
     collect_garbage(spark)
     source = workdir / "synthetic-source"
     table, checkpoint = workdir / "synthetic-table", workdir / "synthetic-checkpoint"
-    files = math.ceil(count / rows_per_batch) * FILES_PER_BATCH
+    per_batch = synthetic_files_per_batch(rows_per_batch)
+    files = math.ceil(count / rows_per_batch) * per_batch
     value = F.col("id")
     (
         spark.range(0, count, 1, numPartitions=files)
@@ -707,13 +717,17 @@ def run_synthetic(
     )
     rows = (
         spark.readStream.schema(SCHEMA_DDL)
-        .option("maxFilesPerTrigger", str(FILES_PER_BATCH))
+        .option("maxFilesPerTrigger", str(per_batch))
         .parquet(str(source))
     )
     writer, created = stream_writer(rows, setup, table, checkpoint)
     run = run_query(writer, count, setup.timeout)
     _check_table(spark, table, count)
-    details = {"rows_per_batch": rows_per_batch, "table_creation_seconds": round(created, 3)}
+    details = {
+        "rows_per_batch": rows_per_batch,
+        "files_per_batch": per_batch,
+        "table_creation_seconds": round(created, 3),
+    }
     return Landing("synthetic", count, run, details=details)
 
 

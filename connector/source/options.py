@@ -56,6 +56,8 @@ _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 SECRET_OPTIONS = frozenset({"password"})
 PARTITION_DATA_MODES = ("inline", "wal")
 SHARD_MODES = ("share", "topics")
+RECORDS_PER_PARTITION = 100_000
+"""Default ``recordsPerPartition``: the most WAL records one Spark task reads (decision 30)."""
 """How several receivers split the load: MQTT shared subscriptions, or disjoint filter lists."""
 SHARE_PREFIX = "$share/"
 
@@ -134,7 +136,7 @@ class SourceOptions:
     available_now_idle_timeout: float = 2.0
     available_now_max_wait: float = 60.0
     partition_data: str = "inline"
-    records_per_partition: int = 100_000
+    records_per_partition: int = RECORDS_PER_PARTITION
     tls: TlsOptions | None = None
     receivers: int = 1
     shard_by: str = "share"
@@ -265,7 +267,9 @@ class SourceOptions:
             ),
             partition_data=partition_data,
             records_per_partition=_int(
-                "recordsPerPartition", opts.get("recordsPerPartition", "100000"), 1
+                "recordsPerPartition",
+                opts.get("recordsPerPartition", str(RECORDS_PER_PARTITION)),
+                1,
             ),
             tls=tls,
             receivers=receivers,

@@ -1,0 +1,26 @@
+"""The synthetic peer of ``bench.ingest`` runs as many tasks per batch as the source would."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.ingest import synthetic_files_per_batch
+from connector.source.options import RECORDS_PER_PARTITION, SourceOptions
+from connector.source.reader import split_range
+
+
+def test_default_records_per_partition_is_the_parsed_default(tmp_path) -> None:
+    options = SourceOptions.parse(
+        {"brokerUrl": "tcp://127.0.0.1:1883", "topic": "a/#", "walPath": str(tmp_path / "wal")}
+    )
+    assert options.records_per_partition == RECORDS_PER_PARTITION
+
+
+@pytest.mark.parametrize(
+    ("rows", "files"),
+    [(1, 1), (60_000, 1), (RECORDS_PER_PARTITION, 1), (RECORDS_PER_PARTITION + 1, 2),
+     (3 * RECORDS_PER_PARTITION, 3)],
+)  # fmt: skip
+def test_files_per_batch_follow_the_source_split(rows: int, files: int) -> None:
+    assert synthetic_files_per_batch(rows) == files
+    assert files == len(split_range(0, rows, RECORDS_PER_PARTITION))
