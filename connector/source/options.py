@@ -56,9 +56,9 @@ _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 SECRET_OPTIONS = frozenset({"password"})
 PARTITION_DATA_MODES = ("inline", "wal")
 SHARD_MODES = ("share", "topics")
+"""How several receivers split the load: MQTT shared subscriptions, or disjoint filter lists."""
 RECORDS_PER_PARTITION = 100_000
 """Default ``recordsPerPartition``: the most WAL records one Spark task reads (decision 30)."""
-"""How several receivers split the load: MQTT shared subscriptions, or disjoint filter lists."""
 SHARE_PREFIX = "$share/"
 
 
