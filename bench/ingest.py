@@ -679,7 +679,7 @@ def synthetic_files_per_batch(rows_per_batch: int) -> int:
     from connector.source.options import RECORDS_PER_PARTITION
     from connector.source.reader import split_range
 
-    return max(1, len(split_range(0, rows_per_batch, RECORDS_PER_PARTITION)))
+    return len(split_range(0, rows_per_batch, RECORDS_PER_PARTITION))
 
 
 def run_synthetic(

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.ingest import synthetic_files_per_batch
-from connector.source.options import RECORDS_PER_PARTITION, SourceOptions
+from connector.source.options import RECORDS_PER_PARTITION
 from connector.source.reader import split_range
-
-
-def test_default_records_per_partition_is_the_parsed_default(tmp_path) -> None:
-    options = SourceOptions.parse(
-        {"brokerUrl": "tcp://127.0.0.1:1883", "topic": "a/#", "walPath": str(tmp_path / "wal")}
-    )
-    assert options.records_per_partition == RECORDS_PER_PARTITION
 
 
 @pytest.mark.parametrize(

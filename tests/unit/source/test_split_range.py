@@ -8,7 +8,7 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connector.source.options import SourceOptions
+from connector.source.options import RECORDS_PER_PARTITION, SourceOptions
 from connector.source.reader import split_range
 
 DEFAULT_PER_PARTITION = SourceOptions.parse(
@@ -17,7 +17,7 @@ DEFAULT_PER_PARTITION = SourceOptions.parse(
 
 
 def test_a_batch_within_records_per_partition_is_one_task() -> None:
-    assert DEFAULT_PER_PARTITION == 100_000
+    assert DEFAULT_PER_PARTITION == RECORDS_PER_PARTITION == 100_000
     assert split_range(7, 60_007, DEFAULT_PER_PARTITION) == [(7, 60_007)]
     assert split_range(0, 100_000, DEFAULT_PER_PARTITION) == [(0, 100_000)]
 
