@@ -167,6 +167,8 @@ class Receiver:
         self.committed = self.wal.first_offset
         self.resends = ResendRun(self.wal)
         self.last_activity = time.monotonic()
+        self._storing = False
+        """A read that brought messages is being stored and acknowledged (``wait_idle``)."""
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -290,17 +292,26 @@ class Receiver:
 
     def wait_idle(self, idle: float, timeout: float | None = None) -> None:
         """Block until nothing arrived for ``idle`` seconds (the broker's queue is drained), or
-        until the backlog bound pauses the receiver (the rest waits for the next run)."""
+        until the backlog bound pauses the receiver (the rest waits for the next run).
+
+        A read whose messages are still being stored counts as arriving: the quiet time starts
+        once they are acknowledged, so a slow append (large payloads, a slow disk) is not taken
+        for a pause of the broker."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 self.check()
-                quiet_for = time.monotonic() - self.last_activity
-                if quiet_for >= idle or self._backlogged():
+                now = time.monotonic()
+                quiet_for = now - self.last_activity
+                if (quiet_for >= idle and not self._storing) or self._backlogged():
                     return
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and now >= deadline:
                     return
-                self._cond.wait(idle - quiet_for)
+                # While a read is stored, the end of its cycle notifies.
+                wait = None if self._storing else idle - quiet_for
+                if deadline is not None:
+                    wait = deadline - now if wait is None else min(wait, deadline - now)
+                self._cond.wait(wait)
 
     # ------------------------------------------------------------------ the loop
 
@@ -322,7 +333,9 @@ class Receiver:
                     continue
                 batch = client.poll(0.2)
                 messages = batch.messages
-                if not messages:
+                if messages:
+                    self._storing = True
+                else:
                     if not batch.released:
                         continue
                     if _gather_releases(client, batch):
@@ -367,6 +380,7 @@ class Receiver:
                 with self._cond:
                     if messages:  # a QoS 2 release is not a message: the queue may be empty
                         self.last_activity = time.monotonic()
+                        self._storing = False
                     self._cond.notify_all()
         except BaseException as exc:  # reported to Spark through check()
             log.error("MQTT receiver stopped: %s", exc)

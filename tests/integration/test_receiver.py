@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,38 @@ def test_backpressure_stops_reading_until_spark_commits(
     finally:
         receiver.stop()
     assert receiver.stats.appended == 400
+    assert receiver.error is None
+
+
+def test_a_slow_append_does_not_end_the_wait_for_the_first_burst(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    """``wait_idle`` counts the quiet time from the end of the last stored read: an append
+    slower than the idle time (a slow disk) is not taken for the end of the broker's queue."""
+    opts = options(mosquitto, tmp_path / "wal", 1, clientId="receiver-test-slow-append")
+    session = Receiver(opts)  # the persistent session that the broker queues for
+    session.start()
+    session.stop()
+    publish(mosquitto, "r/slow", 1, 200)
+
+    receiver = Receiver(opts)
+    append = receiver.wal.append
+    entered = threading.Event()
+
+    def slow_first_append(records, **kwargs):  # type: ignore[no-untyped-def]
+        if records and not entered.is_set():
+            entered.set()
+            time.sleep(0.5)  # the disk stalls on the first read's append
+        return append(records, **kwargs)
+
+    receiver.wal.append = slow_first_append  # type: ignore[method-assign]
+    receiver.start()
+    try:
+        assert entered.wait(15), "no message arrived"
+        receiver.wait_idle(0.1, timeout=30)
+        assert receiver.wal.next_offset == 200
+    finally:
+        receiver.stop()
     assert receiver.error is None
 
 
