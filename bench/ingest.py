@@ -1,8 +1,8 @@
 """Backlog into Delta: queued QoS 1 and QoS 2 messages landed by the ingest query, in msg/s.
 
 ``python -m bench.ingest [--messages N] [--repeat R] [--modes wal inline] [--qos 1 2]
-[--trigger T] [--sink job|delta] [--no-synthetic] [--no-paho] [--no-warmup] [--profile]
-[--output FILE]``
+[--trigger T] [--sink job|delta] [--no-synthetic] [--no-paho] [--no-warmup]
+[--warmup-rows N] [--profile] [--output FILE]``
 
 For every repetition, QoS and peer a fresh Mosquitto (``streaming_jobs.local_broker``) gets a
 fresh backlog: a ``clean_session=False`` session is created for the peer's client id
@@ -29,10 +29,12 @@ batch with input rows -> end (start + batchDuration) of the batch that completes
 With the job's writer, the table is created empty before the query starts, as the job does
 at start-up: that one-off step is outside every clock and recorded per run
 (``table_creation_seconds``).
-Every Spark run is like the others: before the measured repetitions, one unmeasured warm-up
-run per Spark peer at the measured size (JIT compilation, class loading, the data source
-lookup), and before every run, ahead of making its backlog, a full GC of the driver JVM.
-Spark's ContextCleaner removes what earlier queries left (their broadcasts, shuffles and
+Every Spark run is like the others: before the measured repetitions, unmeasured warm-up
+rounds (every Spark peer once, at the measured size) until at least ``WARMUP_ROWS`` rows have
+landed (JIT compilation, class loading, the data source lookup; one round for the default
+peers), and before every run, ahead of making its backlog, a full GC of the driver JVM.
+The warm-up runs' rates are printed and kept (``warmup_rates``): the first is the JVM's first
+query. Spark's ContextCleaner removes what earlier queries left (their broadcasts, shuffles and
 state) only after a GC found it unreachable; without one a run could pay inside its clock
 for its predecessors' cleanup (QoS 2, same sitting: 43.9k and 47.3k msg/s without, 53.2k and
 59.6k with).
@@ -114,6 +116,12 @@ PEERS = ("ours-wal", "ours-inline", "synthetic", "paho")
 GOAL_RATES = {1: 80_000.0, 2: 60_000.0}
 """Messages per second into Delta on local[2], per QoS of the backlog."""
 QOS_LEVELS = (1, 2)
+WARMUP_ROWS = 600_000
+"""Rows the warm-up rounds land before the measured runs. The driver JVM's JIT compiles Spark's
+planning code over many queries: ten 60,000-message QoS 2 runs after a single warm-up run went
+from 35.4k to 55-67k msg/s while the JIT's CPU per run fell from 0.89 to 0.12-0.30 s (one
+sitting). The default peers' one round (QoS 1 and 2, both modes, the synthetic peer) lands
+720,000 rows; a QoS 2-only run needs ten rounds of 60,000 to warm up as much."""
 INFLIGHT = MOSQUITTO_INFLIGHT
 SEQ_AT = len('{"seq":')
 SEQ_DIGITS = 10
@@ -672,6 +680,12 @@ def run_ours(
     )
 
 
+def warmup_rounds(round_rows: int, target: int) -> int:
+    """Warm-up rounds (every Spark peer once) that land at least ``target`` rows when one
+    round lands ``round_rows``: at least one."""
+    return max(1, -(-target // round_rows)) if round_rows > 0 else 1
+
+
 def synthetic_files_per_batch(rows_per_batch: int) -> int:
     """Files (so tasks) per batch of the synthetic peer: as many as ours cut a batch of
     ``rows_per_batch`` rows into (``reader.split_range`` with the default
@@ -1025,6 +1039,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-synthetic", action="store_true", help="skip the Spark ceiling")
     parser.add_argument("--no-paho", action="store_true", help="skip the paho drain")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up runs")
+    parser.add_argument(
+        "--warmup-rows",
+        type=int,
+        default=WARMUP_ROWS,
+        help="warm-up rounds (every Spark peer once) until this many rows landed (at least one)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="per step, in seconds")
     parser.add_argument(
         "--source-option",
@@ -1038,8 +1058,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile", action="store_true", help="time the source's Python stages in process"
     )
     args = parser.parse_args(argv)
-    if args.messages < 2 or args.repeat < 1:
-        parser.error("--messages must be >= 2 and --repeat >= 1")
+    if args.messages < 2 or args.repeat < 1 or args.warmup_rows < 0:
+        parser.error("--messages must be >= 2, --repeat >= 1 and --warmup-rows >= 0")
     n = args.messages
     modes: list[str] = list(dict.fromkeys(args.modes))
     sizes = {1: n, 2: min(n, QOS2_BACKLOG_LIMIT)}
@@ -1072,13 +1092,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     paho: dict[str, list[Drain]] = {peer_name("paho", q): [] for q in levels}
     stages: list[tuple[str, float]] = []
     report = ""
+    round_rows = sum(sizes[q] for _, q in combos) + (0 if args.no_synthetic else sizes[levels[0]])
+    rounds = 0 if args.no_warmup else warmup_rounds(round_rows, args.warmup_rows)
+    warmups: dict[str, list[Landing]] = {}
     try:
-        if not args.no_warmup:  # JIT, class loading, the data source lookup: not measured
+        for _ in range(rounds):  # JIT, class loading, the data source lookup: not measured
             for mode, qos in combos:
-                run_ours(spark, mode, sizes[qos], setup, work / "warmup", qos)
+                landing = run_ours(spark, mode, sizes[qos], setup, work / "warmup", qos)
+                warmups.setdefault(peer_name(f"ours-{mode}", qos), []).append(landing)
             if not args.no_synthetic:
                 warm = sizes[levels[0]]
-                run_synthetic(spark, warm, warm // 2, setup, work / "warmup")
+                landing = run_synthetic(spark, warm, warm // 2, setup, work / "warmup")
+                warmups.setdefault("synthetic", []).append(landing)
             shutil.rmtree(work / "warmup", ignore_errors=True)
         for rep in range(args.repeat):
             order = combos[rep % len(combos) :] + combos[: rep % len(combos)]
@@ -1153,6 +1178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         print()
+    if warmups:
+        rounds_text = f"{rounds} round{'' if rounds == 1 else 's'}"
+        print(f"unmeasured warm-up runs ({rounds_text}; the first run is the JVM's first query):")
+        for peer, landings in warmups.items():
+            print(f"  {peer}: " + ", ".join(rate(w.rate) for w in landings) + " msg/s")
+        print()
     goals = {}
     for peer in ours:
         measured = Stats.of(headline[peer]).median
@@ -1201,6 +1232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         peer: {
             "rates": {clock: Stats.of(v).as_dict(1) for clock, v in clock_rates[peer].items()},
             "runs": [_landing_dict(r) for r in runs],
+            "warmup_rates": [round(w.rate) for w in warmups.get(peer, [])],
         }
         for peer, runs in spark_peers.items()
     }
@@ -1235,7 +1267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "source_options": list(args.source_option),
             "warmup": "none"
             if args.no_warmup
-            else "one unmeasured run per Spark peer at the measured size",
+            else (
+                f"{rounds} unmeasured round{'' if rounds == 1 else 's'}, every Spark peer once at "
+                "the measured size, "
+                f"until at least {args.warmup_rows:,} rows landed"
+            ),
+            "warmup_rounds": rounds,
             "before_each_spark_run": "a full GC of the driver JVM (System.gc())",
             "driver_vm_flags": driver_vm_flags,
             "publish_inflight": INFLIGHT,

@@ -270,6 +270,7 @@ def section_ingest(data: Mapping[str, Any], charts: Charts) -> Lines:
         + (f", source options {options}" if options else "")
         + f"; median of {params.get('repeat')}.",
         "",
+        *_warmup_notes(params.get("warmup"), data.get("peers")),
         *_clock_notes(data),
     ]
     out += [*_peer_clock_table(data), ""]
@@ -279,6 +280,23 @@ def section_ingest(data: Mapping[str, Any], charts: Charts) -> Lines:
     if share is not None:
         out += ["", f"Other processes took {share:.0%} of the machine's CPU during the run."]
     return out
+
+
+def _warmup_notes(warmup: object, peers: object) -> Lines:
+    """The warm-up before the measured runs and the rates of its (unmeasured) runs."""
+    if not warmup:
+        return []
+    rates = [
+        f"{peer} " + ", ".join(num(r) for r in found)
+        for peer, p in (peers.items() if isinstance(peers, Mapping) else [])
+        if isinstance(p, Mapping) and (found := p.get("warmup_rates"))
+    ]
+    listed = (
+        "; their rates, msg/s, the first being the JVM's first query: " + "; ".join(rates)
+        if rates
+        else ""
+    )
+    return [f"Warm-up: {warmup}{listed}.", ""]
 
 
 def section_backlog_rss(data: Mapping[str, Any], charts: Charts) -> Lines:

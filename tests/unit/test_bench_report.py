@@ -227,3 +227,22 @@ def test_the_qos_2_drain_has_its_own_table(tmp_path: Path) -> None:
     assert "| ours/mosquitto_sub, process start -> exit | 2.00x |" in section
     assert "*no goals at QoS 2.*" in section
     assert "Not run" in _section(text, "Drain")  # the QoS 1 drain keeps its own section
+
+
+def test_the_ingest_section_states_the_warm_up_and_its_rates(tmp_path: Path) -> None:
+    peer = {"rates": {"first batch -> last commit": _stats(65_000.0)}, "runs": []}
+    ingest = {
+        "machine": MACHINE,
+        "parameters": {
+            "qos": [2],
+            "messages_per_qos": {"2": 60_000},
+            "warmup": "10 unmeasured rounds, every Spark peer once at the measured size",
+        },
+        "peers": {"ours-wal-qos2": {**peer, "warmup_rates": [35_357, 60_852]}, "paho": peer},
+    }
+    text, _ = _generate(tmp_path, {"ingest": ingest})
+    section = _section(text, "Ingest into Delta")
+    assert (
+        "Warm-up: 10 unmeasured rounds, every Spark peer once at the measured size; their "
+        "rates, msg/s, the first being the JVM's first query: ours-wal-qos2 35,357, 60,852."
+    ) in section
