@@ -54,9 +54,14 @@ Profile: every Spark run samples, from /proc, the CPU time of this process's des
 component (JVM threads by name, the streaming source runner that hosts the receiver, the
 Python task workers, this process as the driver's Python side that runs the job's
 ``foreachBatch`` function, Mosquitto) and of the other processes on the machine, around the
-measured batches. ``--profile`` also times the source's Python stages in process (WAL append,
-WAL read, Arrow conversion, inline blob encode / pickle / decode, the receiver loop on its own)
-and prints cProfile's top functions of the read path and of the receiver loop.
+measured batches (``bench.cpu_sampler``). The observers share the two cores with the pipeline,
+so they read little: a sample reads the JVM's named thread groups only (about 1.5 ms of CPU,
+where reading all of its several hundred threads took about 11), and the wait for the rows
+asks for the query's last progress, reading the whole list only after a new batch (a tenth of
+the driver JVM's CPU per call). ``--profile`` also times the source's Python stages in
+process (WAL append, WAL read, Arrow conversion, inline blob encode / pickle / decode, the
+receiver loop on its own) and prints cProfile's top functions of the read path and of the
+receiver loop.
 """
 
 from __future__ import annotations
@@ -67,7 +72,6 @@ import json
 import math
 import os
 import pickle
-import re
 import shutil
 import subprocess
 import sys
@@ -98,6 +102,7 @@ from .common import (
     ratio,
     write_results,
 )
+from .cpu_sampler import COMPONENTS, NOT_THE_PIPELINE, CpuSampler
 
 TOPIC = "plant/line-3/sensor-17/telemetry"
 TOPIC_FILTER = "plant/+/+/telemetry"
@@ -259,169 +264,6 @@ def backlog(
     return Backlog(broker, client_id, publish_rate)
 
 
-# ------------------------------------------------------------------------------ CPU sampler
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-# Components of a Spark peer's run, by process (descendants of this process) and, inside the
-# JVM, by thread name (Linux keeps the first 15 characters).
-JVM_THREADS = (
-    ("jvm: task threads", re.compile(r"^Executor task")),
-    ("jvm: JIT compiler", re.compile(r"Compiler")),
-    ("jvm: GC", re.compile(r"^(GC Thread|G1 |VM Thread|VM Periodic)")),
-    ("jvm: stream execution", re.compile(r"^stream exec")),
-)
-COMPONENTS = (
-    "jvm: task threads",
-    "jvm: stream execution",
-    "jvm: JIT compiler",
-    "jvm: GC",
-    "jvm: other threads",
-    "python: source runner (receiver, offsets, partitions)",
-    "python: task workers (read)",
-    "mosquitto",
-    "driver Python process (foreachBatch, Py4J)",
-    "bench: this CPU sampler",
-    "other descendants",
-    "not ours (other processes)",
-)
-
-
-def _stat_fields(path: str) -> list[str] | None:
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
-
-
-def _comm(path: str) -> str:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return ""
-
-
-NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other processes)"})
-
-
-def _system_busy() -> int:
-    """Busy clock ticks of all CPUs since boot (``/proc/stat``: total minus idle and iowait)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(values) - values[3] - values[4]
-
-
-class CpuSampler:
-    """Samples the CPU time of this process's descendants, grouped into COMPONENTS, and of the
-    whole machine, every ``interval`` seconds in a thread. A process's CPU time after its last
-    sample is lost when it exits; totals carry every process's last value forward. The
-    sampler's own CPU time (in this process) is kept in ``own_cpu``."""
-
-    def __init__(self, interval: float = 0.25) -> None:
-        self.interval = interval
-        self.samples: list[tuple[float, dict[str, float]]] = []
-        self.own_cpu = 0.0
-        self._last: dict[tuple[str, int], tuple[str, int]] = {}  # (kind, id) -> component, ticks
-        self._kind: dict[int, str] = {}
-        self._foreign: set[int] = set()  # pids that are not descendants: never read again
-        self._threads: dict[int, str] = {}  # JVM thread id -> component
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
-
-    def __enter__(self) -> CpuSampler:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def _component(self, pid: int, me: int) -> str:
-        kind = self._kind.get(pid)
-        if kind is None:
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                cmd = ""
-            if pid == me:
-                kind = "driver Python process (foreachBatch, Py4J)"
-            elif "python_streaming_source_runner" in cmd:
-                kind = "python: source runner (receiver, offsets, partitions)"
-            elif "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
-                kind = "python: task workers (read)"
-            elif "mosquitto" in cmd:
-                kind = "mosquitto"
-            elif cmd.split(" ", 1)[0].endswith("/java") and "SparkSubmit" in cmd:
-                kind = "jvm"
-            else:
-                kind = "other descendants"
-            self._kind[pid] = kind
-        return kind
-
-    def _jvm_threads(self, pid: int) -> None:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            return
-        for tid in map(int, tids):
-            fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
-            if fields is None:
-                continue
-            group = self._threads.get(tid)
-            if group is None:
-                name = _comm(f"/proc/{pid}/task/{tid}/comm")
-                group = next((g for g, rx in JVM_THREADS if rx.search(name)), "jvm: other threads")
-                self._threads[tid] = group
-            self._last[("tid", tid)] = (group, int(fields[11]) + int(fields[12]))
-
-    def sample(self) -> None:
-        began = time.thread_time()
-        me = os.getpid()
-        parents: dict[int, int] = {}
-        ticks: dict[int, int] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in self._foreign:
-                continue
-            if fields := _stat_fields(f"/proc/{entry}/stat"):
-                parents[int(entry)] = int(fields[1])
-                ticks[int(entry)] = int(fields[11]) + int(fields[12])
-        busy = _system_busy()
-        for pid in ticks:
-            ancestor = pid
-            while ancestor != me and ancestor in parents:
-                ancestor = parents[ancestor]
-            if ancestor != me:
-                self._foreign.add(pid)  # a process never becomes our descendant later
-                continue
-            component = self._component(pid, me)
-            if component == "jvm":
-                self._jvm_threads(pid)
-            else:
-                self._last[("pid", pid)] = (component, ticks[pid])
-        totals = dict.fromkeys(COMPONENTS, 0.0)
-        for component, value in self._last.values():
-            totals[component] += value / CLOCK_TICKS
-        totals["driver Python process (foreachBatch, Py4J)"] -= self.own_cpu
-        totals["bench: this CPU sampler"] = self.own_cpu
-        ours = sum(totals.values())
-        totals["not ours (other processes)"] = busy / CLOCK_TICKS - ours
-        self.samples.append((time.time(), totals))
-        self.own_cpu += time.thread_time() - began
-
-    def window(self, start: float, end: float) -> tuple[float, dict[str, float]]:
-        """Seconds covered and CPU seconds per component from the last sample at or before
-        ``start`` to the first at or after ``end`` (epoch seconds)."""
-        before = [s for s in self.samples if s[0] <= start] or self.samples[:1]
-        after = [s for s in self.samples if s[0] >= end] or self.samples[-1:]
-        (t0, first), (t1, last) = before[-1], after[0]
-        return t1 - t0, {c: max(0.0, last[c] - first[c]) for c in COMPONENTS}
-
-
 # ------------------------------------------------------------------------------ Spark peers
 
 
@@ -511,15 +353,24 @@ class QueryRun:
 
 def run_query(writer: Any, rows: int, timeout: float) -> QueryRun:
     """Start ``writer``, wait until ``rows`` rows are committed, stop it.
-    Keeps the non-empty batches up to the one completing ``rows``."""
+    Keeps the non-empty batches up to the one completing ``rows``.
+
+    Every 0.1 s it asks for the query's last progress only; the whole list, which costs the
+    driver JVM several times more CPU per call, is read when a new batch has ended."""
     with CpuSampler() as sampler:
         started = time.perf_counter()
         query = writer.start()
         deadline = started + timeout
+        seen: int | None = None
+        batches: list[BatchProgress] = []
+        landed = 0
         try:
             while True:
-                batches = _landed_batches(query)
-                landed = sum(b.rows for b in batches)
+                last = query.lastProgress
+                if last is not None and last.batchId != seen:
+                    seen = last.batchId
+                    batches = _landed_batches(query)
+                    landed = sum(b.rows for b in batches)
                 if landed >= rows:
                     done = time.perf_counter() - started
                     break
