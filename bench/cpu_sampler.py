@@ -38,6 +38,8 @@ COMPONENTS = (
     "other descendants",
     "not ours (other processes)",
 )
+"""``not ours``: the machine's busy time minus ours, so other processes, the kernel's own
+threads and hypervisor steal."""
 NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other processes)"})
 
 
@@ -151,9 +153,11 @@ class CpuSampler:
         self._last[("jvm", pid)] = (OTHER_JVM_THREADS, max(0, ticks - in_groups))
 
     def _system_busy(self) -> int:
-        """Busy clock ticks of all CPUs since boot (``stat``: total minus idle and iowait)."""
+        """Busy clock ticks of all CPUs since boot (``stat``: user, nice, system, irq, softirq
+        and steal, the time the hypervisor ran something else while this machine's CPUs had
+        work; guest time is already inside user and nice)."""
         raw = read_small(f"{self.proc}/stat") or b"cpu 0 0 0 0 0"
-        values = [int(v) for v in raw.split(b"\n", 1)[0].split()[1:]]
+        values = [int(v) for v in raw.split(b"\n", 1)[0].split()[1:9]]
         return sum(values) - values[3] - values[4]
 
     def sample(self) -> None:

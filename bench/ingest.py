@@ -850,7 +850,8 @@ def _cpu_table(spark_peers: dict[str, list[Landing]]) -> tuple[list[str], list[l
 
 
 def _others_share(spark_peers: dict[str, list[Landing]]) -> float:
-    """Median share of the machine's CPU that processes not ours used in the windows."""
+    """Median share of the machine's CPU that processes not ours (and hypervisor steal) took
+    in the windows."""
     cores = os.cpu_count() or 1
     return Stats.of(
         r.run.cpu["not ours (other processes)"] / (r.run.cpu_window * cores)
@@ -1063,8 +1064,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(*_cpu_table(spark_peers)))
     others = _others_share(spark_peers)
     print(
-        f"other processes on the machine took {others:.0%} of its CPU during the measured "
-        "windows (median)"
+        f"other processes and hypervisor steal took {others:.0%} of the machine's CPU during "
+        "the measured windows (median)"
         + ("; the figures are disturbed, run again on a quiet machine" if others > 0.1 else "")
     )
     if stages:

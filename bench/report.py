@@ -278,7 +278,11 @@ def section_ingest(data: Mapping[str, Any], charts: Charts) -> Lines:
     out += md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goal")))
     share = data.get("other_processes_cpu_share")
     if share is not None:
-        out += ["", f"Other processes took {share:.0%} of the machine's CPU during the run."]
+        out += [
+            "",
+            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU "
+            "during the run.",
+        ]
     return out
 
 

@@ -70,6 +70,18 @@ def test_a_sample_groups_processes_and_the_jvm_threads(proc: Path) -> None:
     assert totals["not ours (other processes)"] == pytest.approx(_seconds(4000) - ours)
 
 
+def test_hypervisor_steal_counts_as_not_ours_and_guest_time_once(proc: Path) -> None:
+    sampler = CpuSampler(proc=str(proc))
+    sampler.sample()
+    # user nice system idle iowait irq softirq steal guest guest_nice: 300 ticks of steal more,
+    # and 500 of guest time, which the kernel already counts in user.
+    (proc / "stat").write_text("cpu  3500 0 1000 50000 100 0 0 300 500 0\n")
+    sampler.sample()
+    first, last = sampler.samples[0][1], sampler.samples[1][1]
+    others = last["not ours (other processes)"] - first["not ours (other processes)"]
+    assert others == pytest.approx(_seconds(800))
+
+
 def test_only_named_threads_are_read_after_the_first_sample(proc: Path) -> None:
     sampler = CpuSampler(proc=str(proc))
     sampler.sample()
