@@ -14,6 +14,8 @@ import re
 import threading
 import time
 
+from streaming_jobs.process_tree import read_small, stat_fields
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHER_JVM_THREADS = "jvm: other threads"
 # Components of a Spark peer's run, by process (descendants of this process) and, inside the
@@ -43,26 +45,11 @@ threads and hypervisor steal."""
 NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other processes)"})
 
 
-def read_small(path: str) -> bytes | None:
-    """The first 4 KiB of a ``/proc`` file, or None once it is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def stat_ticks(path: str) -> tuple[int, int] | None:
-    """(parent pid, user + system clock ticks) from a ``stat`` file (proc(5)), or None."""
-    data = read_small(path)
-    if data is None:
+    """(parent pid, user + system clock ticks) from a ``stat`` file, or None."""
+    fields = stat_fields(path)
+    if fields is None:
         return None
-    fields = data[data.rindex(b")") + 2 :].split()  # after "pid (comm) "
     return int(fields[1]), int(fields[11]) + int(fields[12])
 
 

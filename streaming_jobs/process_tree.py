@@ -8,22 +8,38 @@ signalling every group its descendants use.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+
+def read_small(path: str) -> bytes | None:
+    """The first 4 KiB of a ``/proc`` file, or None once its process is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def stat_fields(path: str) -> list[str] | None:
+    """The fields of a ``stat`` file after ``pid (comm)``: state, ppid, pgrp, ... (proc(5);
+    utime and stime are [11] and [12]), or None once the process is gone."""
+    data = read_small(path)
+    if data is None:
+        return None
+    text = data.decode(errors="replace")
+    return text[text.rindex(")") + 2 :].split()  # comm may hold spaces and parentheses
 
 
 def processes() -> dict[int, tuple[str, int, int]]:
     """pid -> (state, parent pid, process group) of every process."""
     found = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2 :].split()
-        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+        if entry.isdigit() and (fields := stat_fields(f"/proc/{entry}/stat")):
+            found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
     return found
 
 
