@@ -5,7 +5,10 @@ dead-letter rows, newest message time) in :class:`RunStats`, and Spark's query p
 the rate and the source's offsets. The backlog is what waits in the write-ahead log: the
 source's ``latestOffset`` (the WAL's high-water mark when the batch was planned, from
 ``reportLatestOffset``) minus the batch's ``endOffset``. The lag is the time from the newest
-message of a batch reaching the receiver to the batch's write.
+message of a batch reaching the receiver to the batch's write. The same ``latestOffset`` carries
+the receivers' delivery counters of this run (``delivery``): resends withheld, possible
+duplicates stored, broker faults survived (docs/delivery.md); lines and summary name the
+non-zero ones.
 """
 
 from __future__ import annotations
@@ -80,6 +83,35 @@ def wal_offset(offset_json: str | None) -> int | None:
     return None
 
 
+def delivery(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """The receivers' delivery counters in a progress report ({} when absent)."""
+    sources = progress.get("sources") or []
+    if not sources or not sources[0].get("latestOffset"):
+        return {}
+    try:
+        value = json.loads(sources[0]["latestOffset"])
+    except (TypeError, ValueError):
+        return {}
+    counters = value.get("delivery") if isinstance(value, dict) else None
+    return counters if isinstance(counters, dict) else {}
+
+
+def delivery_text(counters: Mapping[str, Any]) -> str | None:
+    """The non-zero delivery counters in words, e.g. "3 possible duplicates, broker faults:
+    pending-id-reused 2"; None when all are zero."""
+    parts = []
+    if counters.get("duplicatesDropped"):
+        parts.append(f"{counters['duplicatesDropped']} resends withheld")
+    if counters.get("possibleDuplicates"):
+        parts.append(f"{counters['possibleDuplicates']} possible duplicates")
+    faults = {rule: n for rule, n in (counters.get("brokerFaults") or {}).items() if n}
+    if faults:
+        parts.append(
+            "broker faults: " + ", ".join(f"{rule} {n}" for rule, n in sorted(faults.items()))
+        )
+    return ", ".join(parts) if parts else None
+
+
 def backlog(progress: Mapping[str, Any]) -> int | None:
     """Messages in the WAL beyond the batch's end offset when it was planned."""
     sources = progress.get("sources") or []
@@ -116,6 +148,7 @@ def progress_line(
         f"took {_seconds(duration / 1000 if duration is not None else None)}",
         f"backlog {'-' if waiting is None else waiting}",
         f"lag {_seconds(stats.lag if stats is not None else None)}",
+        delivery_text(delivery(progress)),
     ]
     return ", ".join(p for p in parts if p is not None)
 
@@ -127,10 +160,14 @@ class ProgressReporter:
         self.stats = stats
         self.unparsed = unparsed
         self.last_batch = -1
+        self.delivery: dict[str, Any] = {}
+        """The latest delivery counters seen (this run's receivers)."""
 
     def poll(self, query: Any) -> None:
         """Log the batches finished since the last call (``query`` is a StreamingQuery)."""
         last = query.lastProgress
+        if last is not None:
+            self.delivery = delivery(last) or self.delivery
         if last is None or int(last["batchId"]) <= self.last_batch:
             return
         for progress in query.recentProgress:
@@ -151,5 +188,6 @@ class ProgressReporter:
             f"{dead} {self.unparsed} rows" if self.unparsed else None,
             f"{elapsed:.1f} s",
             f"{rate:.0f} rows/s on average",
+            delivery_text(self.delivery),
         ]
         return ", ".join(p for p in parts if p is not None)

@@ -179,6 +179,11 @@ class MqttClient:
         self.broker = BrokerAddress.parse(broker) if isinstance(broker, str) else broker
         self.session = session if isinstance(session, ClientSession) else ClientSession(session)
         self.subscriptions = list(subscriptions or [])
+        if self.subscriptions:
+            # The session may already exist at the broker (no SUBSCRIBE this time): these
+            # are the QoS a delivery may not exceed.
+            requested = max(qos for _, qos in self.subscriptions)
+            self.session.max_qos = max(self.session.max_qos or 0, requested)
         self.tls = tls if tls is not None else (TlsOptions() if self.broker.tls else None)
         self.connect_timeout = connect_timeout
         self.reconnect_policy = reconnect or ReconnectPolicy()
@@ -222,12 +227,9 @@ class MqttClient:
                 rejection = self._tls_rejection(exc, deadline)
                 if rejection is not None:
                     raise rejection from exc.__cause__
-                if self.tls is None:
-                    raise ConnectionLost(
-                        f"{exc} before CONNACK (if {self.broker.host}:{self.broker.port} is a "
-                        "TLS listener, use an ssl:// URL)"
-                    ) from exc.__cause__
-                raise
+                raise ConnectionLost(
+                    f"{exc} before CONNACK; {self._closed_before_connack_causes()}"
+                ) from exc.__cause__
             assert isinstance(connected, Connected)
             if connected.session_lost:
                 log.warning(
@@ -259,6 +261,27 @@ class MqttClient:
         if self.on_connect is not None:
             self.on_connect(connected)
         return connected
+
+    def _closed_before_connack_causes(self) -> str:
+        """Why a broker closes after CONNECT without a CONNACK: the protocol level we sent,
+        the credentials (whether a user name went with it), and, over plain TCP, a TLS port."""
+        config = self.session.config
+        level = config.level
+        if config.username is None:
+            sent = "no user name was sent"
+        else:
+            sent = f"user name {config.username!r}"
+            sent += " and a password were sent" if config.password is not None else " was sent"
+        causes = [
+            f"the broker may not accept MQTT {level} (protocol level {int(level)}; choose 3.1 "
+            "or 3.1.1 with --mqtt-version or the source option mqttVersion)",
+            f"it may have refused the credentials without a CONNACK ({sent})",
+        ]
+        if self.tls is None:
+            causes.append(
+                f"{self.broker.host}:{self.broker.port} may be a TLS listener (use an ssl:// URL)"
+            )
+        return "likely causes: " + "; ".join(causes)
 
     def _open_socket(self) -> socket.socket:
         address = (self.broker.host, self.broker.port)
@@ -494,12 +517,14 @@ class MqttClient:
         return batch
 
     def acknowledge(self, messages: list[Publish], released: list[int] | None = None) -> None:
-        """Acknowledge persisted messages (PUBACK/PUBREC) and released ids (PUBCOMP) in one
-        write. Dropped silently when the connection they came on is gone."""
+        """Acknowledge persisted released ids (PUBCOMP) and messages (PUBACK/PUBREC) in one
+        write, releases first: their PUBRELs came before any PUBLISH that reuses their ids.
+        When the connection they came on is gone nothing is sent, and the session keeps the
+        messages as stored with their acknowledgement never written."""
         now = self.clock()
-        self.session.ack_many(messages, now)
         if released:
             self.session.complete_many(released, now)
+        self.session.ack_many(messages, now)
         try:
             self.flush()
         except ConnectionLost as exc:

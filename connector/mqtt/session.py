@@ -5,17 +5,33 @@ Time comes from the caller (``now`` arguments), so keep-alive is testable with a
 
 Inbound QoS 1/2 messages are acknowledged only when the caller says so (``ack``): the Spark
 source acknowledges after its write-ahead log is durable (3.1.1 section 4.3: the receiver
-takes ownership when it sends PUBACK/PUBREC). QoS 2 duplicates of a pending packet id are not
-delivered twice (section 4.3.3, method B); the pending ids can be exported and restored so the
-guarantee survives a restart.
+takes ownership when it sends PUBACK/PUBREC).
+
+The redelivery rule lives here, once (docs/delivery.md). A PUBLISH is withheld as a resend
+only when the standard makes it one:
+
+* a QoS 2 PUBLISH whose packet id is pending: stored, PUBREL not yet received (section 4.3.3,
+  method B, [MQTT-4.3.3-2]); it is answered with PUBREC again;
+* a QoS 1 PUBLISH whose id belongs to a message stored on an earlier connection of this
+  process whose PUBACK was never written (the connection was gone when it was acknowledged):
+  the broker cannot have reused that id (section 2.3.1), so it is the resend (section 4.4).
+
+Once an acknowledgement was written, the next PUBLISH with that id is new whatever its DUP
+flag says ([MQTT-4.3.2-2], section 4.3.3 after PUBCOMP), and after the broker's PUBREL it
+must not resend the PUBLISH ([MQTT-4.3.3-1]): a PUBLISH then is new too. A resend whose
+content differs from the message stored with its id is a new message. Nothing is ever
+withheld because its topic and payload equal an earlier message's. Rules the broker breaks on
+the way (:class:`BrokerFault`) are counted in ``faults`` and logged once per connection; the
+message is delivered, so nothing is lost.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from struct import Struct
 
 from .codec import MAX_REMAINING_LENGTH, encode, encode_publish
@@ -105,10 +121,13 @@ class SessionConfig:
 
 @dataclass(slots=True)
 class Connected:
-    """CONNACK accepted. ``session_lost``: a persistent session was expected but absent."""
+    """CONNACK accepted. ``session_lost``: a persistent session was expected but absent.
+    ``forgotten_qos2``: pending QoS 2 ids dropped because the broker holds no session (it will
+    never send their PUBREL); a caller that stores pending ids releases them too."""
 
     session_present: bool
     session_lost: bool
+    forgotten_qos2: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -180,15 +199,59 @@ def _reused(packet: Publish) -> str:
     )
 
 
+class BrokerFault(StrEnum):
+    """Rules a broker breaks that the session survives by delivering the message (losing
+    nothing); each is counted in ``ClientSession.faults`` and logged once per connection."""
+
+    PENDING_ID_REUSED = "pending-id-reused"
+    """A PUBLISH reuses the id of a stored message still open (QoS 2 before PUBREL, QoS 1
+    before its PUBACK was written) with a different topic or payload (section 2.3.1)."""
+    ID_REUSED_BEFORE_PUBCOMP = "id-reused-before-pubcomp"
+    """A PUBLISH after the broker's PUBREL for its id and before our PUBCOMP: the id is free
+    only after PUBCOMP (section 2.3.1), and the PUBLISH cannot be a resend ([MQTT-4.3.3-1])."""
+    DUP_ON_FIRST_DELIVERY = "dup-on-first-delivery"
+    """DUP=1 on a connection whose broker held no earlier session, for an id not sent before
+    on it: DUP=1 marks a resend only (section 3.3.1.1, [MQTT-3.3.1-1])."""
+    QOS_ABOVE_GRANTED = "qos-above-granted"
+    """A message delivered at a QoS above every QoS this client subscribed with (section
+    3.8.4: the delivery QoS is at most the granted maximum)."""
+
+
+_FAULT_TEXT = {
+    BrokerFault.PENDING_ID_REUSED: (
+        "PUBLISH with packet id {pid} carries another message than the one stored with that "
+        "id, whose exchange is still open (section 2.3.1); stored as a new message"
+    ),
+    BrokerFault.ID_REUSED_BEFORE_PUBCOMP: (
+        "PUBLISH reuses packet id {pid} after its PUBREL and before our PUBCOMP (section "
+        "2.3.1; [MQTT-4.3.3-1] forbids resending after PUBREL); stored as a new message"
+    ),
+    BrokerFault.DUP_ON_FIRST_DELIVERY: (
+        "PUBLISH with DUP=1 and packet id {pid} on a connection without an earlier session "
+        "(section 3.3.1.1: DUP=1 only on a resend); stored"
+    ),
+    BrokerFault.QOS_ABOVE_GRANTED: (
+        "PUBLISH with packet id {pid} delivered at QoS {qos}, above the QoS {granted} this "
+        "client subscribed with (section 3.8.4); stored and acknowledged at QoS {qos}"
+    ),
+}
+
+
+class Qos2(Enum):
+    """Where an inbound QoS 2 exchange stands before its PUBREL (section 4.3.3, method B)."""
+
+    RECEIVED = "received"
+    """Delivered to the caller, not yet stored (``ack`` not called)."""
+    RECORDED = "recorded"
+    """Stored: PUBREC sent, or waiting for room in the window, or owed to the next
+    connection; a PUBLISH with this id is the resend until the PUBREL arrives."""
+
+
 class State(Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
     CONNECTED = "connected"
     CLOSED = "closed"
-
-
-_RECEIVED = 1  # QoS 2 PUBLISH delivered to the caller, not yet acknowledged
-_RECORDED = 2  # QoS 2 PUBLISH acknowledged with PUBREC; waiting for PUBREL
 
 
 class ClientSession:
@@ -200,14 +263,42 @@ class ClientSession:
     across connections (section 4.4: resend unacknowledged PUBLISH and PUBREL on reconnect).
     """
 
-    def __init__(self, config: SessionConfig) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        matches_stored: Callable[[Publish], bool | None] | None = None,
+    ) -> None:
         self.config = config
         self.state = State.DISCONNECTED
         self._decoder = StreamDecoder(config.level, config.max_packet_size)
         self._out: list[bytes] = []
         self.expect_session_present = False
         """Set True when a persistent session should exist (e.g. restored after a restart)."""
-        self._qos2_in: dict[int, int] = {}
+        self.matches_stored = matches_stored
+        """Whether a PUBLISH equals the message the caller stored with its packet id (None:
+        unknown). Tells a resend of a pending QoS 2 id from another message that a faulty
+        broker gave the same id; without it a pending id's PUBLISH is taken as the resend."""
+        self._qos2_in: dict[int, Qos2] = {}
+        """Inbound QoS 2 exchanges before their PUBREL: one state per packet id."""
+        self._releasing: set[int] = set()
+        """QoS 2 ids whose PUBREL arrived and whose PUBCOMP waits for ``complete``."""
+        self._unacked: dict[int, Publish] = {}
+        """QoS 1 messages stored on an earlier connection whose PUBACK was never written."""
+        self._lost: dict[int, Publish] = {}
+        """Deliveries of connections that are gone, not yet acknowledged by the caller."""
+        self.faults: Counter[str] = Counter()
+        """Broker faults survived (:class:`BrokerFault` values), all connections."""
+        self._faults_logged: set[str] = set()
+        self.redeliveries = 0
+        """PUBLISH packets withheld as resends of stored messages (all connections)."""
+        self.max_qos: int | None = None
+        """The highest QoS this client subscribed with (``subscribe``, or set by the caller
+        for a session made earlier); a delivery above it is a broker fault."""
+        self._session_present = True
+        self._ids_here: set[int] = set()
+        """Packet ids delivered on this connection, kept while the broker has no earlier
+        session (the DUP=1-on-first-delivery check)."""
         self._qos2_here: set[int] = set()
         """QoS 2 ids first delivered on the current connection whose PUBCOMP is not sent."""
         self._pubrec_sent: set[int] = set()
@@ -274,10 +365,15 @@ class ClientSession:
         self.state = State.DISCONNECTED
 
     def _reset_connection_state(self) -> None:
-        """Forget what belonged to the previous network connection (if any)."""
+        """Forget what belonged to the previous network connection (if any). Stored
+        exchanges stay: a QoS 2 id stays pending until its PUBREL, and a stored QoS 1 message
+        whose PUBACK was never written keeps its id reserved for the broker's resend."""
         self._out = []
-        self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st == _RECORDED}
+        self._lost.update(self._inbound)
+        self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st is Qos2.RECORDED}
         self._qos2_here = set()
+        self._ids_here = set()
+        self._faults_logged = set()
         self._pubrec_sent = set()
         self._pubrec_held = OrderedDict()
         self._inbound.clear()
@@ -333,6 +429,7 @@ class ClientSession:
                 raise ValueError(f"QoS must be 0, 1 or 2, got {qos!r}")
         pid = self._allocate_id()
         self._subscribing[pid] = [f for f, _ in subscriptions]
+        self.max_qos = max(self.max_qos or 0, *(qos for _, qos in subscriptions))
         self._send(encode(Subscribe(pid, list(subscriptions)), self.config.level), now)
         return pid
 
@@ -386,8 +483,14 @@ class ClientSession:
         the window never sees a delay. The window bounds the exchanges a broker tracks at once
         when it does not: Mosquitto 2.0.11 exceeds ``max_inflight_messages`` on a backlog and
         searches its in-flight list linearly for each PUBREC and PUBCOMP, so thousands of
-        PUBRECs in a row cost it seconds of CPU."""
+        PUBRECs in a row cost it seconds of CPU.
+
+        Called while the connection is gone, nothing is sent and the messages are kept as
+        stored with their acknowledgement never written: the broker's resend of each on the
+        next connection is then withheld and acknowledged (see the module docstring)."""
         if self.state is not State.CONNECTED:
+            for message in messages:
+                self._stored_unacknowledged(message)
             return
         words = []
         qos2 = self._qos2_in
@@ -403,6 +506,8 @@ class ClientSession:
             stored = inbound.get(pid)  # type: ignore[arg-type]
             if stored is not message and (stored is None or stored != message):
                 if not later or self._pop_later(pid, message) is None:  # type: ignore[arg-type]
+                    # Delivered on an earlier connection: its ack can no longer be written.
+                    self._stored_unacknowledged(message)
                     continue
             elif later and pid in later:
                 inbound[pid] = self._pop_later(pid)  # type: ignore[arg-type,assignment,index]
@@ -410,10 +515,30 @@ class ClientSession:
                 del inbound[pid]  # type: ignore[arg-type]
             if message.qos == 1:
                 words.append(_PUBACK | pid)  # type: ignore[operator]
-            elif qos2.get(pid) == _RECEIVED:  # type: ignore[arg-type]
-                qos2[pid] = _RECORDED  # type: ignore[index]
+            elif qos2.get(pid) is Qos2.RECEIVED:  # type: ignore[arg-type]
+                qos2[pid] = Qos2.RECORDED  # type: ignore[index]
                 self._pubrec(pid, words)  # type: ignore[arg-type]
         self._send_words(words, now)
+
+    def _stored_unacknowledged(self, message: Publish) -> None:
+        """``message`` is stored, and its acknowledgement can no longer be written on the
+        connection it came on: a QoS 2 id stays pending (its PUBREC goes out when the broker
+        resends), a QoS 1 id is reserved for the broker's resend. Only a delivery of a lost
+        connection not acknowledged before counts (an ack asked for twice changes nothing)."""
+        pid = message.packet_id
+        if pid is None or not message.qos:
+            return
+        lost = self._lost.get(pid)
+        if lost is message or lost == message:
+            del self._lost[pid]
+        elif self.state is not State.CONNECTED and self._inbound.get(pid) == message:
+            del self._inbound[pid]
+        else:
+            return
+        if message.qos == 2:
+            self._qos2_in[pid] = Qos2.RECORDED
+        else:
+            self._unacked[pid] = message
 
     @property
     def open_pubrecs(self) -> int:
@@ -481,24 +606,29 @@ class ClientSession:
         self._send_words(words, now)
 
     def _finish_qos2(self, packet_id: int) -> None:
-        """Forget the inbound QoS 2 exchange ``packet_id``: it is complete."""
-        self._qos2_in.pop(packet_id, None)
-        self._qos2_here.discard(packet_id)
+        """The released QoS 2 exchange ``packet_id`` is complete (PUBCOMP sent or owed to a
+        connection that is gone). A newer exchange that a faulty broker opened with the same
+        id before this PUBCOMP keeps its state."""
+        self._releasing.discard(packet_id)
         self._pubrec_sent.discard(packet_id)
-        self._pubrec_held.pop(packet_id, None)
+        if packet_id not in self._qos2_in:
+            self._qos2_here.discard(packet_id)
+            self._pubrec_held.pop(packet_id, None)
 
     # ---------------------------------------------------------------- QoS 2 state export
 
     def export_qos2_pending(self) -> set[int]:
-        """Packet ids acknowledged with PUBREC whose PUBREL has not been completed."""
-        return {pid for pid, st in self._qos2_in.items() if st == _RECORDED}
+        """Packet ids of stored QoS 2 messages whose PUBREL has not arrived, plus those whose
+        PUBREL arrived and whose PUBCOMP is not sent yet."""
+        recorded = {pid for pid, st in self._qos2_in.items() if st is Qos2.RECORDED}
+        return recorded | self._releasing
 
-    def restore_qos2_pending(self, packet_ids: set[int] | list[int]) -> None:
+    def restore_qos2_pending(self, packet_ids: Iterable[int] | Mapping[int, object]) -> None:
         """Restore pending QoS 2 ids saved by ``export_qos2_pending`` (e.g. after a restart)."""
         for pid in packet_ids:
             if not 1 <= pid <= 0xFFFF:
                 raise ValueError(f"invalid packet id {pid}")
-            self._qos2_in[pid] = _RECORDED
+            self._qos2_in[pid] = Qos2.RECORDED
 
     # ---------------------------------------------------------------- time
 
@@ -669,54 +799,106 @@ class ClientSession:
         return None
 
     def _on_pubrel(self, packet_id: int, events: list[Event], now: float) -> None:
-        """PUBREL (section 3.6): a recorded id is released once the caller persists that and
-        calls ``complete``; an unknown id gets PUBCOMP at once so the broker can free it
-        (section 4.3.3)."""
-        if self._qos2_in.get(packet_id) == _RECORDED:
+        """PUBREL (section 3.6): a stored id is released once the caller persists that and
+        calls ``complete``; from here on a PUBLISH with the id is new ([MQTT-4.3.3-1]). An
+        unknown id gets PUBCOMP at once so the broker can free it (section 4.3.3); a PUBREL
+        again before ``complete`` is released again (its PUBCOMP too waits for the store)."""
+        if self._qos2_in.get(packet_id) is Qos2.RECORDED:
+            del self._qos2_in[packet_id]
+            self._releasing.add(packet_id)
+            events.append(Released(packet_id))
+        elif packet_id in self._releasing:
             events.append(Released(packet_id))
         else:
             self._finish_qos2(packet_id)
             self._send(_ACK_WORD.pack(_PUBCOMP | packet_id), now)
 
-    def _on_publish(self, packet: Publish, events: list[Event], now: float) -> str | None:
-        """Deliver an inbound PUBLISH unless it duplicates a pending QoS 2 id (4.3.3).
+    def _fault(self, fault: BrokerFault, packet: Publish) -> None:
+        """Count a broker fault; log it once per connection and kind."""
+        self.faults[fault] += 1
+        if fault not in self._faults_logged:
+            self._faults_logged.add(fault)
+            log.warning(
+                "broker fault %s: %s (logged once per connection; %d so far)",
+                fault.value,
+                _FAULT_TEXT[fault].format(
+                    pid=packet.packet_id, qos=packet.qos, granted=self.max_qos
+                ),
+                self.faults[fault],
+            )
 
-        A first attempt (DUP=0) that reuses a packet id whose exchange is still open on this
-        connection breaks section 2.3.1 (an id is free again only after PUBACK, or PUBCOMP for
-        QoS 2): acknowledging one would acknowledge the other, so one would be lost. Returns
-        the violation, or None. An identical copy of a message not yet acknowledged is taken
-        for a resend with a missing DUP flag; a QoS 2 id already acknowledged with PUBREC on
-        this connection can only come back with DUP=1 (section 3.3.1.1)."""
-        pid = packet.packet_id
-        if packet.qos == 2:
-            state = self._qos2_in.get(pid)  # type: ignore[arg-type]
+    def _same_as_stored(self, packet: Publish) -> bool:
+        """Whether ``packet`` equals the stored message with its id (True when unknown: the
+        standard's rule then decides alone)."""
+        check = self.matches_stored
+        return check is None or check(packet) is not False
+
+    def _on_publish(self, packet: Publish, events: list[Event], now: float) -> str | None:
+        """Deliver an inbound PUBLISH, or withhold it as the resend of a stored message (the
+        module docstring's rule). Returns a violation that ends the connection, or None.
+
+        A QoS 1/2 PUBLISH with DUP=0 that reuses the id of an exchange first delivered on this
+        connection and still open breaks section 2.3.1, and acknowledging it would acknowledge
+        the other: the read ends unacknowledged, and the broker resends both on the next
+        connection. An identical copy of a message not yet stored is taken for a resend with a
+        missing DUP flag."""
+        pid: int = packet.packet_id  # type: ignore[assignment]
+        qos = packet.qos
+        if not qos:
+            events.append(packet)
+            return None
+        if self.max_qos is not None and qos > self.max_qos:
+            self._fault(BrokerFault.QOS_ABOVE_GRANTED, packet)
+        if packet.dup and not self._session_present and pid not in self._ids_here:
+            self._fault(BrokerFault.DUP_ON_FIRST_DELIVERY, packet)
+        if qos == 2:
+            state = self._qos2_in.get(pid)
             if state is not None:
-                if not packet.dup and pid in self._qos2_here:
-                    pending = self._inbound.get(pid)  # type: ignore[arg-type]
-                    if (
-                        pending is None
-                        or pending.topic != packet.topic
-                        or pending.payload != packet.payload
+                here = pid in self._qos2_here
+                if state is Qos2.RECEIVED:
+                    pending = self._inbound.get(pid)
+                    if pending is not None and (
+                        pending.topic != packet.topic or pending.payload != packet.payload
                     ):
                         return _reused(packet)
-                if state == _RECORDED:
+                    self.redeliveries += 1  # its ack comes with the first copy's
+                    return None
+                if here and not packet.dup:
+                    return _reused(packet)
+                if self._same_as_stored(packet):
+                    self.redeliveries += 1
                     words: list[int] = []
-                    self._pubrec(pid, words)  # type: ignore[arg-type]
+                    self._pubrec(pid, words)
                     self._send_words(words, now)
-                return None
-            self._qos2_in[pid] = _RECEIVED  # type: ignore[index]
-            self._qos2_here.add(pid)  # type: ignore[arg-type]
-        elif packet.qos and not packet.dup:
-            pending = self._inbound.get(pid)  # type: ignore[arg-type]
-            if pending is not None and (
+                    return None
+                self._fault(BrokerFault.PENDING_ID_REUSED, packet)
+            elif pid in self._releasing:
+                self._fault(BrokerFault.ID_REUSED_BEFORE_PUBCOMP, packet)
+            self._qos2_in[pid] = Qos2.RECEIVED
+            self._qos2_here.add(pid)
+        else:
+            pending = self._inbound.get(pid)
+            if pending is None:
+                stored = self._unacked.pop(pid, None) if self._unacked else None
+                if stored is not None:
+                    if stored.topic == packet.topic and stored.payload == packet.payload:
+                        self.redeliveries += 1
+                        self._send(_ACK_WORD.pack(_PUBACK | pid), now)
+                        return None
+                    self._fault(BrokerFault.PENDING_ID_REUSED, packet)
+            elif not packet.dup and (
                 pending.topic != packet.topic or pending.payload != packet.payload
             ):
                 return _reused(packet)
-        if packet.qos == 1 and packet.dup and pid in self._inbound:
+        if not self._session_present:
+            self._ids_here.add(pid)
+        if self._lost:
+            self._lost.pop(pid, None)  # a late ack of the lost delivery must not claim the id
+        if qos == 1 and packet.dup and pid in self._inbound:
             # A broker with more than 65,535 messages in flight (Mosquitto 2.0.11 ignores
             # max_inflight_messages) resends several with one id after a reconnect. Each gets
             # its own PUBACK, in order: the broker releases its oldest message with that id.
-            self._inbound_later.setdefault(pid, deque()).append(packet)  # type: ignore[arg-type]
+            self._inbound_later.setdefault(pid, deque()).append(packet)
             self.shared_id_resends += 1
             if self.shared_id_resends == 1:
                 log.warning(
@@ -726,8 +908,8 @@ class ClientSession:
                     "fixed in 2.0.12). Each is acknowledged, in order",
                     pid,
                 )
-        elif packet.qos:
-            self._inbound[pid] = packet  # type: ignore[index]
+        else:
+            self._inbound[pid] = packet
         events.append(packet)
         return None
 
@@ -742,12 +924,18 @@ class ClientSession:
         # clean_session=False, and nothing on the wire says otherwise.
         unknown = self.config.level == ProtocolLevel.MQTT_3_1 and not self.config.clean_session
         lost = expected and not packet.session_present and not unknown
-        if not packet.session_present and not unknown:
+        forgotten: tuple[int, ...] = ()
+        self._session_present = packet.session_present or unknown
+        if not self._session_present:
             # Section 3.2.2.2: without a session present the broker holds no QoS 2 state for
-            # us and will send no PUBREL for ids we still hold: forget them.
+            # us and will send no PUBREL for ids we still hold, nor resend anything: forget
+            # them.
+            forgotten = tuple(sorted(self._qos2_in))
             self._qos2_in.clear()
+            self._unacked.clear()
+            self._lost.clear()
         self.expect_session_present = not self.config.clean_session
-        events.append(Connected(packet.session_present, lost))
+        events.append(Connected(packet.session_present, lost, forgotten))
         # Section 4.4: resend unacknowledged PUBLISH (DUP=1) and PUBREL, original ids, in order.
         for pid, message in self._outbound.items():
             if pid in self._outbound_released:

@@ -9,8 +9,13 @@ per shard. The identity lets a checkpoint detect a wiped or foreign WAL, handled
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 from connector.wal import WalDataLossError, WalReader, decode_blob, encode_range
 
 from .options import SourceOptions
+from .receiver import sum_delivery
 from .schema import to_record_batches
 from .shard_handles import LocalShard, ShardProcess, ShardStatus, start_processes
 from .shards import Position, check_wal_layout, decode_offset, encode_offset, fair_split
@@ -34,6 +40,27 @@ log = logging.getLogger(__name__)
 
 FIRST_BATCH_IDLE = 0.1
 """``firstBatchWait``: seconds without a message after which the first burst counts as over."""
+
+SOURCE_RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
+"""The module PySpark runs (``python -m``) as the driver-side process of a Python streaming
+source; its main loop calls the reader's ``stop()`` in a ``finally``."""
+
+TERMINATED_EXIT_STATUS = 128 + signal.SIGTERM
+"""The runner's exit status after an orderly stop on SIGTERM (as a death by the signal)."""
+
+
+class SourceTerminated(BaseException):
+    """SIGTERM reached the streaming source runner: unwinds its main thread into the runner's
+    ``finally: reader.stop()`` (a BaseException, so that no ``except Exception`` holds it)."""
+
+
+def in_source_runner() -> bool:
+    """Whether this is the main thread of PySpark's streaming source runner process."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return (
+        getattr(spec, "name", None) == SOURCE_RUNNER_MODULE
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
 class DataLossError(RuntimeError):
@@ -84,6 +111,10 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._targets: list[int] | None = None
         self._last_batch_at: float | None = None
         self._settled = False
+        self._sigterm_handled = False
+        self._previous_sigterm: object = None
+        self._terminated = False
+        self._stopping = False
 
     def __getstate__(self) -> dict:
         return {
@@ -92,12 +123,17 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "_targets": None,
             "_last_batch_at": None,
             "_settled": False,
+            "_sigterm_handled": False,
+            "_previous_sigterm": None,
+            "_terminated": False,
+            "_stopping": False,
         }
 
     @property
     def shards(self) -> list[LocalShard] | list[ShardProcess]:
         if self._shards is None:
             check_wal_layout(self.options)
+            self._stop_on_sigterm()
             if self.options.receivers == 1:
                 self._shards = [LocalShard(self.options)]
             else:
@@ -218,7 +254,14 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict:
-        return encode_offset([Position(s.identity, s.status().next) for s in self.shards])
+        """The WAL's high-water mark, and the receivers' delivery counters summed (this run):
+        the progress report's ``latestOffset``, which is never stored in the checkpoint."""
+        statuses = [s.status() for s in self.shards]
+        report = encode_offset(
+            [Position(s.identity, st.next) for s, st in zip(self.shards, statuses, strict=True)]
+        )
+        report["delivery"] = sum_delivery([st.delivery for st in statuses])
+        return report
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Wait until the broker's queue for every receiver's session is drained (no message
@@ -297,13 +340,57 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if position.wal == shard.identity:
                 shard.commit(position.offset)
 
+    # ------------------------------------------------------------------ stopping
+
+    def _stop_on_sigterm(self) -> None:
+        """In Spark's streaming source runner, make SIGTERM stop the receivers in order.
+
+        Spark stops a Python source (``query.stop()``, the end of an AvailableNow run, a job
+        that exits) with ``PythonStreamingSourceRunner.stop()``, which destroys the runner
+        process (SIGTERM) before closing its socket. By default Python then dies at once: the
+        runner's ``finally: reader.stop()`` never runs and the broker sees the connection
+        close without DISCONNECT. This handler unwinds the main thread into that ``finally``
+        instead; ``stop()`` then ends the process (docs/architecture.md, decision 31)."""
+        if self._sigterm_handled or not in_source_runner():
+            return
+        self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._sigterm_handled = True
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        self._terminated = True
+        if not self._stopping:  # a stop under way ends the process when it is done
+            raise SourceTerminated("SIGTERM: the query stopped the source")
+
     def stop(self) -> None:
+        """Stop every receiver: DISCONNECT, WAL closed. After SIGTERM (see
+        ``_stop_on_sigterm``) the process then exits, before the runner reports the signal
+        to a JVM that is no longer listening."""
+        self._stopping = True
         shards, self._shards = self._shards, None
         errors = []
-        for shard in shards or ():
-            try:
-                shard.stop()
-            except Exception as exc:  # stop the others first
-                errors.append(exc)
+        try:
+            for shard in shards or ():
+                try:
+                    shard.stop()
+                except Exception as exc:  # stop the others first
+                    errors.append(exc)
+        finally:
+            self._stopping = False
+            if self._sigterm_handled:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)  # type: ignore[arg-type]
+                self._sigterm_handled = False
+            if self._terminated:
+                self._exit_terminated(errors)
         if errors:
             raise errors[0]
+
+    @staticmethod
+    def _exit_terminated(errors: list[Exception]) -> None:
+        for exc in errors:
+            log.warning("stopping the mqtt source: %s", exc)
+        log.info("mqtt source stopped on SIGTERM")
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(TERMINATED_EXIT_STATUS)

@@ -1,27 +1,16 @@
 """The receiver: one MQTT connection feeding the write-ahead log, acking only what is durable.
 
 It runs as a thread in the process that hosts the stream reader (Spark's Python streaming
-source runner on the driver) for the lifetime of the query. Per socket read: drop broker
-redeliveries already in the WAL, append the rest with one fsync, then acknowledge everything
-(PUBACK / PUBREC / PUBCOMP) in one write. A read of QoS 2 releases alone may first wait a
-moment for more (``_gather_releases``), and a QoS 1 resend may read on for its confirmation
-(``_qos1_resends``); the reads joined that way count as one.
+source runner on the driver) for the lifetime of the query. Per socket read
+(``Receiver._cycle``): read, store what the session delivered with one fsync, then
+acknowledge it (PUBCOMP / PUBACK / PUBREC) in one write (``_persist_then_ack``). A read of
+QoS 2 releases alone may first wait a moment for more (``_gather_releases``).
 
-Duplicate rules (documented in the README, "Delivery guarantees"):
-
-* QoS 2: a PUBLISH whose packet id is pending in the WAL (stored, PUBREL not yet seen) is a
-  redelivery; it is acknowledged again and not appended. Pending ids live in the WAL.
-* QoS 1 and 2: a PUBLISH with DUP=1 whose packet id, topic and payload match (32-bit digest)
-  the latest QoS 1 or 2 message stored with that id is a redelivery (section 4.3: DUP=1 marks
-  a resend). For QoS 2 this catches a broker resending a message whose exchange we completed
-  but whose PUBCOMP it lost (a broker crash restoring older state). Limit: a genuinely new
-  message with the same id, topic and payload, first sent on a connection that dropped before
-  it reached us, would be taken for a redelivery.
-* QoS 1 also: the broker resends in order, so a DUP=1 message equal to a stored message
-  whose packet id a later stored message reused is matched against the WAL in send order,
-  per socket read: a match found by searching the WAL counts only when the resends after it
-  confirm it, and the receiver reads on (joining those reads to the batch) while they are
-  still to come (:mod:`connector.source.resend_run`).
+Which PUBLISH packets are resends of stored messages is decided once, by the session
+(:mod:`connector.mqtt.session`, docs/delivery.md), from the pending QoS 2 ids this WAL holds
+and from what it stored on the connection before. The receiver keeps nothing back on its own:
+a message equal (packet id, topic, payload) to the latest stored with its id is stored and
+counted as a possible duplicate (``ReceiverStats.possible_duplicates``), never dropped.
 """
 
 from __future__ import annotations
@@ -31,16 +20,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from connector.mqtt.driver import Batch, MqttClient
-from connector.mqtt.packets import ProtocolLevel, Publish
+from connector.mqtt.packets import Publish
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import RecordTuple, WalLockedError, WalWriter, record_digest
 
 from .options import SourceOptions
-from .resend_run import ResendRun
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +51,6 @@ def _open_wal(path: str) -> WalWriter:
             time.sleep(0.2)
 
 
-CONFIRM_READ_WAIT = 0.05
-"""Seconds to wait for the next read while the resends after a WAL search hit are still to
-come (a broker resends its in-flight list at once, so they follow within microseconds)."""
-
-
 def _join_read(client: MqttClient, batch: Batch, timeout: float) -> Batch:
     """Read once more on the same connection and add what came to ``batch`` (its messages
     and releases are then stored and acknowledged with it); returns that read."""
@@ -76,32 +58,6 @@ def _join_read(client: MqttClient, batch: Batch, timeout: float) -> Batch:
     batch.messages.extend(more.messages)
     batch.released.extend(more.released)
     return more
-
-
-def _resend_pairs(messages: list[Publish]) -> list[tuple[int, int]]:
-    return [
-        (m.packet_id, record_digest(m.topic, m.payload))  # type: ignore[misc]
-        for m in messages
-        if m.dup and m.qos == 1
-    ]
-
-
-def _qos1_resends(resends: ResendRun, client: MqttClient, batch: Batch) -> Iterator[bool]:
-    """Verdicts (True: already stored) on the DUP=1 QoS 1 messages of ``batch``, in order.
-    They are decided together: a run found by the WAL search must be confirmed by the
-    resends that follow its start. While the read ends before that, the next reads on the
-    same connection join ``batch`` (their messages are stored and acknowledged with it);
-    when none brings a further resend, the hit stays unconfirmed and is stored."""
-    pairs = _resend_pairs(batch.messages)
-    while True:
-        verdicts = resends.classify(pairs, final=False)
-        if verdicts is not None:
-            return iter(verdicts)
-        more = _join_read(client, batch, CONFIRM_READ_WAIT) if client.connected else Batch()
-        added = _resend_pairs(more.messages)
-        if not added:
-            return iter(resends.classify(pairs))  # type: ignore[arg-type]
-        pairs.extend(added)
 
 
 RELEASE_GATHER = 64
@@ -140,20 +96,56 @@ class ReceiverStats:
     """Counters the receiver keeps for progress reports and tests."""
 
     __slots__ = (
+        "_session",
         "appended",
         "connections",
-        "duplicates_dropped",
+        "possible_duplicates",
         "release_reads_gathered",
         "sessions_lost",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, session: ClientSession) -> None:
+        self._session = session
         self.appended = 0
-        self.duplicates_dropped = 0
+        self.possible_duplicates = 0
+        """Messages stored that equal (packet id, topic, payload) the latest message stored
+        before with their id: a broker's resend of a message whose acknowledgement it had not
+        read when a connection dropped, or a repeated payload under a reused id."""
         self.sessions_lost = 0
         self.connections = 0
         self.release_reads_gathered = 0
         """Reads of QoS 2 releases that waited for more (``_gather_releases``)."""
+
+    @property
+    def duplicates_dropped(self) -> int:
+        """Resends of stored messages the session withheld (the standard's rule)."""
+        return self._session.redeliveries
+
+    @property
+    def broker_faults(self) -> dict[str, int]:
+        """Broker faults survived, by rule (:class:`connector.mqtt.session.BrokerFault`)."""
+        return {str(rule): count for rule, count in self._session.faults.items()}
+
+    def as_dict(self) -> dict[str, object]:
+        """The counters a progress report carries."""
+        return {
+            "duplicatesDropped": self.duplicates_dropped,
+            "possibleDuplicates": self.possible_duplicates,
+            "brokerFaults": self.broker_faults,
+        }
+
+
+def sum_delivery(counters: list[dict]) -> dict:
+    """Several receivers' ``ReceiverStats.as_dict`` counters added up."""
+    faults: dict[str, int] = {}
+    for one in counters:
+        for rule, count in (one.get("brokerFaults") or {}).items():
+            faults[rule] = faults.get(rule, 0) + int(count)
+    return {
+        "duplicatesDropped": sum(int(c.get("duplicatesDropped", 0)) for c in counters),
+        "possibleDuplicates": sum(int(c.get("possibleDuplicates", 0)) for c in counters),
+        "brokerFaults": faults,
+    }
 
 
 class Receiver:
@@ -162,13 +154,13 @@ class Receiver:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.wal = _open_wal(options.wal_path)
-        self.stats = ReceiverStats()
         self.error: BaseException | None = None
         self.committed = self.wal.first_offset
-        self.resends = ResendRun(self.wal)
         self.last_activity = time.monotonic()
         self._storing = False
         """A read that brought messages is being stored and acknowledged (``wait_idle``)."""
+        self._duplicates_logged = -1
+        """``stats.connections`` when possible duplicates were last logged."""
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -180,9 +172,10 @@ class Receiver:
             password=options.password.encode() if options.password is not None else None,
             level=options.mqtt_version,
         )
-        session = ClientSession(config)
-        session.restore_qos2_pending(set(self.wal.qos2_pending))
+        session = ClientSession(config, matches_stored=self._matches_stored)
+        session.restore_qos2_pending(self.wal.qos2_pending)
         session.expect_session_present = self.wal.next_offset > 0 and not options.clean_session
+        self.stats = ReceiverStats(session)
         self.client = MqttClient(
             options.broker,
             session,
@@ -219,9 +212,14 @@ class Receiver:
         finally:
             self.wal.close()
 
+    def _matches_stored(self, message: Publish) -> bool | None:
+        """Whether ``message`` equals the latest message stored with its packet id (None:
+        none stored). The session's question for a PUBLISH on a pending QoS 2 id."""
+        digest = self.wal.latest_digest(message.packet_id)  # type: ignore[arg-type]
+        return None if digest is None else digest == record_digest(message.topic, message.payload)
+
     def _on_connect(self, connected: Connected) -> None:
         self.stats.connections += 1
-        self.resends.connection_started(self.wal.next_offset)
         self.last_activity = time.monotonic()
         if connected.session_lost:
             self.stats.sessions_lost += 1
@@ -234,15 +232,9 @@ class Receiver:
                 self.wal.next_offset,
             )
         self._subscribe_new_filters(connected)
-        pending = self.wal.qos2_pending
-        # A 3.1 CONNACK carries no session-present flag: a persistent 3.1 session is assumed
-        # to survive, as the session state machine assumes.
-        unknown = (
-            self.options.mqtt_version == ProtocolLevel.MQTT_3_1 and not self.options.clean_session
-        )
-        if not connected.session_present and not unknown and pending:
+        if connected.forgotten_qos2:
             # The broker forgot the session: it will never send PUBREL for these ids.
-            self.wal.append([], released_qos2=sorted(pending))
+            self.wal.append([], released_qos2=connected.forgotten_qos2)
 
     def _subscribe_new_filters(self, connected: Connected) -> None:
         """With a session present the driver does not subscribe again (that would make the
@@ -319,10 +311,7 @@ class Receiver:
         return self.wal.next_offset - self.committed >= self.options.max_backlog_messages
 
     def _run(self) -> None:
-        wal = self.wal
         client = self.client
-        stats = self.stats
-        resends = self.resends
         try:
             while not self._stop.is_set():
                 if self._backlogged():
@@ -331,57 +320,9 @@ class Receiver:
                         self._cond.wait(0.5)
                     client.keep_alive_while_paused()
                     continue
-                batch = client.poll(0.2)
-                messages = batch.messages
-                if messages:
-                    self._storing = True
-                else:
-                    if not batch.released:
-                        continue
-                    if _gather_releases(client, batch):
-                        stats.release_reads_gathered += 1
-                records: list[RecordTuple]
-                if any(m.dup or m.qos == 2 for m in messages):
-                    # Verdicts on the DUP=1 QoS 1 messages, in order; confirming a WAL search
-                    # hit may read on, adding to ``messages``.
-                    resent = (
-                        _qos1_resends(resends, client, batch)
-                        if any(m.dup and m.qos == 1 for m in messages)
-                        else None
-                    )
-                    now_us = time.time_ns() // 1000
-                    records = []
-                    for m in messages:
-                        if m.qos == 2 and wal.is_qos2_pending(m.packet_id):  # type: ignore[arg-type]
-                            stats.duplicates_dropped += 1
-                            continue
-                        if m.dup and m.qos:
-                            if m.qos == 1:
-                                stored = next(resent)  # type: ignore[arg-type]
-                            else:
-                                digest = record_digest(m.topic, m.payload)
-                                stored = wal.latest_digest(m.packet_id) == digest  # type: ignore[arg-type]
-                            if stored:
-                                stats.duplicates_dropped += 1
-                                continue
-                        records.append(
-                            (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us)
-                        )
-                else:  # nothing to check: QoS 0/1 first deliveries
-                    now_us = time.time_ns() // 1000
-                    # Plain tuples in NewRecord's field order: a NamedTuple costs 5x more to build.
-                    records = [
-                        (m.topic, m.payload, m.qos, m.retain, False, m.packet_id, now_us)
-                        for m in messages
-                    ]
-                wal.append(records, released_qos2=batch.released)
-                stats.appended += len(records)
-                client.acknowledge(messages, batch.released)
-                with self._cond:
-                    if messages:  # a QoS 2 release is not a message: the queue may be empty
-                        self.last_activity = time.monotonic()
-                        self._storing = False
-                    self._cond.notify_all()
+                batch = self._read()
+                if batch is not None:
+                    self._persist_then_ack(batch)
         except BaseException as exc:  # reported to Spark through check()
             log.error("MQTT receiver stopped: %s", exc)
             with self._cond:
@@ -389,3 +330,62 @@ class Receiver:
                 self._cond.notify_all()
             client.close()
         # On a normal stop the connection stays open for stop() to send DISCONNECT.
+
+    def _read(self) -> Batch | None:
+        """One socket read (a read of QoS 2 releases alone may join more reads, see
+        ``_gather_releases``); None when it brought nothing to store."""
+        batch = self.client.poll(0.2)
+        if batch.messages:
+            self._storing = True
+        elif not batch.released:
+            return None
+        elif _gather_releases(self.client, batch):
+            self.stats.release_reads_gathered += 1
+        return batch
+
+    def _persist_then_ack(self, batch: Batch) -> None:
+        """Acknowledge only what is durable: the read's messages and QoS 2 releases are
+        appended with one fsync, then acknowledged in one write (PUBCOMP, PUBACK, PUBREC).
+        The only caller of ``MqttClient.acknowledge``."""
+        messages = batch.messages
+        now_us = time.time_ns() // 1000
+        if any(m.dup or m.qos == 2 for m in messages):
+            self._count_possible_duplicates(messages)
+        # Plain tuples in NewRecord's field order: a NamedTuple costs 5x more to build.
+        records: list[RecordTuple] = [
+            (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us) for m in messages
+        ]
+        self.wal.append(records, released_qos2=batch.released)
+        self.stats.appended += len(records)
+        self.client.acknowledge(messages, batch.released)
+        with self._cond:
+            if messages:  # a QoS 2 release is not a message: the queue may be empty
+                self.last_activity = time.monotonic()
+                self._storing = False
+            self._cond.notify_all()
+
+    def _count_possible_duplicates(self, messages: list[Publish]) -> None:
+        """Count the resends (DUP=1) and QoS 2 messages about to be stored that equal the
+        latest message stored with their packet id. They are stored all the same: after an
+        acknowledgement was written a PUBLISH with its id is new (3.1.1 section 4.3), and
+        payloads repeat. Logged once per connection."""
+        latest = self.wal.latest_digest
+        found = 0
+        for m in messages:
+            if m.qos and (m.dup or m.qos == 2):
+                digest = latest(m.packet_id)  # type: ignore[arg-type]
+                if digest is not None and digest == record_digest(m.topic, m.payload):
+                    found += 1
+        if not found:
+            return
+        self.stats.possible_duplicates += found
+        if self._duplicates_logged != self.stats.connections:
+            self._duplicates_logged = self.stats.connections
+            log.info(
+                "stored %d message(s) equal to the latest message stored with the same packet "
+                "id: possible duplicates (a broker resends what it had not seen acknowledged "
+                "when a connection dropped; a repeated payload under a reused id looks the "
+                "same). Counted in possibleDuplicates (%d this run)",
+                found,
+                self.stats.possible_duplicates,
+            )

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -44,6 +44,8 @@ class ShardStatus:
     next: int
     committed: int
     error: str | None = None
+    delivery: dict = field(default_factory=dict)
+    """The receiver's delivery counters (``ReceiverStats.as_dict``)."""
 
 
 class LocalShard:
@@ -59,7 +61,11 @@ class LocalShard:
     def status(self) -> ShardStatus:
         wal = self.receiver.wal
         return ShardStatus(
-            self.identity, wal.first_offset, wal.next_offset, self.receiver.committed
+            self.identity,
+            wal.first_offset,
+            wal.next_offset,
+            self.receiver.committed,
+            delivery=self.receiver.stats.as_dict(),
         )
 
     def check(self) -> None:
@@ -146,7 +152,12 @@ class ShardProcess:
         if "error" in reply and "identity" not in reply:
             raise ShardFailed(f"the MQTT {self.name} failed to start: {reply['error']}")
         status = ShardStatus(
-            reply["identity"], reply["first"], reply["next"], reply["committed"], reply["error"]
+            reply["identity"],
+            reply["first"],
+            reply["next"],
+            reply["committed"],
+            reply["error"],
+            reply.get("delivery") or {},
         )
         self._last = status
         return status

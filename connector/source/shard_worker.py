@@ -46,6 +46,7 @@ def status(receiver: Receiver) -> dict:
         "committed": receiver.committed,
         "quiet_for": time.monotonic() - receiver.last_activity,
         "error": None if error is None else f"{type(error).__name__}: {error}",
+        "delivery": receiver.stats.as_dict(),
     }
 
 

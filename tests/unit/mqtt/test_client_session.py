@@ -538,7 +538,7 @@ def test_ack_of_a_message_never_delivered_is_ignored() -> None:
     assert session.data_to_send() == b""
 
 
-def test_acks_after_connection_lost_are_dropped() -> None:
+def test_acks_after_connection_lost_are_not_sent_and_the_ids_wait_for_the_resend() -> None:
     session = connected()
     q1 = Publish("t", b"1", qos=1, packet_id=4)
     q2 = Publish("t", b"2", qos=2, packet_id=5)
@@ -546,10 +546,13 @@ def test_acks_after_connection_lost_are_dropped() -> None:
     session.connection_lost()
     session.ack_many([q1, q2], 2.0)
     assert session.data_to_send() == b""
-    assert session.export_qos2_pending() == set()
+    assert session.export_qos2_pending() == {5}, "stored, PUBREC never written: still pending"
 
 
-def test_acks_from_an_earlier_connection_are_dropped_after_reconnect() -> None:
+def test_acks_from_an_earlier_connection_are_not_sent_and_their_resends_are_withheld() -> None:
+    """Stored messages whose acks could not be written (the connection was gone): the
+    broker cannot have reused their ids, so its resends are the same messages, answered and
+    not delivered again; after that the ids are free (section 2.3.1)."""
     session = connected()
     q1 = Publish("t", b"1", qos=1, packet_id=4)
     q2 = Publish("t", b"2", qos=2, packet_id=5)
@@ -558,14 +561,17 @@ def test_acks_from_an_earlier_connection_are_dropped_after_reconnect() -> None:
     connect(session, 2.0, session_present=True)
     session.ack_many([q1, q2], 3.0)
     assert session.data_to_send() == b""
-    # The broker redelivers them (DUP) with the same ids; those are acknowledged.
+    # The broker redelivers them (DUP) with the same ids: answered, not delivered.
     d1 = Publish("t", b"1", qos=1, dup=True, packet_id=4)
     d2 = Publish("t", b"2", qos=2, dup=True, packet_id=5)
-    assert session.receive_data(wire(d1, d2), 4.0) == [d1, d2]
-    session.ack_many([q1, q2], 5.0)  # still the old objects: not these deliveries
-    assert session.data_to_send() == b""
-    session.ack_many([d1, d2], 6.0)
+    assert session.receive_data(wire(d1, d2), 4.0) == []
     assert session.data_to_send() == wire(Puback(4), Pubrec(5))
+    assert session.redeliveries == 2
+    session.ack_many([q1, q2], 5.0)  # acknowledged already: nothing more
+    assert session.data_to_send() == b""
+    # A new message with the QoS 1 id, identical content included, is delivered.
+    again = Publish("t", b"1", qos=1, dup=True, packet_id=4)
+    assert session.receive_data(wire(again), 6.0) == [again]
 
 
 def test_ack_while_connecting_is_dropped() -> None:
@@ -807,7 +813,7 @@ def test_session_lost_clears_pending_qos2_ids() -> None:
     session = ClientSession(SessionConfig("c"))
     session.restore_qos2_pending({1, 2})
     session.expect_session_present = True
-    assert connect(session, 0.0, session_present=False) == [Connected(False, True)]
+    assert connect(session, 0.0, session_present=False) == [Connected(False, True, (1, 2))]
     assert session.export_qos2_pending() == set()
     # Id 1 now names a new message.
     message = Publish("t", b"new", qos=2, packet_id=1)
@@ -1007,7 +1013,7 @@ def test_mqtt_3_1_connack_cannot_say_the_session_is_gone() -> None:
 def test_mqtt_3_1_clean_session_forgets_pending_ids() -> None:
     session = ClientSession(SessionConfig("c", level=V3, clean_session=True))
     session.restore_qos2_pending({4})
-    assert connect(session) == [Connected(False, False)]
+    assert connect(session) == [Connected(False, False, (4,))]
     assert session.export_qos2_pending() == set()
 
 

@@ -223,7 +223,10 @@ def test_qos1_resends_sharing_an_id_are_each_acknowledged_in_order(
     """A broker with more than 65,535 messages in flight resends several with one id after a
     reconnect (all DUP=1): every one is delivered and gets its own PUBACK, so none stays
     unacknowledged at the broker (which would resend it on every later connection)."""
-    session = connected_session()
+    session = ClientSession(SessionConfig("hostile"))
+    session.connect(0.0)
+    session.data_to_send()
+    session.receive_data(encode(Connack(True, 0)), 0.0)  # resends come with a session
     resends = [Publish("a", bytes([n]), qos=1, dup=True, packet_id=9) for n in range(3)]
     other = Publish("b", b"x", qos=1, dup=True, packet_id=10)
     wire = b"".join(encode(p) for p in (resends[0], other, resends[1], resends[2]))
