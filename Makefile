@@ -21,11 +21,23 @@ PYTEST_ARGS ?=
 # Debian installs the broker here, outside many users' PATH.
 MOSQUITTO_SBIN ?= /usr/sbin/mosquitto
 
-.PHONY: setup system-deps test lint bench demo fuzz chaos clean
+# Two more brokers for the interop tests (tests/interop): mochi-mqtt, a Go module built from
+# tools/mochi-broker, and aedes, an npm package installed into tools/aedes-broker.
+BROKERS_DIR := .brokers
+MOCHI_SRC := tools/mochi-broker/main.go tools/mochi-broker/go.mod tools/mochi-broker/go.sum
+MOCHI_BIN := $(BROKERS_DIR)/mochi/mochi-broker
+AEDES_DIR := tools/aedes-broker
+AEDES_STAMP := $(AEDES_DIR)/node_modules/.setup-stamp
+# Go's official tarball installs here, outside many users' PATH.
+GO ?= $(shell command -v go 2>/dev/null || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; })
+NPM ?= $(shell command -v npm 2>/dev/null)
+NODE ?= $(shell command -v node 2>/dev/null)
+
+.PHONY: setup system-deps interop-brokers test lint bench demo fuzz chaos clean
 
 ## setup: virtualenv with the project and its dev and bench extras, Mosquitto, Delta's jars,
-## the local file system for Spark's file: paths (tools/local-fs)
-setup: $(VENV_STAMP) system-deps $(JARS_STAMP) $(LOCAL_FS_JAR)
+## the local file system for Spark's file: paths (tools/local-fs), the interop brokers
+setup: $(VENV_STAMP) system-deps $(JARS_STAMP) $(LOCAL_FS_JAR) interop-brokers
 
 # Re-runs when pyproject.toml changes; the stamp lives inside .venv, so deleting
 # .venv also forces a rebuild.
@@ -98,6 +110,33 @@ $(LOCAL_FS_JAR): $(LOCAL_FS_SRC) $(VENV_STAMP) $(JARS_STAMP)
 		jar cf $@ -C $(JARS_DIR)/local-fs/classes .; \
 	fi
 
+## interop-brokers: mochi-mqtt (Go) and aedes (Node) for tests/interop; without Go or Node
+## a note is printed and those brokers' tests skip
+interop-brokers: $(MOCHI_BIN) $(AEDES_STAMP)
+
+# Rebuilt when its sources change. go.sum pins every module; the module and build caches are
+# Go's defaults. Without Go, nothing is built: the mochi tests skip, saying why.
+$(MOCHI_BIN): $(MOCHI_SRC)
+	@if [ -z "$(GO)" ]; then \
+		echo "note: no Go toolchain found (go on PATH or /usr/local/go/bin/go): the mochi-mqtt interop tests will skip"; \
+	else \
+		echo "Building tools/mochi-broker into $@"; \
+		mkdir -p $(@D); \
+		cd tools/mochi-broker && GOTOOLCHAIN=local "$(GO)" build -trimpath -buildvcs=false -o "$(abspath $@).tmp" . ; \
+		mv "$(abspath $@).tmp" "$(abspath $@)"; \
+	fi
+
+# `npm ci` installs exactly the lock file into tools/aedes-broker/node_modules (which it first
+# deletes, stamp included). Without Node and npm, nothing is installed: the aedes tests skip.
+$(AEDES_STAMP): $(AEDES_DIR)/package.json $(AEDES_DIR)/package-lock.json
+	@if [ -z "$(NODE)" ] || [ -z "$(NPM)" ]; then \
+		echo "note: no node or npm found on PATH: the aedes interop tests will skip"; \
+	else \
+		echo "Installing aedes into $(AEDES_DIR)/node_modules"; \
+		cd $(AEDES_DIR) && "$(NPM)" ci --no-audit --no-fund --loglevel=error; \
+		touch "$(abspath $@)"; \
+	fi
+
 ## test: the suite under tests/ (pyproject's testpaths); extra pytest arguments,
 ## including narrower paths, via PYTEST_ARGS="..."
 test: setup
@@ -158,5 +197,6 @@ chaos: setup
 
 ## clean: remove everything setup and the tools generated (not data/)
 clean:
-	rm -rf $(VENV) $(JARS_DIR) .pytest_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(JARS_DIR) $(BROKERS_DIR) $(AEDES_DIR)/node_modules .pytest_cache .ruff_cache \
+		.hypothesis *.egg-info
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

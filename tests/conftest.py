@@ -1,8 +1,10 @@
-"""Shared fixtures: real Mosquitto brokers and throwaway TLS material.
+"""Shared fixtures: real Mosquitto brokers, the interop brokers and throwaway TLS material.
 
 A missing `mosquitto` or `openssl` makes the fixture fail (pointing at
-`make setup`); nothing is skipped. When a test fails, the logs of the brokers
-it started are attached to its report.
+`make setup`); nothing is skipped. The interop brokers (mochi-mqtt, aedes) skip only when
+their toolchain (Go, Node) is not installed; when it is, a broker `make setup` did not build
+fails the test the same way. When a test fails, the logs of the brokers it started are
+attached to its report.
 """
 
 from __future__ import annotations
@@ -13,19 +15,36 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import BrokerFactory, MissingToolError, MosquittoBroker, Pki, make_test_pki
+from tests.brokers import (
+    DEFAULT_LOG_TYPES,
+    BrokerFactory,
+    MissingToolError,
+    MosquittoBroker,
+    Pki,
+    make_test_pki,
+)
+from tests.interop_brokers import (
+    BrokerUnavailable,
+    ExternalBroker,
+    InteropBroker,
+    aedes_broker,
+    mochi_broker,
+)
 
 TESTS_DIR = Path(__file__).resolve().parent
 BROKER_FIXTURES = frozenset({"mosquitto", "broker_factory"})
 MARKERS = {
     "integration": "needs a real Mosquitto broker",
     "spark": "needs a local Spark session with Delta",
+    "interop": "runs against Mosquitto, mochi-mqtt and aedes brokers",
 }
 # Tests in these subdirectories get the marker of the same name.
-MARKED_DIRS = {"integration": "integration", "spark": "spark"}
+MARKED_DIRS = {"integration": "integration", "spark": "spark", "interop": "interop"}
+INTEROP_BROKERS = ("mosquitto", "mochi", "aedes")
 LOG_TAIL_CHARS = 20_000
 
 _factories_key = pytest.StashKey[BrokerFactory]()
+_external_key = pytest.StashKey[list[ExternalBroker]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,6 +82,12 @@ def pytest_runtest_makereport(
             if len(text) > LOG_TAIL_CHARS:
                 text = "[...]\n" + text[-LOG_TAIL_CHARS:]
             report.sections.append((f"mosquitto log {broker.log_path}", text))
+    if report.failed:
+        for external in item.stash.get(_external_key, []):
+            text = external.log_text()
+            if len(text) > LOG_TAIL_CHARS:
+                text = "[...]\n" + text[-LOG_TAIL_CHARS:]
+            report.sections.append((f"{external.name} log {external.log_path}", text))
     return report
 
 
@@ -92,6 +117,50 @@ def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[B
 def mosquitto(broker_factory: BrokerFactory) -> MosquittoBroker:
     """A running broker with the default configuration (anonymous, no persistence)."""
     return broker_factory()
+
+
+def _run_external(
+    request: pytest.FixtureRequest, broker: ExternalBroker
+) -> Iterator[ExternalBroker]:
+    """Start `broker` for one test (skip without its toolchain) and stop it at teardown."""
+    try:
+        broker.start()
+    except BrokerUnavailable as exc:
+        pytest.skip(str(exc))
+    except MissingToolError as exc:
+        pytest.fail(f"{broker.name} interop tests need `make setup`: {exc}", pytrace=False)
+    request.node.stash.setdefault(_external_key, []).append(broker)
+    yield broker
+    crashed = broker.crash_returncode
+    broker.stop()
+    if crashed is not None:
+        pytest.fail(
+            f"{broker!r} exited unexpectedly with status {crashed}; see {broker.log_path}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def mochi(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExternalBroker]:
+    """A running mochi-mqtt broker (tools/mochi-broker), tracing QoS 1/2 packets to its log."""
+    yield from _run_external(request, mochi_broker(tmp_path / "brokers" / "mochi"))
+
+
+@pytest.fixture
+def aedes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExternalBroker]:
+    """A running aedes broker (tools/aedes-broker), tracing QoS 1/2 packets to its log."""
+    yield from _run_external(request, aedes_broker(tmp_path / "brokers" / "aedes"))
+
+
+@pytest.fixture(params=INTEROP_BROKERS)
+def interop_broker(request: pytest.FixtureRequest) -> InteropBroker:
+    """Each of Mosquitto, mochi-mqtt and aedes in turn, with `.url` and `.log_text()`."""
+    name: str = request.param
+    if name == "mosquitto":
+        # With `debug`, Mosquitto logs every packet it sends and receives (DUP flag, id).
+        factory: BrokerFactory = request.getfixturevalue("broker_factory")
+        return InteropBroker(name, factory(log_types=(*DEFAULT_LOG_TYPES, "debug")))
+    return InteropBroker(name, request.getfixturevalue(name))
 
 
 @pytest.fixture(scope="session")

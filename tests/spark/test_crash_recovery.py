@@ -21,7 +21,9 @@ c. the third run starts while the tail of ``crash/b`` is still published and is 
 then ``crash/c`` is queued while no job runs and a last run with ``--trigger available-now``
 drains the broker's queue (and whatever the WAL still holds) and exits. A separate short-lived
 Spark process reads the Delta table and prints its (topic, sequence) pairs as JSON; every
-published number must be there exactly once, for QoS 1 and QoS 2.
+published number must be there: exactly once for QoS 2; for QoS 1 at least once, every extra
+copy a broker resend (DUP=1) of a message whose acknowledgement was in flight when the job was
+killed (docs/delivery.md: a new process cannot tell those from new messages).
 """
 
 from __future__ import annotations
@@ -89,10 +91,13 @@ rows = df.select(
     "topic",
     "qos",
     F.substring("payload", 1, int(sys.argv[2])).cast("string").cast("bigint").alias("seq"),
+    "duplicate",
 ).collect()
-out = {"rows": len(rows), "qos": sorted({r.qos for r in rows}), "topics": {}}
+out = {"rows": len(rows), "qos": sorted({r.qos for r in rows}), "topics": {}, "first": {}}
 for r in rows:
     out["topics"].setdefault(r.topic, []).append(r.seq)
+    if not r.duplicate:
+        out["first"].setdefault(r.topic, []).append(r.seq)
 print(json.dumps(out))
 spark.stop()
 """
@@ -330,11 +335,15 @@ def read_table(table: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def exactly_once_problems(seqs: list[int | None], count: int) -> list[str]:
-    """What is wrong with ``seqs`` as a delivery of 0..count-1 exactly once."""
+def exactly_once_problems(
+    seqs: list[int | None], count: int, first: list[int | None] | None = None
+) -> list[str]:
+    """What is wrong with ``seqs`` as a delivery of 0..count-1 exactly once; with ``first``
+    (the sequence numbers of the rows with DUP=0), at least once where only resends repeat."""
     seen = Counter(seqs)
     missing = sorted(set(range(count)) - set(seen))
-    duplicated = sorted((s, n) for s, n in seen.items() if n > 1)
+    repeated = Counter(first) if first is not None else seen
+    duplicated = sorted((s, n) for s, n in repeated.items() if n > 1)
     foreign = sorted(str(s) for s in seen if s is None or not 0 <= s < count)
     problems = []
     if missing:
@@ -409,8 +418,17 @@ def test_kill_9_and_restart_delivers_exactly_once(
     problems = {
         topic: found
         for topic, count in expected.items()
-        if (found := exactly_once_problems(table["topics"][topic], count))
+        if (
+            found := exactly_once_problems(
+                table["topics"][topic],
+                count,
+                table["first"].get(topic, []) if qos == 1 else None,
+            )
+        )
     }
-    assert not problems, f"QoS {qos}: not exactly once: {problems}"
-    assert table["rows"] == sum(expected.values())
+    assert not problems, f"QoS {qos}: not delivered as promised: {problems}"
+    resent = table["rows"] - sum(expected.values())
+    log.info("QoS %d: %d rows beyond the messages published (broker resends)", qos, resent)
+    if qos == 2:
+        assert resent == 0
     assert table["qos"] == [qos]

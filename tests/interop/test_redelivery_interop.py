@@ -1,0 +1,319 @@
+"""The receiver (MQTT -> WAL -> ack, no Spark) across stops and restarts, against Mosquitto,
+mochi-mqtt and aedes.
+
+Each scenario counts exactly what the WAL stored. The brokers differ in what they send after
+a reconnect (the `trace` lines of their logs show it): Mosquitto numbers a session's messages
+on across connections and sets DUP=1 on resends only; mochi-mqtt 2.7.9 sends messages queued
+for an offline session with DUP=1 although they were never sent, numbered from 1 again after
+every reconnect; aedes 1.2.0 starts every connection's packet ids at a random number, never
+sets DUP=1, and resends QoS 2 messages whose exchange completed (`RESENDS_COMPLETED_QOS2`).
+Where such a broker fault makes the receiver store a message twice, the extra rows must equal
+what the receivers reported as possible duplicates (`stats.possible_duplicates`).
+
+Publishers are paho-mqtt clients with their own client id and a clean session; every publish
+is acknowledged by the broker (on_publish) before the test goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from connector.source.options import SourceOptions
+from connector.source.receiver import Receiver
+from connector.wal import WalReader
+from tests.interop_brokers import InteropBroker
+from tests.mqtt_clients import PahoClient
+from tests.waiting import wait_until
+
+log = logging.getLogger(__name__)
+
+QOS = [pytest.param(1, id="qos1"), pytest.param(2, id="qos2")]
+SETTLED_QUIET = 0.3
+"""Seconds without a new WAL row after everything expected is in (catches trailing extras)."""
+STALLED_QUIET = 2.0
+"""Seconds without a new WAL row after which a WAL still short of the expected count is taken
+as final (the broker has nothing more to send)."""
+TIMEOUT = 60.0
+RESENDS_COMPLETED_QOS2 = frozenset({"aedes"})
+"""Brokers that, on the next connection, resend QoS 2 messages whose exchange completed
+(PUBCOMP received), with DUP=0, the same packet id and payload: aedes-persistence 11.0.0's
+in-memory `outgoingUpdate` matches a PUBREL against another PUBREL already stored (neither has
+a broker id) and renames that one, so the completed message's PUBLISH stays queued whenever
+two exchanges await PUBCOMP at once. Such a resend is indistinguishable from a new message
+with a reused id: the receiver stores it and counts it as a possible duplicate."""
+
+
+class Publisher:
+    """A paho-mqtt client (clean session) that counts the broker's acknowledgements."""
+
+    def __init__(self, broker: InteropBroker, client_id: str) -> None:
+        self.broker = broker
+        self.paho = PahoClient(client_id, clean_session=True)
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.acknowledged = 0
+        self.paho.client.on_publish = self._on_publish
+        host, port = broker.url.removeprefix("tcp://").rsplit(":", 1)
+        outcome = self.paho.connect(host, int(port))
+        assert outcome.accepted, f"publisher not accepted by {broker}: {outcome}"
+
+    def _on_publish(
+        self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object
+    ) -> None:
+        with self._lock:
+            self.acknowledged += 1
+
+    def send(self, topic: str, payloads: Sequence[bytes], qos: int) -> None:
+        """Queue `payloads` for sending in order; `wait()` waits for their acknowledgements."""
+        for payload in payloads:
+            info = self.paho.client.publish(topic, payload, qos=qos)
+            assert info.rc == mqtt.MQTT_ERR_SUCCESS, mqtt.error_string(info.rc)
+            self.sent += 1
+
+    def wait(self, timeout: float = TIMEOUT) -> None:
+        """Until the broker acknowledged every message sent so far."""
+        wait_until(
+            lambda: self.acknowledged == self.sent,
+            timeout,
+            message=lambda: f"{self.broker}: {self.acknowledged} of {self.sent} acknowledged",
+        )
+
+    def close(self) -> None:
+        """Disconnect."""
+        self.paho.disconnect()
+
+
+class Run:
+    """The receivers one test starts on one WAL directory and client id, in turn."""
+
+    def __init__(self, broker: InteropBroker, wal: Path, qos: int, client_id: str) -> None:
+        self.broker = broker
+        self.wal = wal
+        self.options = SourceOptions.parse(
+            {
+                "brokerUrl": broker.url,
+                "topic": "x/#",
+                "qos": str(qos),
+                "walPath": str(wal),
+                "clientId": client_id,
+                "keepAlive": "30",
+            }
+        )
+        self.receivers: list[Receiver] = []
+        self.running: list[Receiver] = []
+        self.end = 0
+
+    def start(self) -> Receiver:
+        """A new receiver on the run's WAL, connected (persistent session)."""
+        receiver = Receiver(self.options)
+        receiver.start()
+        self.receivers.append(receiver)
+        self.running.append(receiver)
+        return receiver
+
+    def stop(self, receiver: Receiver) -> None:
+        """Stop `receiver` (DISCONNECT) and note where its WAL ends."""
+        self.running.remove(receiver)
+        receiver.stop()
+        self.end = receiver.wal.next_offset
+        receiver.check()
+
+    def settle(self, receiver: Receiver, expected: int, timeout: float = TIMEOUT) -> int:
+        """Wait until the WAL holds `expected` rows with no QoS 2 exchange open and nothing
+        new arrived for `SETTLED_QUIET` s, or until it grew no more for `STALLED_QUIET` s;
+        returns the row count."""
+        last = [-1, time.monotonic()]
+
+        def settled() -> bool:
+            receiver.check()
+            rows = receiver.wal.next_offset
+            now = time.monotonic()
+            if rows != last[0]:
+                last[:] = [rows, now]
+            done = rows >= expected and not receiver.wal.qos2_pending
+            return now - last[1] >= (SETTLED_QUIET if done else STALLED_QUIET)
+
+        wait_until(
+            settled,
+            timeout,
+            message=lambda: f"{self.broker}: WAL still growing at {receiver.wal.next_offset}",
+        )
+        return receiver.wal.next_offset
+
+    def payloads(self) -> list[bytes]:
+        """Every payload the WAL stored, in order."""
+        return [bytes(p) for p in WalReader(self.wal).read(0, self.end).payloads]
+
+    def possible_duplicates(self) -> int:
+        """What the receivers reported as possibly stored twice (a broker's resend that the
+        receiver could not tell from a new message)."""
+        return sum(r.stats.possible_duplicates for r in self.receivers)
+
+    def broker_faults(self) -> dict[str, int]:
+        """The broker faults the receivers saw, by rule, summed."""
+        total: Counter[str] = Counter()
+        for receiver in self.receivers:
+            total.update(receiver.stats.broker_faults)
+        return dict(total)
+
+    def summary(self, expected: int, payloads: list[bytes], *, numbered: bool = True) -> str:
+        """One line on what was stored, for assertion messages and the log. For numbered
+        payloads, duplicates are rows beyond the first of each number."""
+        if numbered:
+            distinct = len(set(payloads))
+            detail = (
+                f"{len(payloads) - distinct} duplicate rows, "
+                f"{len(missing_numbers(payloads, expected))} missing"
+            )
+        else:
+            detail = f"{len(payloads) - expected:+d} rows"
+        dropped = sum(r.stats.duplicates_dropped for r in self.receivers)
+        line = (
+            f"{self.broker.name}: expected {expected}, stored {len(payloads)} ({detail}), "
+            f"possible_duplicates={self.possible_duplicates()}, "
+            f"broker_faults={self.broker_faults()}, dropped as redeliveries={dropped}"
+        )
+        log.info("%s", line)
+        return line
+
+    def close(self) -> None:
+        """Stop every receiver still running (a failed test)."""
+        while self.running:
+            self.running.pop().stop()
+
+
+@pytest.fixture
+def publisher(interop_broker: InteropBroker) -> Iterator[Publisher]:
+    """A connected paho-mqtt publisher with a clean session."""
+    pub = Publisher(interop_broker, "interop-publisher")
+    yield pub
+    pub.close()
+
+
+def make_run(broker: InteropBroker, tmp_path: Path, qos: int, name: str) -> Run:
+    """A run on a WAL in `tmp_path`, with a client id unique to the scenario."""
+    return Run(broker, tmp_path / "wal", qos, f"interop-{name}-q{qos}")
+
+
+def numbered(count: int) -> list[bytes]:
+    """Payloads b"0" .. b"<count - 1>"."""
+    return [str(n).encode() for n in range(count)]
+
+
+def missing_numbers(payloads: list[bytes], count: int) -> list[int]:
+    """The numbers 0..count-1 the WAL lacks."""
+    return sorted(set(range(count)) - {int(p) for p in payloads})
+
+
+@pytest.mark.parametrize("qos", QOS)
+def test_identical_payloads_queued_across_restarts_are_all_stored(
+    interop_broker: InteropBroker, publisher: Publisher, tmp_path: Path, qos: int
+) -> None:
+    """Twice, 10 identical messages (`x/a`, `ON`) queued while the receiver is down are
+    all stored when it comes back: 20 rows. Equal topic and payload under a packet id the
+    broker used before is a new message, not a resend, when the broker never sent it (mochi
+    numbers both batches 1-10, with DUP=1). A broker that resends completed QoS 2 messages
+    (aedes) may add rows, each counted as a possible duplicate."""
+    run = make_run(interop_broker, tmp_path, qos, "same")
+    try:
+        run.stop(run.start())  # creates the persistent session
+        publisher.send("x/a", [b"ON"] * 10, qos)
+        publisher.wait()
+        first = run.start()
+        run.settle(first, 10)
+        run.stop(first)
+        publisher.send("x/a", [b"ON"] * 10, qos)
+        publisher.wait()
+        second = run.start()
+        run.settle(second, 20)
+        run.stop(second)
+    finally:
+        run.close()
+    payloads = run.payloads()
+    summary = run.summary(20, payloads, numbered=False)
+    assert set(payloads) == {b"ON"}, summary
+    if qos == 2 and interop_broker.name in RESENDS_COMPLETED_QOS2:
+        assert len(payloads) - 20 == run.possible_duplicates(), summary
+    else:
+        assert len(payloads) == 20, summary
+
+
+def test_qos2_backlog_across_a_stop_in_mid_stream(
+    interop_broker: InteropBroker, publisher: Publisher, tmp_path: Path
+) -> None:
+    """2,000 numbered QoS 2 messages; the receiver is stopped while they flow (at least 300
+    stored, half not yet published) and a new one drains the rest: every number is stored,
+    and any extra row is one the receivers reported as a possible duplicate."""
+    count = 2_000
+    payloads_out = numbered(count)
+    run = make_run(interop_broker, tmp_path, 2, "backlog")
+    try:
+        first = run.start()
+        publisher.send("x/n", payloads_out[: count // 2], 2)
+        wait_until(
+            lambda: first.wal.next_offset >= 300,
+            TIMEOUT,
+            message=lambda: f"{interop_broker}: {first.wal.next_offset} of 300 stored",
+        )
+        errors: list[BaseException] = []
+
+        def stop_first() -> None:
+            try:
+                run.stop(first)
+            except BaseException as exc:
+                errors.append(exc)
+
+        stopping = threading.Thread(target=stop_first, name="stop-receiver")
+        stopping.start()
+        publisher.send("x/n", payloads_out[count // 2 :], 2)  # while the receiver stops
+        stopping.join(TIMEOUT)
+        assert not stopping.is_alive(), "Receiver.stop() did not return"
+        if errors:
+            raise errors[0]
+        stored_at_stop = run.end
+        publisher.wait()
+        second = run.start()
+        run.settle(second, count)
+        run.stop(second)
+    finally:
+        run.close()
+    payloads = run.payloads()
+    summary = run.summary(count, payloads) + f", {stored_at_stop} stored by the first receiver"
+    assert stored_at_stop < count, summary
+    assert missing_numbers(payloads, count) == [], summary
+    assert len(payloads) - count == run.possible_duplicates(), summary
+
+
+@pytest.mark.parametrize("qos", QOS)
+def test_messages_queued_for_a_persistent_session_are_stored(
+    interop_broker: InteropBroker, publisher: Publisher, tmp_path: Path, qos: int
+) -> None:
+    """500 numbered messages published while the receiver is down are all stored when it
+    comes back: exactly once at QoS 2; at QoS 1 any extra row is one the receivers reported
+    as a possible duplicate."""
+    count = 500
+    run = make_run(interop_broker, tmp_path, qos, "offline")
+    try:
+        run.stop(run.start())  # connected once: the session exists
+        publisher.send("x/o", numbered(count), qos)
+        publisher.wait()
+        receiver = run.start()
+        run.settle(receiver, count)
+        run.stop(receiver)
+    finally:
+        run.close()
+    payloads = run.payloads()
+    summary = run.summary(count, payloads)
+    assert missing_numbers(payloads, count) == [], summary
+    if qos == 2:
+        assert len(payloads) == count, summary
+    else:
+        assert len(payloads) - count == run.possible_duplicates(), summary
