@@ -2,8 +2,8 @@
 
 * ``pending_qos2``: packet ids of QoS 2 messages appended whose PUBREL has not been appended.
 * ``digests``: packet id -> :func:`~connector.wal.records.record_digest` of the latest
-  QoS 1 or QoS 2 message appended with that id (the receiver's first redelivery test; an
-  older message whose id was reused since is matched by ``connector.source.resend_run``).
+  QoS 1 or QoS 2 message appended with that id: tells a pending QoS 2 id's resend from another
+  message a faulty broker gave that id, and counts possible duplicates (docs/delivery.md).
 
 Each segment starts with a snapshot of this state, so it survives deletion of older segments;
 recovery replays the active segment's data and release records on top of its snapshot.
