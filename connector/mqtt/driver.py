@@ -439,7 +439,9 @@ class MqttClient:
             while view:
                 view = view[sock.send(view) :]
         except OSError as exc:
-            raise ConnectionLost(f"sending to {self.broker} failed: {exc}") from exc
+            lost = ConnectionLost(f"sending to {self.broker} failed: {exc}")
+            lost.nothing_sent = len(view) == len(data)
+            raise lost from exc
 
     def _read(self, timeout: float | None) -> list:
         """One socket read (waiting at most ``timeout``), decoded into session events."""
@@ -529,6 +531,8 @@ class MqttClient:
             self.flush()
         except ConnectionLost as exc:
             log.warning("connection to %s lost while acknowledging: %s", self.broker, exc)
+            if exc.nothing_sent:
+                self.session.acks_not_written(messages)
             self.close()
 
     def _reconnect(self, deadline: float | None = None) -> None:

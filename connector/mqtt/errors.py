@@ -111,3 +111,6 @@ class KeepAliveTimeout(MqttError):
 
 class ConnectionLost(MqttError):
     """The network connection closed or failed."""
+
+    nothing_sent: bool = False
+    """Raised by a write that the connection took no byte of: what it carried never left."""

@@ -520,6 +520,15 @@ class ClientSession:
                 self._pubrec(pid, words)  # type: ignore[arg-type]
         self._send_words(words, now)
 
+    def acks_not_written(self, messages: Iterable[Publish]) -> None:
+        """The write that carried the acknowledgements of ``messages`` (queued by
+        ``ack_many``) failed before the connection took a byte of it: they never left. Their
+        ids wait for the broker's resend as if acknowledged after the connection was gone (a
+        QoS 2 id stays pending in any case)."""
+        for message in messages:
+            if message.qos == 1 and message.packet_id is not None:
+                self._unacked[message.packet_id] = message
+
     def _stored_unacknowledged(self, message: Publish) -> None:
         """``message`` is stored, and its acknowledgement can no longer be written on the
         connection it came on: a QoS 2 id stays pending (its PUBREC goes out when the broker

@@ -225,3 +225,20 @@ def test_a_fault_is_logged_once_per_connection_with_its_rule(
     assert len(warnings) == 2, warnings
     assert "section 3.3.1.1" in warnings[0]
     assert session.faults[BrokerFault.DUP_ON_FIRST_DELIVERY] == 4
+
+
+def test_acks_whose_write_failed_untaken_wait_for_the_resend() -> None:
+    """The driver's write of the PUBACKs failed before the connection took a byte: they never
+    left, so the broker's resends on the next connection are answered, not delivered."""
+    session = session_with()
+    messages = [Publish("t", bytes([n]), 1, packet_id=n) for n in (1, 2)]
+    assert session.receive_data(wire(*messages), 1.0) == messages
+    session.ack_many(messages, 1.0)
+    assert session.data_to_send() == wire(Puback(1), Puback(2))  # handed to a dead socket
+    session.acks_not_written(messages)
+    session.connection_lost()
+    connect(session)
+    resends = [Publish("t", bytes([n]), 1, dup=True, packet_id=n) for n in (1, 2)]
+    assert session.receive_data(wire(*resends), 2.0) == []
+    assert session.data_to_send() == wire(Puback(1), Puback(2))
+    assert session.redeliveries == 2
