@@ -148,7 +148,8 @@ lint: $(VENV_STAMP)
 
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
-## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS (e.g. LATENCY_ARGS=--quick)
+## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS (e.g.
+## LATENCY_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
 DRAIN_QOS2_ARGS ?=
@@ -157,6 +158,7 @@ INGEST_LONG_ARGS ?=
 BACKLOG_RSS_ARGS ?=
 LATENCY_ARGS ?=
 SCALE_ARGS ?=
+RECONNECT_ARGS ?=
 bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
@@ -169,6 +171,7 @@ bench: setup
 	$(VENV_PY) -m bench.backlog_rss $(BACKLOG_RSS_ARGS)
 	$(VENV_PY) -m bench.latency $(LATENCY_ARGS)
 	$(VENV_PY) -m bench.scale $(SCALE_ARGS)
+	$(VENV_PY) -m bench.reconnect $(RECONNECT_ARGS)
 	$(VENV_PY) -m bench.report
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo, then a report;

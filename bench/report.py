@@ -7,7 +7,8 @@ charts under ``bench/charts/`` (throughput against payload size for ours, paho-m
 against the number of topics). Every figure is copied from one results file, so the numbers
 in a table and the ratios between them come from the same run. A missing results file leaves
 its section saying so; a file of an unexpected shape is reported in its section, never fatal.
-``## Chaos`` shows ``chaos.json`` (any dict of counters, nested dicts allowed) when present.
+``## Chaos`` shows ``chaos.json`` (any dict of counters, nested dicts allowed) when present;
+``## Reconnect`` the duplicates one dropped connection produced (``reconnect.json``).
 """
 
 from __future__ import annotations
@@ -595,6 +596,104 @@ def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
     return md_table(["counter", "value"], rows)
 
 
+def _inflight_label(inflight: object) -> str:
+    return "unbounded (0)" if inflight == 0 else str(inflight)
+
+
+def _median_range(stats: Any) -> str:
+    """``median (min-max)`` of a Stats dict; the median alone when all runs agree."""
+    if not isinstance(stats, Mapping):
+        return "—"
+    median, low, high = (stats.get(k) for k in ("median", "min", "max"))
+    if low == high:
+        return num(median)
+    return f"{num(median)} ({num(low)}-{num(high)})"
+
+
+def section_reconnect(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.reconnect``: duplicates from one dropped connection, per QoS and
+    ``max_inflight_messages``."""
+    params = data.get("parameters", {})
+    settings = data["settings"]
+    out = [
+        f"A persistent session's backlog of {num(params.get('messages'))} numbered messages "
+        f"({params.get('payload_bytes')}-byte payloads) drained by the source's receiver "
+        "through a TCP proxy on a fresh Mosquitto per run; the proxy cuts the link (reset both "
+        f"ways) once {num(params.get('cut_at'))} messages are stored, the receiver reconnects "
+        "and drains the rest. *Stored at the cut*: the WAL's end right after the cut; "
+        "*on connection 1*: every message the first connection delivered (the read in "
+        "progress at the cut, up to 1 MiB, and what was already in the receiver's socket "
+        "buffer are stored after it); *duplicates*: rows stored minus N, every number "
+        "0..N-1 checked present; *counted*: the receiver's `possibleDuplicates`; "
+        "*withheld*: resends the session answered without storing (`duplicatesDropped`). "
+        f"{params.get('repeat')} runs per setting, settings alternating.",
+        "",
+    ]
+    rows = []
+    for name, item in settings.items():
+        summary = item["summary"]
+        duplicates = summary["duplicates"]
+        rows.append(
+            [
+                str(item.get("qos", name)),
+                _inflight_label(item.get("max_inflight_messages")),
+                num(summary.get("runs")),
+                *stats_cells(duplicates),
+                _median_range(summary.get("stored_at_cut")),
+                _median_range(summary.get("stored_on_first_connection")),
+                _median_range(summary.get("possible_duplicates")),
+                _median_range(summary.get("duplicates_dropped")),
+                num(summary.get("lost")),
+            ]
+        )
+    out += md_table(
+        ["QoS", "max_inflight_messages", "runs", "duplicates median", "min", "max",
+         "stored at the cut", "stored on connection 1", "counted", "withheld", "lost"],
+        rows,
+    )  # fmt: skip
+    exact = [
+        (item["summary"].get("counted_exactly"), item["summary"].get("runs"))
+        for item in settings.values()
+        if item.get("qos") == 1
+    ]
+    if exact and all(isinstance(c, int) for c, _ in exact):
+        counted, runs = sum(c for c, _ in exact), sum(r for _, r in exact)
+        out += [
+            "",
+            f"At QoS 1 the receiver's count equalled the duplicates in {counted} of {runs} "
+            "runs (no packet id is reused below 65,536 messages).",
+        ]
+    runs = sorted(
+        (r for item in settings.values() for r in item.get("runs", [])),
+        key=lambda r: (r.get("repetition", 0), r.get("sequence", 0), str(r.get("setting"))),
+    )
+    if runs:
+        out += [
+            "",
+            "Per run, in the order measured:",
+            "",
+            *md_table(
+                ["repetition", "QoS", "max_inflight_messages", "stored at the cut",
+                 "on connection 1", "stored in total", "duplicates", "counted", "withheld"],
+                [
+                    [
+                        str(r.get("repetition")),
+                        str(r.get("qos")),
+                        _inflight_label(r.get("max_inflight_messages")),
+                        num(r.get("stored_at_cut")),
+                        num(r.get("stored_on_first_connection")),
+                        num(r.get("stored_total")),
+                        num(r.get("duplicates")),
+                        num(r.get("possible_duplicates")),
+                        num(r.get("duplicates_dropped")),
+                    ]
+                    for r in runs
+                ],
+            ),
+        ]  # fmt: skip
+    return out
+
+
 SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines]], ...] = (
     ("codec", "Codec", "python -m bench.codec", section_codec),
     ("drain", "Drain", "python -m bench.drain", section_drain),
@@ -618,6 +717,7 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines
     ("latency", "Latency", "python -m bench.latency", section_latency),
     ("scale", "Scale of cost", "python -m bench.scale", section_scale),
     ("chaos", "Chaos", "the chaos tests", section_chaos),
+    ("reconnect", "Reconnect", "python -m bench.reconnect", section_reconnect),
 )
 
 

@@ -246,3 +246,69 @@ def test_the_ingest_section_states_the_warm_up_and_its_rates(tmp_path: Path) -> 
         "Warm-up: 10 unmeasured rounds, every Spark peer once at the measured size; their "
         "rates, msg/s, the first being the JVM's first query: ours-wal-qos2 35,357, 60,852."
     ) in section
+
+
+def _reconnect_setting(qos: int, inflight: int, duplicates: int, withheld: int) -> dict:
+    """A setting of ``reconnect.json``; its runs are listed out of order (repetition 1 first)."""
+    name = f"qos{qos}-inflight{inflight or '-unbounded'}"
+    run = {
+        "setting": name, "qos": qos, "max_inflight_messages": inflight,
+        "stored_at_cut": 6_000, "stored_on_first_connection": 14_525,
+        "stored_total": 20_000 + duplicates, "duplicates": duplicates,
+        "possible_duplicates": duplicates, "duplicates_dropped": withheld,
+    }  # fmt: skip
+    order = 2 * (inflight == 0)
+    return {
+        "qos": qos,
+        "max_inflight_messages": inflight,
+        "summary": {
+            "runs": 2,
+            "lost": 0,
+            "counted_exactly": 2,
+            "duplicates": {"median": duplicates, "min": duplicates * 0.5, "max": duplicates * 2},
+            "stored_at_cut": {"median": 6_000, "min": 5_004, "max": 9_372},
+            "stored_on_first_connection": {"median": 14_525, "min": 14_525, "max": 14_525},
+            "possible_duplicates": {"median": duplicates, "min": duplicates, "max": duplicates},
+            "duplicates_dropped": {"median": withheld, "min": withheld, "max": withheld},
+        },
+        "runs": [
+            {**run, "repetition": 1, "sequence": 3 - order},
+            {**run, "repetition": 0, "sequence": order},
+        ],
+    }
+
+
+def test_the_reconnect_section_shows_duplicates_per_setting(tmp_path: Path) -> None:
+    reconnect = {
+        "machine": MACHINE,
+        "parameters": {"messages": 20_000, "cut_at": 5_000, "payload_bytes": 100, "repeat": 2},
+        "settings": {
+            "qos1-inflight20": _reconnect_setting(1, 20, 8_000, 0),
+            "qos2-inflight-unbounded": _reconnect_setting(2, 0, 0, 14_525),
+        },
+    }
+    text, _ = _generate(tmp_path, {"reconnect": reconnect})
+    section = _section(text, "Reconnect")
+    assert "backlog of 20,000 numbered messages" in section
+    assert "once 5,000 messages are stored" in section
+    assert (
+        "| 1 | 20 | 2 | 8,000 | 4,000 | 16,000 | 6,000 (5,004-9,372) | 14,525 | 8,000 | 0 | 0 |"
+    ) in section
+    assert (
+        "| 2 | unbounded (0) | 2 | 0 | 0 | 0 | 6,000 (5,004-9,372) | 14,525 | 0 | 14,525 | 0 |"
+    ) in section
+    assert "count equalled the duplicates in 2 of 2 runs" in section
+    per_run = section.split("Per run, in the order measured:", 1)[1]
+    rows = [line for line in per_run.splitlines() if line[:4] in ("| 0 ", "| 1 ")]
+    assert [row.split(" | ")[1:3] for row in rows] == [
+        ["1", "20"], ["2", "unbounded (0)"], ["2", "unbounded (0)"], ["1", "20"],
+    ]  # fmt: skip
+    assert "| 0 | 1 | 20 | 6,000 | 14,525 | 28,000 | 8,000 | 8,000 | 0 |" in per_run
+
+
+def test_the_reconnect_section_without_results_or_of_another_shape(tmp_path: Path) -> None:
+    text, _ = _generate(tmp_path, {"reconnect": {"machine": MACHINE, "settings": "not a dict"}})
+    assert "unexpected shape" in _section(text, "Reconnect")
+    (tmp_path / "none").mkdir()
+    text, _ = _generate(tmp_path / "none", {})
+    assert "*Not run: no results file.*" in _section(text, "Reconnect")
