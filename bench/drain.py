@@ -384,15 +384,21 @@ def publisher_command(qos: int, inflight: int) -> list[str]:
     return command
 
 
-def _publish_backlog(
-    url: str, count: int, size: int, timeout: float, qos: int = 1, inflight: int = PUB_INFLIGHT
+def publish_backlog(
+    url: str,
+    count: int,
+    size: int,
+    timeout: float,
+    qos: int = 1,
+    inflight: int = PUB_INFLIGHT,
+    topic: str = TOPIC,
 ) -> float:
     """Publish ``count`` QoS ``qos`` messages with our pub tool; returns its rate. It exits
     only once every message was acknowledged (QoS 2: completed), i.e. queued for the offline
     session."""
     done = subprocess.run(
         [
-            sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", TOPIC,
+            sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", topic,
             *publisher_command(qos, inflight), "--count", str(count), "--size", str(size),
         ],
         capture_output=True,
@@ -540,7 +546,7 @@ def drain_once(
     )
     with broker:
         create_session(broker.url, client_id, TOPIC_FILTER, qos)
-        publish_rate = _publish_backlog(broker.url, count, size, timeout, qos, inflight)
+        publish_rate = publish_backlog(broker.url, count, size, timeout, qos, inflight)
         details: dict[str, Any] = {}
         drain_seconds = None
         gone_before = _connections_ended(broker, client_id)

@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    REPO_ROOT,
     RESULTS_DIR,
     BenchError,
     Stats,
@@ -62,6 +61,7 @@ from .common import (
     machine_info,
     write_results,
 )
+from .drain import publish_backlog
 
 TOPIC = "bench/reconnect/t"
 TOPIC_FILTER = "bench/reconnect/#"
@@ -73,7 +73,6 @@ MAX_MESSAGES = 65_535
 """At most one packet id per message: Mosquitto 2.0.11 numbers a queued message when it queues
 it, so a larger backlog reuses ids and the receiver's count (latest message per id) misses
 some duplicates; at QoS 2 it would reuse the ids of open exchanges."""
-PUB_INFLIGHT = 20  # the pub tool's default --inflight
 FIGURES = (
     "stored_at_cut",
     "stored_on_first_connection",
@@ -192,26 +191,6 @@ def _options(url: str, wal: Path, client_id: str, qos: int) -> Any:
     )
 
 
-def publish_backlog(
-    url: str, count: int, size: int, qos: int, inflight: int, timeout: float
-) -> float:
-    """``count`` numbered messages at ``qos`` with the pub tool, which exits once every one is
-    acknowledged (QoS 2: completed); its rate. At QoS 2 it keeps no more in flight than the
-    broker's limit (Mosquitto acknowledges but drops QoS 2 messages beyond it)."""
-    command = [
-        sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", TOPIC,
-        "--qos", str(qos), "--count", str(count), "--size", str(size),
-    ]  # fmt: skip
-    if qos == 2 and 0 < inflight < PUB_INFLIGHT:
-        command += ["--inflight", str(inflight)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
-    if done.returncode != 0:
-        raise BenchError(f"publishing the backlog failed ({done.returncode}): {done.stderr}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    if report.get("published") != count:
-        raise BenchError(f"the pub tool published {report.get('published')} of {count}")
-    return float(report["rate"])
-
 
 def one_run(
     setting: Setting, count: int, cut_at: int, size: int, timeout: float, workdir: Path, tag: str
@@ -235,7 +214,7 @@ def one_run(
         setup.start()  # the persistent session and its subscription
         setup.stop()
         publish_rate = publish_backlog(
-            broker.url, count, size, setting.qos, setting.inflight, timeout
+            broker.url, count, size, timeout, setting.qos, setting.inflight, TOPIC
         )
         with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
             receiver = Receiver(_options(proxy.url, wal, client_id, setting.qos))
