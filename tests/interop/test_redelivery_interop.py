@@ -17,6 +17,7 @@ is acknowledged by the broker (on_publish) before the test goes on.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -29,7 +30,8 @@ import pytest
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
 from connector.wal import WalReader
-from tests.interop_brokers import InteropBroker
+from tests.chaos.proxy import ChaosProxy
+from tests.interop_brokers import ExternalBroker, InteropBroker
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until
 
@@ -94,12 +96,15 @@ class Publisher:
 class Run:
     """The receivers one test starts on one WAL directory and client id, in turn."""
 
-    def __init__(self, broker: InteropBroker, wal: Path, qos: int, client_id: str) -> None:
+    def __init__(
+        self, broker: InteropBroker, wal: Path, qos: int, client_id: str, url: str | None = None
+    ) -> None:
+        """`url` reaches the broker another way (a proxy); by default, `broker.url`."""
         self.broker = broker
         self.wal = wal
         self.options = SourceOptions.parse(
             {
-                "brokerUrl": broker.url,
+                "brokerUrl": url or broker.url,
                 "topic": "x/#",
                 "qos": str(qos),
                 "walPath": str(wal),
@@ -317,3 +322,97 @@ def test_messages_queued_for_a_persistent_session_are_stored(
         assert len(payloads) == count, summary
     else:
         assert len(payloads) - count == run.possible_duplicates(), summary
+
+
+QOS_ABOVE_GRANTED = "qos-above-granted"
+FAULT_LOGGER = "connector.mqtt.session"
+
+
+def fault_warnings(caplog: pytest.LogCaptureFixture, rule: str) -> list[logging.LogRecord]:
+    """The WARNING records of the session's `broker fault <rule>` line."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == FAULT_LOGGER
+        and r.levelno == logging.WARNING
+        and r.getMessage().startswith(f"broker fault {rule}: ")
+    ]
+
+
+def test_aedes_qos2_delivery_to_a_qos1_subscription_is_stored_and_reported(
+    aedes: ExternalBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aedes 1.2.0 delivers a QoS 2 publish at QoS 2 to a wildcard subscription granted QoS 1
+    (section 3.8.4: at most the granted QoS). The receiver stores every message (acknowledged
+    at QoS 2, as it came), counts each delivery as broker fault `qos-above-granted`, and logs
+    the fault once per connection."""
+    count = 20
+    broker = InteropBroker("aedes", aedes)
+    publisher = Publisher(broker, "interop-publisher")
+    run = make_run(broker, tmp_path, 1, "granted")  # subscribes x/# at QoS 1
+    caplog.set_level(logging.WARNING, logger=FAULT_LOGGER)
+    try:
+        receiver = run.start()
+        publisher.send("x/q", numbered(count), 2)
+        publisher.wait()
+        run.settle(receiver, count)
+        run.stop(receiver)
+    finally:
+        run.close()
+        publisher.close()
+    payloads = run.payloads()
+    summary = run.summary(count, payloads)
+    assert payloads == numbered(count), summary
+    assert receiver.stats.connections == 1, summary
+    assert receiver.stats.broker_faults == {QOS_ABOVE_GRANTED: count}, summary
+    assert receiver.stats.possible_duplicates == 0, summary
+    assert len(fault_warnings(caplog, QOS_ABOVE_GRANTED)) == 1, caplog.text
+    assert "delivered at QoS 2, above the QoS 1" in caplog.text, caplog.text
+    sent = re.findall(r"sent PUBLISH client=interop-granted-q1 id=\d+ qos=(\d)", aedes.log_text())
+    assert sent == ["2"] * count, "aedes was expected to deliver every message at QoS 2"
+
+
+def test_aedes_qos_above_granted_is_logged_once_per_connection(
+    aedes: ExternalBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same through a proxy that cuts the receiver's connection between two bursts of 20:
+    one `broker fault qos-above-granted` line per connection (two), and every QoS 2 PUBLISH
+    aedes sent counted. Every number is stored; a completed QoS 2 message aedes resends after
+    the cut (`RESENDS_COMPLETED_QOS2`) is a stored row counted as a possible duplicate, or a
+    resend withheld."""
+    count = 20
+    broker = InteropBroker("aedes", aedes)
+    proxy = ChaosProxy((aedes.host, aedes.port))
+    publisher = Publisher(broker, "interop-publisher")
+    run = Run(broker, tmp_path / "wal", 1, "interop-granted-cut", url=proxy.url)
+    caplog.set_level(logging.WARNING, logger=FAULT_LOGGER)
+    try:
+        receiver = run.start()
+        publisher.send("x/q", numbered(count), 2)
+        publisher.wait()
+        run.settle(receiver, count)
+        assert fault_warnings(caplog, QOS_ABOVE_GRANTED), caplog.text
+        assert proxy.cut() == 1
+        wait_until(
+            lambda: receiver.stats.connections == 2,
+            TIMEOUT,
+            message=lambda: f"receiver reconnected {receiver.stats.connections - 1} times",
+        )
+        publisher.send("x/q", [str(n).encode() for n in range(count, 2 * count)], 2)
+        publisher.wait()
+        run.settle(receiver, 2 * count)
+        run.stop(receiver)
+    finally:
+        run.close()
+        publisher.close()
+        proxy.close()
+    payloads = run.payloads()
+    summary = run.summary(2 * count, payloads)
+    sent = re.findall(r"sent PUBLISH client=interop-granted-cut id=\d+ qos=(\d)", aedes.log_text())
+    assert set(sent) == {"2"}, "aedes was expected to deliver at QoS 2"
+    assert missing_numbers(payloads, 2 * count) == [], summary
+    assert len(payloads) - 2 * count == receiver.stats.possible_duplicates, summary
+    assert receiver.stats.connections == 2, summary
+    assert receiver.stats.broker_faults == {QOS_ABOVE_GRANTED: len(sent)}, summary
+    assert len(sent) == len(payloads) + receiver.stats.duplicates_dropped, summary
+    assert len(fault_warnings(caplog, QOS_ABOVE_GRANTED)) == 2, caplog.text
