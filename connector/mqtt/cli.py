@@ -1,7 +1,10 @@
 """``python -m connector.mqtt sub|pub``: debug a broker, drive tests and benchmarks.
 
 ``sub`` prints one JSON object per message and acknowledges a message only after its line has
-been flushed to stdout. ``pub`` is a pipelined load generator that prints the rate it reached.
+been flushed to stdout. With ``--count N`` it then completes the QoS 2 exchanges of the printed
+messages (held PUBRECs out, PUBRELs in, PUBCOMPs out; deadline ``--connect-timeout``) before it
+sends DISCONNECT; messages beyond N stay unacknowledged, so the broker keeps them. ``pub`` is a
+pipelined load generator that prints the rate it reached.
 Exit codes: 0 success, 1 runtime failure (refused, unreachable, timeout), 2 bad arguments.
 """
 
@@ -186,7 +189,26 @@ def run_sub(args: argparse.Namespace) -> int:
                 out.flush()
                 received += len(messages)
             client.acknowledge(messages, batch.released)
+        if args.count is not None:
+            complete_qos2_exchanges(client, args.connect_timeout)
     return 0
+
+
+def complete_qos2_exchanges(client: MqttClient, timeout: float) -> None:
+    """Keep reading until every QoS 2 exchange the session acknowledged is complete: held
+    PUBRECs sent, each PUBREL answered with PUBCOMP. Messages arriving meanwhile are not
+    acknowledged (the broker keeps them for the next run). CliError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while pending := client.session.export_qos2_pending():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CliError(
+                f"{len(pending)} QoS 2 exchange(s) of printed messages still open after "
+                f"{timeout} s: the broker may deliver those messages again"
+            )
+        batch = client.poll(left)
+        client.acknowledge([], batch.released)
+    log.debug("every QoS 2 exchange of the printed messages is complete")
 
 
 def _payloads(args: argparse.Namespace) -> Sequence[bytes] | None:

@@ -34,6 +34,7 @@ from .options import SourceOptions
 from .receiver import sum_delivery
 from .schema import to_record_batches
 from .shard_handles import LocalShard, ShardProcess, ShardStatus, start_processes
+from .shard_worker import TERMINATED_EXIT_STATUS
 from .shards import Position, check_wal_layout, decode_offset, encode_offset, fair_split
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,6 @@ FIRST_BATCH_IDLE = 0.1
 SOURCE_RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 """The module PySpark runs (``python -m``) as the driver-side process of a Python streaming
 source; its main loop calls the reader's ``stop()`` in a ``finally``."""
-
-TERMINATED_EXIT_STATUS = 128 + signal.SIGTERM
-"""The runner's exit status after an orderly stop on SIGTERM (as a death by the signal)."""
-
 
 class SourceTerminated(BaseException):
     """SIGTERM reached the streaming source runner: unwinds its main thread into the runner's
@@ -350,7 +347,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         process (SIGTERM) before closing its socket. By default Python then dies at once: the
         runner's ``finally: reader.stop()`` never runs and the broker sees the connection
         close without DISCONNECT. This handler unwinds the main thread into that ``finally``
-        instead; ``stop()`` then ends the process (docs/architecture.md, decision 31)."""
+        instead; ``stop()`` then ends the process (docs/architecture.md, decision 32)."""
         if self._sigterm_handled or not in_source_runner():
             return
         self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -377,7 +374,8 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             self._stopping = False
             if self._sigterm_handled:
-                signal.signal(signal.SIGTERM, self._previous_sigterm)  # type: ignore[arg-type]
+                previous = self._previous_sigterm
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # type: ignore[arg-type]
                 self._sigterm_handled = False
             if self._terminated:
                 self._exit_terminated(errors)

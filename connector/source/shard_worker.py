@@ -15,7 +15,8 @@ one at a time, each answered with a status:
 
 The worker dies with its parent: end of file on the request pipe (the parent exited or was
 killed, even with SIGKILL: the kernel closes its descriptors) stops the receiver as ``stop``
-does. Everything acknowledged to the broker is already in the WAL, so nothing is lost.
+does, and so does SIGTERM (sent to a job's whole process group, say). Everything acknowledged
+to the broker is already in the WAL, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -33,6 +34,19 @@ from .options import SourceOptions
 from .receiver import Receiver
 
 log = logging.getLogger(__name__)
+
+TERMINATED_EXIT_STATUS = 128 + signal.SIGTERM
+"""The exit status of a receiver process, or of Spark's source runner, after an orderly stop
+on SIGTERM (as a death by the signal)."""
+
+
+class WorkerTerminated(BaseException):
+    """SIGTERM: unwinds ``serve`` so that its ``finally`` stops the receiver (DISCONNECT)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the stop that follows runs to its end
+    raise WorkerTerminated
 
 
 def status(receiver: Receiver) -> dict:
@@ -117,9 +131,14 @@ def serve(inbox: Connection, outbox: Connection) -> int:
 def main(argv: list[str]) -> int:
     # Ctrl-C in a terminal reaches the whole process group: the parent decides when to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _terminate)
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
-    return serve(inbox, outbox)
+    try:
+        return serve(inbox, outbox)
+    except WorkerTerminated:
+        log.info("SIGTERM: the receiver stopped")
+        return TERMINATED_EXIT_STATUS
 
 
 if __name__ == "__main__":

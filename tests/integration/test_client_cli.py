@@ -146,6 +146,80 @@ def test_sub_prints_queued_messages_as_json_lines(mosquitto: MosquittoBroker, ve
         assert [m.payload for m in resumed.wait_for_messages(1)] == [b"sentinel"]
 
 
+QOS2_QUEUE = 1000
+"""QoS 2 messages queued for a session: Mosquitto 2.0.11 sends a backlog beyond its inflight
+limit once acknowledgements flow, so a run ends with PUBRECs the session's window (256)
+still holds and PUBRELs still owed."""
+
+
+def queue_qos2(broker: MosquittoBroker, client_id: str, topic: str, count: int) -> list[bytes]:
+    """Make ``client_id``'s persistent session subscribe to ``topic`` at QoS 2, then publish
+    ``count`` QoS 2 messages (distinct payloads) that the broker queues for it."""
+    with paho(broker, client_id, clean=False) as session:
+        session.subscribe(topic, qos=2)
+    result = cli(
+        "pub", "--broker", broker.url, "--topic", topic, "--qos", "2",
+        "--count", str(count), "--size", "10",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    return [b"%010d" % i for i in range(count)]
+
+
+def sub_qos2(broker: MosquittoBroker, client_id: str, topic: str, count: int, timeout: float):
+    """``sub --count count --qos 2 --no-clean-session`` as ``client_id``."""
+    return cli(
+        "sub", "--broker", broker.url, "--topic", topic, "--qos", "2", "--no-clean-session",
+        "--client-id", client_id, "--count", str(count), "--timeout", str(timeout),
+    )  # fmt: skip
+
+
+def test_sub_count_completes_every_qos2_exchange_before_it_disconnects(
+    mosquitto: MosquittoBroker,
+) -> None:
+    """Rule: after the N-th message ``sub`` sends the PUBRECs the window held, completes
+    each printed message's exchange (PUBREL in, PUBCOMP out), then sends DISCONNECT, so the
+    next run with the session gets none of them again."""
+    topic = unique("q2all/")
+    client_id = unique("cli-")
+    sent = queue_qos2(mosquitto, client_id, topic, QOS2_QUEUE)
+
+    first = sub_qos2(mosquitto, client_id, topic, QOS2_QUEUE, 60)
+    assert first.returncode == 0, first.stderr.decode()
+    assert sorted(base64.b64decode(x["payload"]) for x in json_lines(first.stdout)) == sent
+    wait_until(
+        lambda: f"Client {client_id} disconnected." in mosquitto.log_text(),
+        TIMEOUT,
+        message=f"{client_id} closed without DISCONNECT",
+    )
+
+    again = sub_qos2(mosquitto, client_id, topic, 1, 2)
+    assert_one_error_line(again, "timed out after 2.0 s with 0 message(s) of 1")
+
+
+def test_sub_count_below_the_queue_leaves_the_rest_for_the_next_run(
+    mosquitto: MosquittoBroker,
+) -> None:
+    """Rule: ``sub --count N`` prints at most N messages and acknowledges only those; the
+    messages beyond N stay with the broker, and the next run prints exactly them."""
+    topic = unique("q2part/")
+    client_id = unique("cli-")
+    sent = queue_qos2(mosquitto, client_id, topic, QOS2_QUEUE)
+    head = 400
+
+    first = sub_qos2(mosquitto, client_id, topic, head, 60)
+    assert first.returncode == 0, first.stderr.decode()
+    printed = [base64.b64decode(x["payload"]) for x in json_lines(first.stdout)]
+    assert len(printed) == head
+
+    rest = sub_qos2(mosquitto, client_id, topic, QOS2_QUEUE - head, 60)
+    assert rest.returncode == 0, rest.stderr.decode()
+    printed += [base64.b64decode(x["payload"]) for x in json_lines(rest.stdout)]
+    assert sorted(printed) == sent, "a message was printed twice or never"
+
+    again = sub_qos2(mosquitto, client_id, topic, 1, 2)
+    assert_one_error_line(again, "timed out after 2.0 s with 0 message(s) of 1")
+
+
 def test_sub_prints_live_retained_and_qos0_messages(mosquitto: MosquittoBroker) -> None:
     root = unique("live")
     client_id = unique("cli-")

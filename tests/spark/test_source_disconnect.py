@@ -1,0 +1,160 @@
+"""Every orderly stop of the ``mqtt`` source ends its connections with DISCONNECT.
+
+Rule under test (``MqttStreamReader._stop_on_sigterm``, docs/architecture.md decision 32):
+Spark stops a Python streaming source by destroying its runner process (SIGTERM) before it
+closes the runner's socket; the reader turns that signal into its ``stop()``, so each receiver
+(a thread, or with ``receivers`` > 1 a process of its own) sends DISCONNECT. Checked for
+``query.stop()``, the end of an AvailableNow run, and the ingest job's SIGTERM and
+``--trigger available-now`` end, with one and with two receivers.
+
+Mosquitto logs ``Client <id> disconnected.`` when it receives DISCONNECT, and ``Client <id>
+closed its connection.`` (or a socket error) when the connection closes without one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.brokers import BrokerFactory, MosquittoBroker
+from tests.spark import job_runner
+from tests.spark.conftest import (
+    StreamDirs,
+    mqtt_reader,
+    numbered,
+    publish,
+    start_stream,
+    to_delta,
+    unique_id,
+    wait_for_rows,
+    wait_subscribed,
+)
+from tests.spark.job_runner import TRIGGER, Job
+from tests.waiting import wait_until
+
+DISCONNECT_TIMEOUT = 30.0
+"""The runner (or a receiver process) stops its receivers after Spark has moved on."""
+RUN_TIMEOUT = 120.0
+
+
+def client_ids(client_id: str, receivers: int) -> list[str]:
+    """The broker-side client ids of a query's receivers."""
+    return [client_id] if receivers == 1 else [f"{client_id}-{i}" for i in range(receivers)]
+
+
+def subscription(topic: str, client_id: str, receivers: int) -> str:
+    """The filter each receiver subscribes to (``shardBy=share``, the group its client id)."""
+    return topic if receivers == 1 else f"$share/{client_id}/{topic}"
+
+
+def assert_disconnected(broker: MosquittoBroker, ids: list[str]) -> None:
+    """Wait until the broker logged a DISCONNECT of every client in ``ids``; none closed its
+    connection without one."""
+
+    def lines() -> list[str]:
+        return [line for line in broker.log_text().splitlines() if any(i in line for i in ids)]
+
+    wait_until(
+        lambda: all(f"Client {i} disconnected." in broker.log_text() for i in ids),
+        DISCONNECT_TIMEOUT,
+        message=lambda: "no DISCONNECT from every receiver; broker log:\n" + "\n".join(lines()),
+    )
+    text = broker.log_text()
+    for client in ids:
+        assert f"Client {client} closed its connection." not in text
+        assert f"Socket error on client {client}," not in text
+
+
+# ---------------------------------------------------------------------------- in the session
+
+
+@pytest.mark.parametrize("receivers", [1, 2])
+def test_query_stop_sends_disconnect(
+    spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, receivers: int
+) -> None:
+    broker = broker_factory()
+    client_id = unique_id()
+    query = start_stream(
+        spark, broker.url, dirs, topic="dis/#", clientId=client_id, receivers=receivers
+    )
+    try:
+        for client in client_ids(client_id, receivers):
+            wait_subscribed(broker, client, subscription("dis/#", client_id, receivers), 1)
+        publish(broker, numbered("dis/t", 4))
+        wait_for_rows(spark, dirs.table, 4, [query])
+    finally:
+        query.stop()
+    assert_disconnected(broker, client_ids(client_id, receivers))
+
+
+@pytest.mark.parametrize("receivers", [1, 2])
+def test_the_end_of_an_available_now_run_sends_disconnect(
+    spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, receivers: int
+) -> None:
+    broker = broker_factory()
+    client_id = unique_id()
+    frame = mqtt_reader(
+        spark, broker.url, dirs.wal, topic="now/#", clientId=client_id, receivers=receivers,
+        availableNowIdleTimeout="0.5",
+    ).load()  # fmt: skip
+    query = to_delta(frame, dirs, available_now=True)
+    try:
+        assert query.awaitTermination(RUN_TIMEOUT), "AvailableNow did not stop by itself"
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    assert_disconnected(broker, client_ids(client_id, receivers))
+
+
+# ---------------------------------------------------------------------------- the ingest job
+
+
+def job_args(broker: MosquittoBroker, tmp_path: Path, client_id: str, receivers: int) -> list:
+    return [
+        "--broker", broker.url, "--topic", "job/#", "--client-id", client_id,
+        "--table", str(tmp_path / "table"), "--checkpoint", str(tmp_path / "checkpoint"),
+        "--source-option", f"receivers={receivers}",
+        "--source-option", "availableNowIdleTimeout=0.5",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("receivers", [1, 2])
+def test_sigterm_of_the_ingest_job_sends_disconnect(
+    broker_factory: BrokerFactory, tmp_path: Path, receivers: int
+) -> None:
+    broker = broker_factory()
+    client_id = unique_id("job-")
+    args = job_args(broker, tmp_path, client_id, receivers)
+    job = Job.start([*args, "--trigger", TRIGGER], tmp_path, f"sigterm-{receivers}")
+    try:
+        for client in client_ids(client_id, receivers):
+            job_runner.wait_subscribed(
+                broker, client, subscription("job/#", client_id, receivers), 1, job
+            )
+        job_runner.publish(broker, [("job/t", b"one"), ("job/t", b"two")])
+        job.wait_for(
+            "2 rows in the table",
+            lambda: job_runner.delta_row_count(tmp_path / "table") >= 2,
+            job_runner.LAND_TIMEOUT,
+        )
+        assert job.terminate() == 0, job.logs()
+        assert_disconnected(broker, client_ids(client_id, receivers))
+    finally:
+        job.cleanup()
+    assert "the stream reader's process is gone" not in job.stderr, job.logs()
+
+
+def test_the_end_of_an_available_now_job_sends_disconnect(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    broker = broker_factory()
+    client_id = unique_id("job-")
+    args = job_args(broker, tmp_path, client_id, 1)
+    job = Job.start([*args, "--trigger", "available-now"], tmp_path, "available-now")
+    try:
+        assert job.proc.wait(job_runner.START_TIMEOUT) == 0, job.logs()
+        assert_disconnected(broker, [client_id])
+    finally:
+        job.cleanup()
