@@ -78,6 +78,8 @@ class Verdict:
     lost: list[str]
     duplicated: list[str]
     unexpected: list[str]
+    extra: int = 0
+    """Rows beyond the first of each duplicated id."""
 
     def problems(self) -> str:
         return (
@@ -90,6 +92,10 @@ class Verdict:
     @property
     def exactly_once(self) -> bool:
         return not (self.lost or self.duplicated or self.unexpected)
+
+    @property
+    def at_least_once(self) -> bool:
+        return not (self.lost or self.unexpected)
 
 
 @dataclass
@@ -119,6 +125,7 @@ class Ledger:
             lost=sorted(wanted - set(counts)),
             duplicated=sorted(i for i, n in counts.items() if n > 1 and i in wanted),
             unexpected=sorted(i for i in counts if i not in wanted),
+            extra=sum(n - 1 for i, n in counts.items() if n > 1 and i in wanted),
         )
 
 

@@ -1,16 +1,18 @@
 """Spark-side helpers of the chaos tests: the process holding a WAL, waiting for a failed query,
-and the payloads a Delta table holds."""
+the payloads a Delta table holds, waiting for every published message to land."""
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tests.spark.conftest import delta_version
+from tests.chaos.harness import Ledger
+from tests.spark.conftest import LAND_TIMEOUT, delta_version, ensure_healthy
 from tests.waiting import wait_until
 
 FAIL_TIMEOUT = 120.0
@@ -62,3 +64,20 @@ def table_payloads(spark: SparkSession, table: Path) -> list[bytes]:
         return []
     rows = spark.read.format("delta").load(str(table)).select("payload").collect()
     return [bytes(row["payload"]) for row in rows]
+
+
+def wait_for_every_message(
+    spark: SparkSession,
+    table: Path,
+    ledger: Ledger,
+    queries: Sequence[StreamingQuery],
+    timeout: float = LAND_TIMEOUT,
+) -> None:
+    """Wait until every message of ``ledger`` is in the table (a row count does not tell
+    when QoS 1 resends may add rows); ``queries`` must stay healthy."""
+
+    def missing() -> int:
+        ensure_healthy(queries)
+        return len(ledger.check(table_payloads(spark, table)).lost)
+
+    wait_until(lambda: missing() == 0, timeout, message=lambda: f"{missing()} not landed")

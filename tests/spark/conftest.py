@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -299,6 +300,29 @@ def assert_exactly_once(rows: Sequence[Row], messages: Sequence[Message]) -> Non
         f"{len(got)} rows for {len(want)} messages: missing {missing[:10]}, "
         f"unexpected {extra[:10]}, duplicated {duplicated[:10]}"
     )
+
+
+def assert_at_least_once(rows: Sequence[Row], messages: Sequence[Message]) -> int:
+    """Every message appears (by payload), nothing else does, and a message appears more
+    than once only as broker resends (DUP=1 rows): QoS 1 after a dropped connection
+    (docs/delivery.md). Returns the number of extra rows."""
+    got = payloads(rows)
+    want = {m.payload for m in messages}
+    assert set(got) == want, (
+        f"{len(got)} rows for {len(want)} messages: missing {sorted(want - set(got))[:10]}, "
+        f"unexpected {sorted(set(got) - want)[:10]}"
+    )
+    first = [bytes(row["payload"]) for row in rows if not row["duplicate"]]
+    repeated = sorted({p for p in first if first.count(p) > 1})
+    assert not repeated, f"first deliveries stored twice: {repeated[:10]}"
+    return len(got) - len(want)
+
+
+def reported_delivery(query: StreamingQuery) -> dict:
+    """The receivers' delivery counters in the query's last progress (docs/delivery.md)."""
+    progress = query.lastProgress
+    assert progress is not None, "the query reported no progress"
+    return json.loads(progress["sources"][0]["latestOffset"])["delivery"]
 
 
 def assert_gap_free(rows: Sequence[Row], start: int = 0) -> None:

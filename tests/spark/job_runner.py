@@ -191,12 +191,17 @@ class PacedPublisher(threading.Thread):
     """Publishes (topic, payload) pairs at about ``rate`` per second in the background."""
 
     def __init__(
-        self, broker: MosquittoBroker, messages: Sequence[tuple[str, bytes]], rate: float
+        self,
+        broker: MosquittoBroker,
+        messages: Sequence[tuple[str, bytes]],
+        rate: float,
+        qos: int = 1,
     ) -> None:
         super().__init__(daemon=True, name="paced-publisher")
         self.broker = broker
         self.messages = list(messages)
         self.rate = rate
+        self.qos = qos
         self.error: BaseException | None = None
         self.sent = 0
 
@@ -210,7 +215,7 @@ class PacedPublisher(threading.Thread):
                 pause = began + index / self.rate - time.monotonic()
                 if pause > 0:
                     time.sleep(pause)  # pacing the load, not waiting for a condition
-                infos.append(client.client.publish(topic, payload, qos=1))
+                infos.append(client.client.publish(topic, payload, qos=self.qos))
                 self.sent += 1
             for info in infos:
                 info.wait_for_publish(PUBLISH_TIMEOUT)
