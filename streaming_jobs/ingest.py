@@ -5,9 +5,10 @@
 
 The write-ahead log of the source goes inside the checkpoint directory (``<checkpoint>/mqtt-wal``)
 so that one directory holds everything a restart needs. Works with plain ``python`` too. Every
-flag is described by ``--help`` and in the README ("The ingest job"); the modules:
-``ingest_config`` (flags, TOML), ``payloads`` (decoding in Spark SQL), ``batch_writer``
-(idempotent writes of both tables), ``progress`` (per-batch lines, summary).
+flag is described by ``--help`` and in docs/options.md; the modules: ``ingest_flags`` (the
+table of flags), ``ingest_config`` (parser, TOML, validation), ``payloads`` (decoding in Spark
+SQL), ``batch_writer`` (idempotent writes of both tables), ``progress`` (per-batch lines,
+summary).
 
 Output: the job's log (progress lines, summary) on stdout; one ``error: ...`` line on stderr
 and a non-zero exit status when something fails (2: flags or config, 1: at run time).

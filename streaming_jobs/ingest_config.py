@@ -1,4 +1,5 @@
-"""Flags of the ingest job, the ``--config`` TOML file, and their validation.
+"""Flags of the ingest job, the ``--config`` TOML file, and their validation. The flags, their
+defaults, help and config keys come from the table in :mod:`streaming_jobs.ingest_flags`.
 
 Precedence, highest first: flags on the command line, keys of the ``--config`` file, the
 environment (``MQTT_USERNAME``; the password only ever comes from the environment variable
@@ -24,17 +25,19 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
-from connector.source.options import KNOWN_OPTIONS, InvalidOptionError, SourceOptions
+from connector.source.option_table import SECRET_OPTIONS, canonical_name
+from connector.source.options import InvalidOptionError, SourceOptions
+from streaming_jobs.ingest_flags import BY_DEST, FLAGS, option_flags
+from streaming_jobs.ingest_flags import PAYLOAD_FORMATS as PAYLOAD_FORMATS
 
-PAYLOAD_FORMATS = ("binary", "text", "json")
 TRIGGER_RE = re.compile(r"^(available-now|processing-time=(?P<interval>.+))$")
 COLUMN_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SKIP_LEVEL = "_"
 """A ``--topic-columns`` name that skips its topic level (an empty name does too)."""
 DATE_COLUMN = "date"
 """``--partition-by date`` adds this column: the UTC date the message was received."""
-CLI_ONLY = frozenset({"config", "print_config", "help"})
-SECRET_KEYS = frozenset({"password"})
+CLI_ONLY = frozenset({flag.dest for flag in FLAGS if not flag.config} | {"help"})
+SECRET_KEYS = SECRET_OPTIONS
 
 EXAMPLES = """\
 examples:
@@ -91,7 +94,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The job's flags. ``parse_args`` of the result gives every flag its built-in default."""
+    """The job's flags, from :data:`streaming_jobs.ingest_flags.FLAGS` in its order and groups.
+    ``parse_args`` of the result gives every flag its built-in default."""
     parser = _Parser(
         prog="python streaming_jobs/ingest.py",
         description=(
@@ -102,218 +106,55 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=_HelpFormatter,
     )
-    mqtt = parser.add_argument_group("MQTT")
-    mqtt.add_argument(
-        "--broker", help="broker URL: tcp://HOST:PORT (1883), ssl:// or mqtts://HOST:PORT (8883)"
-    )
-    mqtt.add_argument(
-        "--topic",
-        action="append",
-        metavar="FILTER",
-        help="topic filter (+ and # wildcards, $share/GROUP/FILTER); repeat for several",
-    )
-    mqtt.add_argument(
-        "--qos", default="1", choices=["0", "1", "2"], help="subscription QoS (default 1)"
-    )
-    mqtt.add_argument(
-        "--client-id",
-        help="MQTT client id (default: stable, derived from broker, topics and checkpoint)",
-    )
-    mqtt.add_argument(
-        "--clean-session",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="no persistent session: the broker keeps nothing while the job is down "
-        "(default: persistent)",
-    )
-    mqtt.add_argument(
-        "--mqtt-version", default="3.1.1", choices=["3.1", "3.1.1"], help="default 3.1.1"
-    )
-    mqtt.add_argument("--username", help="user name (default: $MQTT_USERNAME)")
-    mqtt.add_argument(
-        "--password-env",
-        default="MQTT_PASSWORD",
-        metavar="NAME",
-        help="environment variable holding the password (default MQTT_PASSWORD)",
-    )
-    mqtt.add_argument(
-        "--password-file",
-        metavar="FILE",
-        help="file whose first line is the password (e.g. a mounted secret); wins over "
-        "--password-env",
-    )
-    mqtt.add_argument(
-        "--allow-password-over-plain-tcp",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="send the password over plain tcp:// (default: refused; use ssl:// instead)",
-    )
-    mqtt.add_argument("--cafile", metavar="FILE", help="CA bundle that signed the broker (TLS)")
-    mqtt.add_argument("--certfile", metavar="FILE", help="client certificate (mutual TLS)")
-    mqtt.add_argument("--keyfile", metavar="FILE", help="client private key (mutual TLS)")
-    mqtt.add_argument(
-        "--insecure",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="TLS without verifying the broker's certificate and host name (testing only)",
-    )
-    mqtt.add_argument(
-        "--source-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="any other option of format('mqtt'), e.g. keepAlive=30; repeatable",
-    )
-
-    out = parser.add_argument_group("output")
-    out.add_argument("--table", metavar="PATH", help="Delta table of the messages (required)")
-    out.add_argument(
-        "--checkpoint",
-        metavar="PATH",
-        help="checkpoint directory; also holds the write-ahead log (required)",
-    )
-    out.add_argument(
-        "--payload-format",
-        default="binary",
-        choices=PAYLOAD_FORMATS,
-        help="binary: raw bytes in 'payload'; text: UTF-8 in 'text'; json: typed columns "
-        "from --schema (default binary)",
-    )
-    out.add_argument(
-        "--schema",
-        metavar="DDL",
-        help="with --payload-format json: the payload's fields as Spark DDL, e.g. "
-        "'temp DOUBLE, status STRING, seq BIGINT NOT NULL' (NOT NULL: a row lacking the "
-        "field is a parse error)",
-    )
-    out.add_argument(
-        "--keep-payload",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="text/json: also keep the raw 'payload' column for rows that parsed "
-        "(default: only for rows that did not)",
-    )
-    out.add_argument(
-        "--topic-columns",
-        metavar="NAMES",
-        help="topic levels as string columns, by position: site,device makes level 0 'site' "
-        "and level 1 'device'; an empty name or _ skips a level",
-    )
-    out.add_argument(
-        "--dead-letter-table",
-        metavar="PATH",
-        help="text/json: Delta table for rows whose payload does not parse (raw payload, "
-        "MQTT columns, reason); without it they stay in --table with '_parse_error' set",
-    )
-    out.add_argument(
-        "--partition-by",
-        metavar="COLUMNS",
-        help="comma-separated partition columns of --table; 'date' adds the UTC receive date",
-    )
-    out.add_argument(
-        "--table-checkpoint-interval",
-        type=int,
-        metavar="N",
-        help="delta.checkpointInterval of the tables the job creates (default 1000, or the "
-        "session's spark.databricks.delta.properties.defaults.checkpointInterval when set; "
-        "the job checkpoints every 10 versions in the background); existing tables keep theirs",
-    )
-    out.add_argument(
-        "--merge-schema",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="let new --schema fields add columns to existing tables (default: refuse)",
-    )
-
-    run = parser.add_argument_group("run")
-    run.add_argument(
-        "--trigger",
-        default="processing-time=1 second",
-        help="available-now (drain what is queued, then exit) or processing-time=INTERVAL "
-        "(default: processing-time=1 second)",
-    )
-    run.add_argument(
-        "--max-messages-per-trigger", type=int, metavar="N", help="at most N rows per batch"
-    )
-    run.add_argument(
-        "--partition-data",
-        choices=["inline", "wal"],
-        help="how tasks get the records: inline in the partitions (any cluster) or read from "
-        "the WAL (executors share the driver's disk; the default in local mode)",
-    )
-    run.add_argument(
-        "--stop-timeout",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="on SIGTERM/Ctrl-C, how long to wait for the batch in flight (default 60)",
-    )
-    run.add_argument("--master", help="Spark master when spark-submit did not set one")
-    run.add_argument(
-        "--spark-conf",
-        action="append",
-        metavar="KEY=VALUE",
-        help="Spark setting for the session; repeatable",
-    )
-    run.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="the job's own log (default INFO: progress lines and summary)",
-    )
-    run.add_argument(
-        "--spark-log-level",
-        default="WARN",
-        type=str.upper,
-        choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
-        help="Spark's log level (default WARN)",
-    )
-    run.add_argument("--config", metavar="FILE", help="TOML file of settings (keys: flag names)")
-    run.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the effective settings as JSON and exit",
-    )
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for flag in FLAGS:
+        if flag.group not in groups:
+            groups[flag.group] = parser.add_argument_group(flag.group)
+        flag.add_to(groups[flag.group])
     return parser
+
+
+_DEFAULTS = {flag.dest: flag.initial for flag in FLAGS}
 
 
 @dataclass(frozen=True)
 class IngestConfig:
-    """The job's validated settings; attribute names are the flags' argparse names."""
+    """The job's validated settings; attribute names are the flags' argparse names, defaults
+    the flag table's (None and () mean not given)."""
 
     broker: str
     topic: tuple[str, ...]
     table: str
     checkpoint: str
-    qos: str = "1"
+    qos: str = _DEFAULTS["qos"]
     client_id: str | None = None
-    clean_session: bool = False
-    mqtt_version: str = "3.1.1"
+    clean_session: bool = _DEFAULTS["clean_session"]
+    mqtt_version: str = _DEFAULTS["mqtt_version"]
     username: str | None = None
-    password_env: str = "MQTT_PASSWORD"
+    password_env: str = _DEFAULTS["password_env"]
     password_file: str | None = None
-    allow_password_over_plain_tcp: bool = False
+    allow_password_over_plain_tcp: bool = _DEFAULTS["allow_password_over_plain_tcp"]
     cafile: str | None = None
     certfile: str | None = None
     keyfile: str | None = None
-    insecure: bool = False
+    insecure: bool = _DEFAULTS["insecure"]
     source_option: tuple[str, ...] = ()
-    payload_format: str = "binary"
+    payload_format: str = _DEFAULTS["payload_format"]
     schema: str | None = None
-    keep_payload: bool = False
+    keep_payload: bool = _DEFAULTS["keep_payload"]
     topic_columns: tuple[str | None, ...] = ()
     dead_letter_table: str | None = None
     partition_by: tuple[str, ...] = ()
-    merge_schema: bool = False
+    merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
-    trigger: str = "processing-time=1 second"
+    trigger: str = _DEFAULTS["trigger"]
     max_messages_per_trigger: int | None = None
     partition_data: str | None = None
-    stop_timeout: float = 60.0
+    stop_timeout: float = _DEFAULTS["stop_timeout"]
     master: str | None = None
     spark_conf: tuple[str, ...] = ()
-    log_level: str = "INFO"
-    spark_log_level: str = "WARN"
+    log_level: str = _DEFAULTS["log_level"]
+    spark_log_level: str = _DEFAULTS["spark_log_level"]
 
     @property
     def trigger_interval(self) -> str | None:
@@ -374,16 +215,17 @@ def _given_on_command_line(
 def _toml_tokens(action: argparse.Action, key: str, value: Any) -> list[str]:
     """Command-line tokens equivalent to TOML ``key = value`` for ``action``."""
     flag = action.option_strings[0]
-    if isinstance(action, argparse.BooleanOptionalAction):
+    kind = BY_DEST[action.dest].kind
+    if kind == "switch":
         if not isinstance(value, bool):
             raise UsageError(f"key {key!r} must be true or false, got {value!r}")
         return [flag if value else "--no-" + flag[2:]]
-    if isinstance(value, dict) and action.dest in ("source_option", "spark_conf"):
+    if isinstance(value, dict) and kind == "pairs":
         value = [f"{k}={_scalar(key, v)}" for k, v in value.items()]
     if isinstance(value, list):
-        if action.dest in ("topic_columns", "partition_by"):
+        if kind == "names":
             return [flag, ",".join(_scalar(key, v) for v in value)]
-        if not isinstance(action, argparse._AppendAction):
+        if kind not in ("list", "pairs"):
             raise UsageError(f"key {key!r} takes one value, got a list")
         return [token for v in value for token in (flag, _scalar(key, v))]
     return [flag, _scalar(key, value)]
@@ -477,10 +319,9 @@ def _names(flag: str, text: str | None, *, allow_skips: bool) -> tuple[str | Non
 
 def validate(values: Mapping[str, Any]) -> IngestConfig:
     """Check one merged set of settings; raise :class:`UsageError` naming the flag."""
-    for required in ("broker", "topic", "table", "checkpoint"):
-        if not values.get(required):
-            flag = "--" + required.replace("_", "-")
-            raise UsageError(f"{flag} is required (on the command line or in --config)")
+    for flag in FLAGS:
+        if flag.required and not values.get(flag.dest):
+            raise UsageError(f"{flag.name} is required (on the command line or in --config)")
     if not TRIGGER_RE.match(values["trigger"]):
         raise UsageError(
             f"--trigger {values['trigger']!r}: use available-now or processing-time=INTERVAL, "
@@ -536,11 +377,11 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
 
 def _check_source_option(key: str, value: str) -> None:
     """``--source-option`` takes the options no flag covers, spelled as the source knows them."""
-    canonical = {name.lower(): name for name in KNOWN_OPTIONS}.get(key.lower())
+    canonical = canonical_name(key)
     if canonical is None:
         raise UsageError(
             f"--source-option {key}={value}: format('mqtt') has no option {key!r} "
-            "(the README lists them)"
+            "(docs/options.md lists them)"
         )
     if canonical in SECRET_KEYS:
         raise UsageError("--source-option password: use --password-env or --password-file")
@@ -549,24 +390,10 @@ def _check_source_option(key: str, value: str) -> None:
         raise UsageError(f"--source-option {key}: use {flag} instead")
 
 
-# Source option names in messages, as the job's flags.
+# Source option names in messages, as the job's flags (the password has two: "the password").
 _OPTION_FLAGS = {
-    "brokerUrl": "--broker",
-    "topic": "--topic",
-    "topics": "--topic",
-    "clientId": "--client-id",
-    "mqttVersion": "--mqtt-version",
-    "username": "--username",
-    "password": "the password",
-    "maxMessagesPerTrigger": "--max-messages-per-trigger",
-    "tls.caFile": "--cafile",
-    "tls.certFile": "--certfile",
-    "tls.keyFile": "--keyfile",
-    "tls.verify": "--insecure",
-    "allowPasswordOverPlainTcp": "--allow-password-over-plain-tcp",
-    "partitionData": "--partition-data",
-    "qos": "--qos",
-    "cleanSession": "--clean-session",
+    option: "the password" if option in SECRET_KEYS else flags[0]
+    for option, flags in option_flags().items()
 }
 
 
@@ -599,23 +426,25 @@ def read_password(config: IngestConfig, environ: Mapping[str, str] | None = None
 
 def source_options(args: IngestConfig | argparse.Namespace) -> dict[str, str]:
     """The ``mqtt`` source options for the job's settings; ``args`` may also be a namespace
-    from ``build_parser().parse_args``. The WAL goes to ``<checkpoint>/mqtt-wal``."""
-    username = args.username or os.environ.get("MQTT_USERNAME") or None
-    options = {
-        "brokerUrl": args.broker,
-        "topics": ",".join(args.topic),
-        "qos": str(args.qos),
-        "walPath": str(Path(args.checkpoint).resolve() / "mqtt-wal"),
-        "mqttVersion": args.mqtt_version,
-        "cleanSession": str(bool(args.clean_session)).lower(),
-    }
+    from ``build_parser().parse_args``. The WAL goes to ``<checkpoint>/mqtt-wal``. Each flag
+    that sets an option gives it ``to_option`` of its value; ``--source-option`` items come
+    after the options every run sets (their flags are required or have a default) and before
+    the others; the user name falls back to ``$MQTT_USERNAME``."""
+    first: dict[str, str] = {}  # set by every run: the flag is required or has a default
+    rest: dict[str, str] = {}
+    for flag in FLAGS:
+        if flag.option is None or flag.option in ("username", *SECRET_KEYS):
+            continue  # credentials below
+        always = flag.required or flag.to_option(flag.initial) is not None
+        text = flag.to_option(getattr(args, flag.dest, None))
+        if text:
+            (first if always else rest)[flag.option] = text
+    options = {**first, "walPath": str(Path(args.checkpoint).resolve() / "mqtt-wal")}
     for item in getattr(args, "source_option", None) or ():
         key, value = _key_value("--source-option", item)
         options[key] = value
-    if args.client_id:
-        options["clientId"] = args.client_id
-    if args.max_messages_per_trigger:
-        options["maxMessagesPerTrigger"] = str(args.max_messages_per_trigger)
+    options.update(rest)
+    username = args.username or os.environ.get("MQTT_USERNAME") or None
     if username:
         options["username"] = username
         password = (
@@ -625,19 +454,6 @@ def source_options(args: IngestConfig | argparse.Namespace) -> dict[str, str]:
         )
         if password is not None:
             options["password"] = password
-    if getattr(args, "allow_password_over_plain_tcp", False):
-        options["allowPasswordOverPlainTcp"] = "true"
-    for flag, key in (
-        ("cafile", "tls.caFile"),
-        ("certfile", "tls.certFile"),
-        ("keyfile", "tls.keyFile"),
-    ):
-        if getattr(args, flag, None):
-            options[key] = getattr(args, flag)
-    if getattr(args, "insecure", False):
-        options["tls.verify"] = "false"
-    if args.partition_data:
-        options["partitionData"] = args.partition_data
     return options
 
 

@@ -2,7 +2,9 @@
 
 Every invalid or missing option raises :class:`InvalidOptionError` naming the option and the
 accepted values, before any connection is made. Option names are case-insensitive (Spark passes
-them lower-cased). The password is kept out of ``repr`` and is never logged.
+them lower-cased). The password is kept out of ``repr`` and is never logged. Names, kinds,
+defaults, ranges and choices come from :mod:`connector.source.option_table`; what depends on
+several options (topics, client id, credentials, TLS, receivers) is checked here.
 """
 
 from __future__ import annotations
@@ -10,55 +12,23 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from connector.mqtt.driver import BrokerAddress, TlsOptions
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.topics import validate_topic_filter
+from connector.source.option_table import KNOWN_OPTIONS as KNOWN_OPTIONS
+from connector.source.option_table import OPTIONS, Option, canonical_name
+from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION
+from connector.source.option_table import SECRET_OPTIONS as SECRET_OPTIONS
 
-KNOWN_OPTIONS = (
-    "brokerUrl",
-    "topic",
-    "topics",
-    "qos",
-    "clientId",
-    "cleanSession",
-    "mqttVersion",
-    "username",
-    "password",
-    "keepAlive",
-    "connectTimeout",
-    "walPath",
-    "maxMessagesPerTrigger",
-    "minMessagesPerTrigger",
-    "maxTriggerDelay",
-    "firstBatchWait",
-    "failOnDataLoss",
-    "maxBacklogMessages",
-    "availableNowIdleTimeout",
-    "availableNowMaxWait",
-    "partitionData",
-    "recordsPerPartition",
-    "tls.caFile",
-    "tls.certFile",
-    "tls.keyFile",
-    "tls.verify",
-    "allowPasswordOverPlainTcp",
-    "receivers",
-    "shardBy",
-    "shareGroup",
-    "path",
-)
-_CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
-SECRET_OPTIONS = frozenset({"password"})
-PARTITION_DATA_MODES = ("inline", "wal")
-SHARD_MODES = ("share", "topics")
+PARTITION_DATA_MODES = OPTIONS["partitionData"].choices
+SHARD_MODES = OPTIONS["shardBy"].choices
 """How several receivers split the load: MQTT shared subscriptions, or disjoint filter lists."""
-RECORDS_PER_PARTITION = 100_000
-"""Default ``recordsPerPartition``: the most WAL records one Spark task reads (decision 30)."""
 SHARE_PREFIX = "$share/"
 
 
@@ -66,36 +36,83 @@ class InvalidOptionError(ValueError):
     """An option of the ``mqtt`` source is missing or has an invalid value."""
 
 
-def _bool(name: str, value: str) -> bool:
+def _bool(row: Option, value: str) -> bool:
     text = value.strip().lower()
     if text in ("true", "1", "yes"):
         return True
     if text in ("false", "0", "no"):
         return False
-    raise InvalidOptionError(f"option {name!r} must be true or false, got {value!r}")
+    raise InvalidOptionError(f"option {row.name!r} must be true or false, got {value!r}")
 
 
-def _int(name: str, value: str, low: int, high: int | None = None) -> int:
+def _int(row: Option, value: str) -> int:
     try:
         number = int(value.strip())
     except ValueError:
-        raise InvalidOptionError(f"option {name!r} must be an integer, got {value!r}") from None
-    if number < low or (high is not None and number > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise InvalidOptionError(f"option {name!r} must be {bound}, got {number}")
+        raise InvalidOptionError(f"option {row.name!r} must be an integer, got {value!r}") from None
+    low, high = row.low, row.high
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise InvalidOptionError(f"option {row.name!r} must be {row.bounds}, got {number}")
     return number
 
 
-def _seconds(name: str, value: str, low: float = 0.0) -> float:
+def _seconds(row: Option, value: str) -> float:
     try:
         number = float(value.strip())
     except ValueError:
         raise InvalidOptionError(
-            f"option {name!r} must be a number of seconds, got {value!r}"
+            f"option {row.name!r} must be a number of seconds, got {value!r}"
         ) from None
+    low = row.low if row.low is not None else 0.0
     if number < low or number != number:
-        raise InvalidOptionError(f"option {name!r} must be >= {low} seconds, got {value!r}")
+        raise InvalidOptionError(f"option {row.name!r} must be >= {low} seconds, got {value!r}")
     return number
+
+
+def _choice(row: Option, value: str) -> str:
+    text = value.strip().lower()
+    if text not in row.choices:
+        raise InvalidOptionError(
+            f"option {row.name!r} must be one of {', '.join(row.choices)}, got {value!r}"
+        )
+    return text
+
+
+def _version(row: Option, value: str) -> ProtocolLevel:
+    try:
+        return ProtocolLevel.parse(value)
+    except ValueError:
+        raise InvalidOptionError(
+            f"option {row.name!r} must be {' or '.join(row.choices)}, got {value!r}"
+        ) from None
+
+
+_READERS: dict[str, Callable[[Option, str], Any]] = {
+    "bool": _bool,
+    "int": _int,
+    "seconds": _seconds,
+    "choice": _choice,
+    "version": _version,
+}
+
+
+def _typed(opts: Mapping[str, str], name: str) -> Any:
+    """Option ``name`` read as its row says (kind, range or choices). Absent, or empty when the
+    row has no default, it is the row's default; None when there is none. Text kinds are
+    returned as given."""
+    row = OPTIONS[name]
+    text = opts.get(name)
+    if text is None or (not text and row.default is None):
+        text = row.default
+    if text is None:
+        return None
+    reader = _READERS.get(row.kind)
+    return text if reader is None else reader(row, text)
+
+
+def _default(name: str) -> Any:
+    """Option ``name``'s default from the table, parsed: the field defaults of SourceOptions."""
+    return _typed({}, name)
 
 
 def default_client_id(broker: str, topics: tuple[str, ...], wal_path: str | None) -> str:
@@ -114,32 +131,32 @@ def default_wal_root() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    """Validated options of one ``mqtt`` stream."""
+    """Validated options of one ``mqtt`` stream; field defaults are the table's defaults."""
 
     broker: BrokerAddress
     topics: tuple[str, ...]
-    qos: int = 1
+    qos: int = _default("qos")
     client_id: str = ""
-    clean_session: bool = False
-    mqtt_version: ProtocolLevel = ProtocolLevel.MQTT_3_1_1
+    clean_session: bool = _default("cleanSession")
+    mqtt_version: ProtocolLevel = field(default=_default("mqttVersion"))
     username: str | None = None
     password: str | None = field(default=None, repr=False)
-    keep_alive: int = 60
-    connect_timeout: float = 30.0
+    keep_alive: int = _default("keepAlive")
+    connect_timeout: float = _default("connectTimeout")
     wal_path: str = ""
     max_messages_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
-    max_trigger_delay: float = 15.0
-    first_batch_wait: float = 0.5
-    fail_on_data_loss: bool = True
-    max_backlog_messages: int = 1_000_000
-    available_now_idle_timeout: float = 2.0
-    available_now_max_wait: float = 60.0
-    partition_data: str = "inline"
-    records_per_partition: int = RECORDS_PER_PARTITION
+    max_trigger_delay: float = _default("maxTriggerDelay")
+    first_batch_wait: float = _default("firstBatchWait")
+    fail_on_data_loss: bool = _default("failOnDataLoss")
+    max_backlog_messages: int = _default("maxBacklogMessages")
+    available_now_idle_timeout: float = _default("availableNowIdleTimeout")
+    available_now_max_wait: float = _default("availableNowMaxWait")
+    partition_data: str = _default("partitionData")
+    records_per_partition: int = _default("recordsPerPartition")
     tls: TlsOptions | None = None
-    receivers: int = 1
-    shard_by: str = "share"
+    receivers: int = _default("receivers")
+    shard_by: str = _default("shardBy")
     share_group: str = ""
 
     @classmethod
@@ -147,7 +164,7 @@ class SourceOptions:
         """Validate raw string options (any key case)."""
         opts: dict[str, str] = {}
         for key, value in raw.items():
-            canonical = _CANONICAL.get(key.lower())
+            canonical = canonical_name(key)
             if canonical is None:
                 continue  # Spark and other layers pass their own options through
             opts[canonical] = value
@@ -163,17 +180,13 @@ class SourceOptions:
             raise InvalidOptionError(f"option 'brokerUrl': {exc}") from None
 
         topics = _parse_topics(opts)
-        qos = _int("qos", opts.get("qos", "1"), 0, 2)
-        try:
-            version = ProtocolLevel.parse(opts.get("mqttVersion", "3.1.1"))
-        except ValueError:
-            raise InvalidOptionError(
-                f"option 'mqttVersion' must be 3.1 or 3.1.1, got {opts['mqttVersion']!r}"
-            ) from None
-        clean = _bool("cleanSession", opts.get("cleanSession", "false"))
+        qos = _typed(opts, "qos")
+        version = _typed(opts, "mqttVersion")
+        clean = _typed(opts, "cleanSession")
         wal_path = opts.get("walPath") or ""
         client_id = opts.get("clientId") or default_client_id(str(broker), topics, wal_path)
-        several = opts.get("receivers", "1").strip() != "1"
+        one = OPTIONS["receivers"].default or "1"
+        several = opts.get("receivers", one).strip() != one
         if not opts.get("clientId") and version == ProtocolLevel.MQTT_3_1 and several:
             client_id = client_id[:20]  # room for the receivers' "-<i>" (3.1: 23 at most)
         if version == ProtocolLevel.MQTT_3_1 and not 1 <= len(client_id) <= 23:
@@ -192,9 +205,7 @@ class SourceOptions:
         password = opts.get("password")
         if password is not None and username is None:
             raise InvalidOptionError("option 'password' needs option 'username'")
-        allow_plain = _bool(
-            "allowPasswordOverPlainTcp", opts.get("allowPasswordOverPlainTcp", "false")
-        )
+        allow_plain = _typed(opts, "allowPasswordOverPlainTcp")
         # No exemption, not even for loopback: a tunnel or a proxy can make a local port reach
         # another machine, and the rule is simpler to state and audit.
         if password is not None and not broker.tls and not allow_plain:
@@ -205,7 +216,7 @@ class SourceOptions:
             )
 
         tls = None
-        tls_keys = ("tls.caFile", "tls.certFile", "tls.keyFile", "tls.verify")
+        tls_keys = [name for name in OPTIONS if name.startswith("tls.")]
         if broker.tls:
             for key in ("tls.caFile", "tls.certFile", "tls.keyFile"):
                 if key in opts and not Path(opts[key]).is_file():
@@ -216,28 +227,21 @@ class SourceOptions:
                 opts.get("tls.caFile"),
                 opts.get("tls.certFile"),
                 opts.get("tls.keyFile"),
-                _bool("tls.verify", opts.get("tls.verify", "true")),
+                _typed(opts, "tls.verify"),
             )
         elif any(key in opts for key in tls_keys):
             raise InvalidOptionError(
                 "tls.* options need an ssl:// or mqtts:// 'brokerUrl', got " + str(broker)
             )
 
-        min_messages, max_messages = (
-            _int(name, opts[name], 1) if opts.get(name) else None
-            for name in ("minMessagesPerTrigger", "maxMessagesPerTrigger")
-        )
+        min_messages = _typed(opts, "minMessagesPerTrigger")
+        max_messages = _typed(opts, "maxMessagesPerTrigger")
         if min_messages and max_messages and min_messages > max_messages:
             raise InvalidOptionError(
                 f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
                 f"'maxMessagesPerTrigger' ({max_messages})"
             )
-        partition_data = opts.get("partitionData", "inline").strip().lower()
-        if partition_data not in PARTITION_DATA_MODES:
-            raise InvalidOptionError(
-                f"option 'partitionData' must be one of {', '.join(PARTITION_DATA_MODES)}, "
-                f"got {opts['partitionData']!r}"
-            )
+        partition_data = _typed(opts, "partitionData")
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
         return cls(
             broker=broker,
@@ -248,29 +252,19 @@ class SourceOptions:
             mqtt_version=version,
             username=username,
             password=password,
-            keep_alive=_int("keepAlive", opts.get("keepAlive", "60"), 0, 65535),
-            connect_timeout=_seconds("connectTimeout", opts.get("connectTimeout", "30"), 0.001),
+            keep_alive=_typed(opts, "keepAlive"),
+            connect_timeout=_typed(opts, "connectTimeout"),
             wal_path=wal_path,
             max_messages_per_trigger=max_messages,
             min_messages_per_trigger=min_messages,
-            max_trigger_delay=_seconds("maxTriggerDelay", opts.get("maxTriggerDelay", "15"), 0.0),
-            first_batch_wait=_seconds("firstBatchWait", opts.get("firstBatchWait", "0.5"), 0.0),
-            fail_on_data_loss=_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
-            max_backlog_messages=_int(
-                "maxBacklogMessages", opts.get("maxBacklogMessages", "1000000"), 1
-            ),
-            available_now_idle_timeout=_seconds(
-                "availableNowIdleTimeout", opts.get("availableNowIdleTimeout", "2"), 0.01
-            ),
-            available_now_max_wait=_seconds(
-                "availableNowMaxWait", opts.get("availableNowMaxWait", "60"), 0.01
-            ),
+            max_trigger_delay=_typed(opts, "maxTriggerDelay"),
+            first_batch_wait=_typed(opts, "firstBatchWait"),
+            fail_on_data_loss=_typed(opts, "failOnDataLoss"),
+            max_backlog_messages=_typed(opts, "maxBacklogMessages"),
+            available_now_idle_timeout=_typed(opts, "availableNowIdleTimeout"),
+            available_now_max_wait=_typed(opts, "availableNowMaxWait"),
             partition_data=partition_data,
-            records_per_partition=_int(
-                "recordsPerPartition",
-                opts.get("recordsPerPartition", str(RECORDS_PER_PARTITION)),
-                1,
-            ),
+            records_per_partition=_typed(opts, "recordsPerPartition"),
             tls=tls,
             receivers=receivers,
             shard_by=shard_by,
@@ -310,12 +304,8 @@ def _parse_shards(
 ) -> tuple[int, str, str]:
     """``receivers``, ``shardBy`` and ``shareGroup``, validated together: what is valid depends
     on the filters, the protocol level and the client id."""
-    receivers = _int("receivers", opts.get("receivers", "1"), 1, 64)
-    shard_by = opts.get("shardBy", "share").strip().lower()
-    if shard_by not in SHARD_MODES:
-        raise InvalidOptionError(
-            f"option 'shardBy' must be one of {', '.join(SHARD_MODES)}, got {opts['shardBy']!r}"
-        )
+    receivers = _typed(opts, "receivers")
+    shard_by = _typed(opts, "shardBy")
     group = opts.get("shareGroup")
     if group is not None and (not group or any(c in group for c in "/+#\0")):
         raise InvalidOptionError(

@@ -1,0 +1,218 @@
+"""The options of ``spark.readStream.format("mqtt")``: one row each, the only place where an
+option's name, kind, default, range or choices and help are written.
+
+:mod:`connector.source.options` parses with these rows (names, defaults, ranges, choices);
+the ingest job's flags (:mod:`streaming_jobs.ingest_flags`) name the option they set and take
+its choices, default and help from here; ``docs/options.md`` is generated from both tables
+(``python -m streaming_jobs.ingest_flags > docs/options.md``).
+
+Rules of a row: ``default`` is the text the source parses when the option is absent (``None``:
+no value, or one worked out at parse time, which ``shown`` describes); ``low``/``high`` bound
+``int`` and ``seconds`` options; ``choices`` are the accepted values of ``choice`` and
+``version`` options; ``help`` is one line of Markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+KINDS = ("url", "filter", "filters", "text", "secret", "path", "file", "bool", "int", "seconds",
+         "choice", "version")  # fmt: skip
+"""How an option's value is read; ``accepted`` describes each for the docs."""
+
+RECORDS_PER_PARTITION = 100_000
+"""Default ``recordsPerPartition``: the most WAL records one Spark task reads (decision 30)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of the ``mqtt`` source (rules in the module docstring)."""
+
+    name: str
+    kind: str
+    help: str
+    default: str | None = None
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    shown: str | None = None
+    secret: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"option {self.name!r}: unknown kind {self.kind!r}")
+
+    @property
+    def bounds(self) -> str:
+        """The range as validation messages give it: ``0..2`` or ``>= 1``."""
+        if self.high is not None:
+            return f"{self.low}..{self.high}"
+        return f">= {self.low}"
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The accepted values as text when there are few: choices, or a small integer range."""
+        if self.choices:
+            return self.choices
+        low, high = self.low, self.high
+        if self.kind == "int" and low is not None and high is not None and high - low < 10:
+            return tuple(str(n) for n in range(int(low), int(high) + 1))
+        return ()
+
+    @property
+    def accepted(self) -> str:
+        """What the option takes, in Markdown, for the docs."""
+        if self.values:
+            return " \\| ".join(f"`{value}`" for value in self.values)
+        if self.kind == "int":
+            return f"integer {self.bounds}"
+        if self.kind == "seconds":
+            return f"seconds >= {self.low:g}"
+        return {
+            "url": "URL",
+            "filter": "topic filter",
+            "filters": "topic filters, comma-separated",
+            "text": "text",
+            "secret": "text (secret)",
+            "path": "directory",
+            "file": "file",
+            "bool": "`true` \\| `false`",
+        }[self.kind]
+
+    @property
+    def default_text(self) -> str:
+        """The default as the docs show it."""
+        if self.shown is not None:
+            return self.shown
+        return "none" if self.default is None else f"`{self.default}`"
+
+
+OPTIONS: Mapping[str, Option] = {
+    row.name: row
+    for row in (
+        Option("brokerUrl", "url",
+               "broker URL: `tcp://host:port` (1883), `ssl://` or `mqtts://host:port` (8883)",
+               shown="required"),
+        Option("topic", "filter",
+               "one topic filter (`+` and `#` wildcards, `$share/group/filter`)",
+               shown="`topic` or `topics` required"),
+        Option("topics", "filters", "several topic filters, comma-separated, as in `topic`",
+               shown="`topic` or `topics` required"),
+        Option("qos", "int", "subscription QoS", default="1", low=0, high=2),
+        Option("clientId", "text",
+               "MQTT client id; 1 to 23 characters with `mqttVersion` 3.1",
+               shown="derived: `spark-mqtt-` + a hash of broker, topics and WAL path (23 chars, "
+               "valid for 3.1), the same on every run"),
+        Option("cleanSession", "bool",
+               "`false`: a persistent session, the broker queues messages while the query is "
+               "down; `true`: it keeps nothing", default="false"),
+        Option("mqttVersion", "version",
+               "`3.1` (`MQIsdp`, level 3) or `3.1.1` (`MQTT`, level 4)",
+               default="3.1.1", choices=("3.1", "3.1.1")),
+        Option("username", "text", "user name"),
+        Option("password", "secret",
+               "password, with `username`; never logged, shown in plans or written to the WAL",
+               secret=True),
+        Option("keepAlive", "int",
+               "seconds; a dead broker is detected within 1.5 times the keep-alive",
+               default="60", low=0, high=65535),
+        Option("connectTimeout", "seconds", "seconds for TCP, TLS and CONNACK",
+               default="30", low=0.001),
+        Option("walPath", "path",
+               "the write-ahead log directory (the ingest job puts it in the checkpoint)",
+               shown="`$MQTT_WAL_ROOT/<clientId>` or `~/.cache/spark-mqtt-wal/<clientId>`"),
+        Option("maxMessagesPerTrigger", "int",
+               "admission control: at most this many rows per micro-batch", low=1),
+        Option("minMessagesPerTrigger", "int",
+               "skip a trigger while fewer messages wait (bigger, cheaper batches), unless the "
+               "last batch is `maxTriggerDelay` old; at most `maxMessagesPerTrigger`; not "
+               "applied under `Trigger.AvailableNow`", low=1),
+        Option("maxTriggerDelay", "seconds",
+               "with `minMessagesPerTrigger`, the longest wait before a smaller batch runs anyway",
+               default="15", low=0.0),
+        Option("firstBatchWait", "seconds",
+               "before a run's first batch, wait until the receivers' first burst (what the "
+               "broker queued for the session while no query ran) pauses for 0.1 s (counted "
+               "from the end of the last stored read, so a slow append is no pause), at most "
+               "this long, so the first batch takes the queue instead of the few messages "
+               "stored when Spark first asked; `0` turns it off; not applied under "
+               "`Trigger.AvailableNow` (which waits for the queue anyway)",
+               default="0.5", low=0.0),
+        Option("failOnDataLoss", "bool",
+               "fail when the checkpoint points at WAL records that are gone (wiped or replaced "
+               "WAL); `false` logs and continues from the oldest record", default="true"),
+        Option("maxBacklogMessages", "int",
+               "WAL records not yet committed by Spark before the receiver stops reading the "
+               "socket (TCP backpressure)", default="1000000", low=1),
+        Option("availableNowIdleTimeout", "seconds",
+               "seconds without a message after which `Trigger.AvailableNow` considers the "
+               "broker's queue drained", default="2", low=0.01),
+        Option("availableNowMaxWait", "seconds",
+               "`Trigger.AvailableNow` waits at most this long for that quiet moment (with "
+               "steady traffic there is none) and then takes what the WAL holds",
+               default="60", low=0.01),
+        Option("partitionData", "choice",
+               "`inline`: records travel inside the partitions (any cluster); `wal`: tasks read "
+               "the WAL files (executors must see the driver's disk: local mode, shared volume)",
+               default="inline", choices=("inline", "wal")),
+        Option("recordsPerPartition", "int",
+               "split a batch into the fewest near-equal partitions (tasks) of at most this "
+               "many records: a batch of up to 100,000 is one task, since a second task on the "
+               "same cores costs more CPU than it wins back (decision 30); lower it when "
+               "executors elsewhere have idle cores",
+               default=str(RECORDS_PER_PARTITION), low=1),
+        Option("tls.caFile", "file",
+               "CA bundle that signed the broker's certificate (needs an `ssl://` or "
+               "`mqtts://` `brokerUrl`, as every `tls.*` option)"),
+        Option("tls.certFile", "file", "client certificate for mutual TLS, with `tls.keyFile`"),
+        Option("tls.keyFile", "file", "client private key for mutual TLS, with `tls.certFile`"),
+        Option("tls.verify", "bool", "verify the broker's certificate and host name",
+               default="true"),
+        Option("allowPasswordOverPlainTcp", "bool",
+               "a password over plain `tcp://` is refused, loopback included, unless this is "
+               "`true`", default="false"),
+        Option("receivers", "int",
+               "receivers (processes) for this query, each with its own connection and WAL; see "
+               "\"Scaling past one core\" in docs/operations.md", default="1", low=1, high=64),
+        Option("shardBy", "choice",
+               "with `receivers` > 1: `share` (MQTT shared subscriptions, needs `mqttVersion` "
+               "3.1.1) or `topics` (each filter to one receiver; `receivers` ≤ number of "
+               "filters)", default="share", choices=("share", "topics")),
+        Option("shareGroup", "text",
+               "with `shardBy` `share`: the group in `$share/<group>/<filter>` (no `/`, `+`, "
+               "`#`)", shown="the client id, `/`, `+` and `#` replaced by `_`"),
+        Option("path", "text", "the argument of `load(path)`, which Spark passes as an option: "
+               "accepted and not used"),
+    )
+}  # fmt: skip
+"""Every option by its canonical name, in the order the docs list them."""
+
+KNOWN_OPTIONS = tuple(OPTIONS)
+SECRET_OPTIONS = frozenset(row.name for row in OPTIONS.values() if row.secret)
+
+
+def canonical_name(key: str) -> str | None:
+    """The option's canonical spelling (names are case-insensitive); None for unknown keys."""
+    return _CANONICAL.get(key.lower())
+
+
+_CANONICAL = {name.lower(): name for name in OPTIONS}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(flags: Mapping[str, Iterable[str]] | None = None) -> str:
+    """The options as a Markdown table; ``flags`` adds a column: the job's flags per option."""
+    flags = flags or {}
+    head = ["option", "accepted", "default", *(["job flag"] if flags else []), "meaning"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in OPTIONS.values():
+        cells = [f"`{row.name}`", row.accepted, _cell(row.default_text)]
+        if flags:
+            cells.append(", ".join(f"`{flag}`" for flag in flags.get(row.name, ())) or "—")
+        cells.append(_cell(row.help))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,335 @@
+"""The ingest job's flags: one row each, the only place where a flag's name, kind, default,
+config-file key and help are written. ``python -m streaming_jobs.ingest_flags`` prints
+``docs/options.md`` (this table and the source's, :mod:`connector.source.option_table`).
+
+Rules of a row: a flag that sets a source ``option`` takes that row's choices, type, default and
+help unless it gives its own; ``also`` names other options it stands for in error messages.
+``kind`` is ``value``, ``list`` (repeatable), ``pairs`` (repeatable ``KEY=VALUE``; a TOML table
+too), ``names`` (comma-separated; a TOML list too), ``switch`` (``--x``/``--no-x``) or ``action``
+(no value). The config-file key is the flag without its dashes (``-`` or ``_`` inside), unless
+``config`` is false. ``shown`` is the default as ``--help`` and the docs give it; ``to_option``
+turns the flag's value into the option's text (None: the option is left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connector.source.option_table import OPTIONS, Option
+from connector.source.option_table import markdown as options_markdown
+
+KINDS = ("value", "list", "pairs", "names", "switch", "action")
+PAYLOAD_FORMATS = ("binary", "text", "json")
+_UNSET: Any = object()
+"""``Flag.default`` not given: the option's default (a switch: on when that is true), or None."""
+
+
+def _text(value: Any) -> str | None:
+    """The default ``to_option``: a value as option text; a false value (None, False, 0, empty)
+    means none."""
+    if not value:
+        return None
+    if value is True:
+        return "true"
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One flag of the ingest job (rules in the module docstring)."""
+
+    name: str
+    group: str
+    help: str = ""
+    option: str | None = None
+    also: tuple[str, ...] = ()
+    kind: str = "value"
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] = ()
+    default: Any = _UNSET
+    shown: str | None = None
+    required: bool = False
+    config: bool = True
+    to_option: Callable[[Any], str | None] = _text
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"flag {self.name}: unknown kind {self.kind!r}")
+        if self.option is not None and self.option not in OPTIONS:
+            raise ValueError(f"flag {self.name}: no source option {self.option!r}")
+
+    @property
+    def dest(self) -> str:
+        """The argparse name: the attribute of the job's settings."""
+        return self.name[2:].replace("-", "_")
+
+    @property
+    def key(self) -> str | None:
+        """The config-file key (also spelled with underscores); None: command line only."""
+        return self.name[2:] if self.config else None
+
+    @property
+    def row(self) -> Option | None:
+        """The source option's row, when the flag sets an option."""
+        return OPTIONS[self.option] if self.option else None
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The accepted values, when they are few."""
+        if self.choices or self.row is None or self.kind != "value":
+            return self.choices
+        return self.row.values
+
+    @property
+    def value_type(self) -> Callable[[str], Any] | None:
+        """What argparse converts the value with: the flag's own, or the option's number kind."""
+        if self.type is not None or self.values or self.row is None:
+            return self.type
+        return {"int": int, "seconds": float}.get(self.row.kind)
+
+    @property
+    def initial(self) -> Any:
+        """The built-in default: the flag's own, or the option's (switches: off)."""
+        if self.default is not _UNSET:
+            return self.default
+        if self.kind == "action":
+            return False
+        if self.kind == "switch":
+            return self.row is not None and self.row.default == "true"
+        if self.kind == "value" and self.row is not None:
+            return self.row.default
+        return None
+
+    @property
+    def help_text(self) -> str:
+        """One line of Markdown: the flag's own help, or the option's."""
+        if self.help or self.row is None:
+            return self.help
+        return self.row.help
+
+    @property
+    def default_text(self) -> str | None:
+        """The default as the docs show it; None when there is none."""
+        if self.required:
+            return "required"
+        if self.shown is not None or self.kind == "action":
+            return self.shown
+        value = self.initial
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        if value is None:
+            return None
+        return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
+
+    @property
+    def synopsis(self) -> str:
+        """The flag as the docs write it, e.g. ``--qos 0|1|2`` (Markdown)."""
+        if self.kind == "switch":
+            return f"`{self.name}` / `--no-{self.name[2:]}`"
+        if self.kind == "action":
+            return f"`{self.name}`"
+        shown = "\\|".join(self.values) or self.metavar or self.dest.upper()
+        return f"`{self.name} {shown}`"
+
+    def add_to(self, group: argparse._ActionsContainer) -> None:
+        """Add the flag to an argparse group. Its help is the Markdown help without backticks,
+        then "(required)" or "(default: ...)"."""
+        plain = self.help_text.replace("`", "").replace("%", "%%")
+        if self.required:
+            plain += " (required)"
+        elif self.default_text is not None:
+            plain += f" (default: {self.default_text.replace('`', '')})"
+        kwargs: dict[str, Any] = {"help": plain}
+        if self.kind == "switch":
+            kwargs.update(action=argparse.BooleanOptionalAction, default=self.initial)
+        elif self.kind == "action":
+            kwargs.update(action="store_true")
+        else:
+            if self.kind in ("list", "pairs"):
+                kwargs["action"] = "append"
+            if self.initial is not None:
+                kwargs["default"] = self.initial
+            for name, value in (
+                ("metavar", self.metavar),
+                ("type", self.value_type),
+                ("choices", list(self.values)),
+            ):
+                if value:
+                    kwargs[name] = value
+        group.add_argument(self.name, **kwargs)
+
+
+def _on_off(on: Any) -> str:
+    return "true" if on else "false"
+
+
+def _verify(insecure: Any) -> str | None:
+    return "false" if insecure else None
+
+
+MQTT, OUTPUT, RUN = "MQTT", "output", "run"
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--broker", MQTT, option="brokerUrl", metavar="URL", required=True),
+    Flag("--topic", MQTT, "topic filter (`+` and `#` wildcards, `$share/group/filter`); repeat "
+         "for several", option="topics", also=("topic",), kind="list", metavar="FILTER",
+         required=True),
+    Flag("--qos", MQTT, option="qos"),
+    Flag("--client-id", MQTT, "MQTT client id (1 to 23 characters with `--mqtt-version 3.1`)",
+         option="clientId", metavar="ID",
+         shown="stable, derived from broker, topics and checkpoint"),
+    Flag("--clean-session", MQTT, "no persistent session: the broker keeps nothing while the "
+         "job is down", option="cleanSession", kind="switch", shown="a persistent session",
+         to_option=_on_off),
+    Flag("--mqtt-version", MQTT, option="mqttVersion"),
+    Flag("--username", MQTT, option="username", metavar="NAME", shown="`$MQTT_USERNAME`"),
+    Flag("--password-env", MQTT, "environment variable holding the password (never a flag: it "
+         "would show in `ps`)", option="password", metavar="NAME", default="MQTT_PASSWORD"),
+    Flag("--password-file", MQTT, "file whose first line is the password (e.g. a mounted "
+         "secret); wins over `--password-env`", option="password", metavar="FILE"),
+    Flag("--allow-password-over-plain-tcp", MQTT, "send the password over plain `tcp://` (any "
+         "host, loopback included)", option="allowPasswordOverPlainTcp", kind="switch",
+         shown="refused: use `ssl://`"),
+    Flag("--cafile", MQTT, "CA bundle that signed the broker (TLS; needs an `ssl://` or "
+         "`mqtts://` `--broker`, as `--certfile` and `--keyfile` do)", option="tls.caFile",
+         metavar="FILE"),
+    Flag("--certfile", MQTT, "client certificate (mutual TLS)", option="tls.certFile",
+         metavar="FILE"),
+    Flag("--keyfile", MQTT, "client private key (mutual TLS)", option="tls.keyFile",
+         metavar="FILE"),
+    Flag("--insecure", MQTT, "TLS without verifying the broker's certificate and host name "
+         "(testing only; source option `tls.verify=false`)", option="tls.verify", kind="switch",
+         default=False, to_option=_verify),
+    Flag("--source-option", MQTT, "any other option of `format('mqtt')` (those without a job "
+         "flag in the table of options), e.g. `keepAlive=30`; repeatable", kind="pairs",
+         metavar="KEY=VALUE"),
+    Flag("--table", OUTPUT, "Delta table of the messages", metavar="PATH", required=True),
+    Flag("--checkpoint", OUTPUT, "checkpoint directory; also holds the write-ahead log "
+         "(`<checkpoint>/mqtt-wal`)", metavar="PATH", required=True),
+    Flag("--payload-format", OUTPUT, "binary: raw bytes in 'payload'; text: UTF-8 in 'text'; "
+         "json: typed columns from `--schema`", choices=PAYLOAD_FORMATS, default="binary"),
+    Flag("--schema", OUTPUT, "with `--payload-format json` (required there): the payload's "
+         "fields as Spark DDL, e.g. `'temp DOUBLE, status STRING, seq BIGINT NOT NULL'` (NOT "
+         "NULL: a row lacking the field is a parse error)", metavar="DDL"),
+    Flag("--keep-payload", OUTPUT, "text/json: also keep the raw 'payload' column for rows "
+         "that parsed", kind="switch", shown="only for rows that did not"),
+    Flag("--topic-columns", OUTPUT, "topic levels as string columns, by position: `site,device` "
+         "makes level 0 'site' and level 1 'device'; an empty name or `_` skips a level; a "
+         "missing level is null", kind="names", metavar="NAMES"),
+    Flag("--dead-letter-table", OUTPUT, "text/json: Delta table for rows whose payload does not "
+         "parse (raw payload, MQTT columns, reason); without it they stay in `--table` with "
+         "'_parse_error' set", metavar="PATH"),
+    Flag("--partition-by", OUTPUT, "comma-separated partition columns of `--table`; 'date' "
+         "adds the UTC receive date", kind="names", metavar="COLUMNS"),
+    Flag("--table-checkpoint-interval", OUTPUT, "`delta.checkpointInterval` of the tables the "
+         "job creates (the job checkpoints every 10 versions in the background); existing "
+         "tables keep theirs", type=int, metavar="N",
+         shown="`1000`, or the session's "
+         "`spark.databricks.delta.properties.defaults.checkpointInterval` when set"),
+    Flag("--merge-schema", OUTPUT, "let new `--schema` fields add columns to existing tables",
+         kind="switch", shown="refuse"),
+    Flag("--trigger", RUN, "`available-now` (drain what is queued, WAL and broker, then exit) "
+         "or `processing-time=INTERVAL`", default="processing-time=1 second"),
+    Flag("--max-messages-per-trigger", RUN, option="maxMessagesPerTrigger", metavar="N"),
+    Flag("--partition-data", RUN, "how tasks get the records: `inline` in the partitions (any "
+         "cluster) or from the `wal` files (executors share the driver's disk)",
+         option="partitionData", default=None, shown="`wal` in local mode, else `inline`"),
+    Flag("--stop-timeout", RUN, "on SIGTERM/Ctrl-C, how long to wait for the batch in flight",
+         type=float, default=60.0, metavar="SECONDS"),
+    Flag("--master", RUN, "Spark master when spark-submit did not set one", metavar="URL",
+         shown="spark-submit's, else `local[2]`"),
+    Flag("--spark-conf", RUN, "Spark setting for the session; repeatable", kind="pairs",
+         metavar="KEY=VALUE"),
+    Flag("--log-level", RUN, "the job's own log: `INFO` gives progress lines and a summary, "
+         "`DEBUG` adds Spark's stack traces and per-write timings", type=str.upper,
+         choices=("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO"),
+    Flag("--spark-log-level", RUN, "Spark's log level", type=str.upper,
+         choices=("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"), default="WARN"),
+    Flag("--config", RUN, "TOML file of settings (keys: flag names without the dashes)",
+         metavar="FILE", config=False),
+    Flag("--print-config", RUN, "print the effective settings as JSON and exit (no password "
+         "in it)", kind="action", config=False),
+)  # fmt: skip
+"""Every flag, in ``--help`` order; ``-h``/``--help`` is argparse's own."""
+
+BY_DEST: Mapping[str, Flag] = {flag.dest: flag for flag in FLAGS}
+
+
+def option_flags() -> dict[str, list[str]]:
+    """The job's flags per source option they set or stand for."""
+    out: dict[str, list[str]] = {}
+    for flag in FLAGS:
+        for option in (flag.option, *flag.also) if flag.option else ():
+            out.setdefault(option, []).append(flag.name)
+    return out
+
+
+def _toml_form(flag: Flag) -> str:
+    """The TOML values a config key takes, when more than one string or number."""
+    return {
+        "list": " (string or list)",
+        "pairs": " (string, list or table)",
+        "names": " (string or list)",
+        "switch": " (true or false)",
+    }.get(flag.kind, "")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown() -> str:
+    """``docs/options.md``: the source's options, then the job's flags and config keys."""
+    required = ", ".join(f"`{f.name}`" for f in FLAGS if f.required)
+    lines = [
+        "# Options and flags",
+        "",
+        "<!-- Generated from connector/source/option_table.py and streaming_jobs/ingest_flags.py"
+        " by `python -m streaming_jobs.ingest_flags > docs/options.md`; edit those, not this"
+        " file. -->",
+        "",
+        '## Options of `format("mqtt")`',
+        "",
+        "Every invalid or missing option fails at `load()`, naming the option and the accepted "
+        "values, before any connection is made. Names are case-insensitive. The job flag "
+        "column names the ingest job's flag for the option; the job takes the others with "
+        "`--source-option KEY=VALUE`.",
+        "",
+        options_markdown(option_flags()),
+        "## Flags of the ingest job",
+        "",
+        f"Required: {required} (on the command line or in the config file). "
+        "`python streaming_jobs/ingest.py --help` gives the same list.",
+        "",
+        "| flag | default | config key | meaning |",
+        "|---|---|---|---|",
+    ]
+    for flag in FLAGS:
+        key = f"`{flag.key}`{_toml_form(flag)}" if flag.key else "— (command line only)"
+        cells = [flag.default_text or "—", key, flag.help_text]
+        lines.append(f"| {flag.synopsis} | " + " | ".join(map(_cell, cells)) + " |")
+    lines += [
+        "",
+        "## Config file",
+        "",
+        "`--config FILE` reads settings from TOML. Keys are flag names without the leading "
+        "dashes, spelled with dashes or underscores (`dead-letter-table` or "
+        "`dead_letter_table`); the config key column gives each key and the TOML values it "
+        "takes. Flags on the command line win over the file, the file over `MQTT_USERNAME`, "
+        "and that over the defaults. An unknown key is an error naming it; a `password` key is "
+        "refused (the password comes from the variable named by `password-env` or from "
+        "`password-file`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())
