@@ -31,11 +31,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from connector.mqtt.codec import encode_publish
 from connector.mqtt.decoder import StreamDecoder
-from connector.mqtt.packets import Publish
+from connector.mqtt.packets import Packet, Publish
 from connector.mqtt.session import ClientSession, SessionConfig
 
 from .common import (
@@ -122,7 +122,7 @@ def run_ours_callback(work: Workload) -> tuple[float, int]:
     """Decode and hand each ``Publish`` to a counting callback."""
     count = 0
 
-    def on_message(message: Publish) -> None:
+    def on_message(message: Packet) -> None:
         nonlocal count
         count += 1
 
@@ -221,7 +221,7 @@ def _paho_client(reads: Sequence[bytes], on_message: Callable[..., None]) -> tup
         paho.CallbackAPIVersion.VERSION2, client_id="bench-codec", protocol=paho.MQTTv311
     )
     sock = FakeSocket(reads)
-    client._sock = sock
+    client._sock = cast("paho.SocketLike", sock)  # has what _packet_read and PUBACKs use
     client._state = paho._ConnectionState.MQTT_CS_CONNECTED
     client.on_message = on_message
     return client, sock
@@ -260,7 +260,9 @@ def _expect(condition: bool, what: str) -> None:
         raise SystemExit(f"verification failed: {what}")
 
 
-def _check_messages(peer: str, got: list[tuple[str, bytes, int, int]], work: Workload) -> None:
+def _check_messages(
+    peer: str, got: list[tuple[str, bytes, int | None, int]], work: Workload
+) -> None:
     _expect(len(got) == work.messages, f"{peer} decoded {len(got)} of {work.messages} messages")
     expected = list(
         zip(work.topics, work.payloads, work.packet_ids, [1] * work.messages, strict=True)

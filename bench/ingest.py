@@ -109,7 +109,7 @@ TOPIC_FILTER = "plant/+/+/telemetry"
 QOS2_BACKLOG_LIMIT = 60_000
 """QoS 2 backlogs stay below the packet-id space: Mosquitto 2.0 numbers queued messages when it
 queues them, so past 65,535 waiting for one session it reuses ids of open exchanges and the
-drain stalls (``mosquitto_sub`` too); the README's broker notes say so."""
+drain stalls (``mosquitto_sub`` too); docs/brokers.md says so."""
 PAYLOAD_BYTES = 100
 MODES = ("wal", "inline")
 SINKS = ("job", "delta")

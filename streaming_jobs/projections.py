@@ -15,16 +15,19 @@ an empty cache.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
 
 
 class Projections:
     """Named column lists, each built on first use in a Spark context."""
 
     def __init__(self) -> None:
-        self._context: object | None = None
+        self._context: SparkContext | None = None
         self._columns: dict[str, list[Column]] = {}
         self._sequences: dict[str, Any] = {}
 

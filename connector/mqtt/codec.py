@@ -133,10 +133,10 @@ def encode_publish(
     topic_bytes = topic.encode("utf-8") if isinstance(topic, str) else topic
     header = 0x30 | (qos << 1) | (1 if retain else 0)
     if qos:
-        _check_packet_id(packet_id, "a QoS 1/2 PUBLISH")
+        pid = _check_packet_id(packet_id, "a QoS 1/2 PUBLISH")
         if dup:
             header |= 0x08
-        variable = _U16.pack(len(topic_bytes)) + topic_bytes + _U16.pack(packet_id)  # type: ignore[arg-type]
+        variable = _U16.pack(len(topic_bytes)) + topic_bytes + _U16.pack(pid)
     else:
         if dup:
             raise ValueError("DUP must be 0 on a QoS 0 PUBLISH (section 3.3.1.1)")
@@ -158,11 +158,11 @@ def encode(packet: Packet, level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
         return encode_publish(
             packet.topic, packet.payload, packet.qos, packet.packet_id, packet.retain, packet.dup
         )
-    if kind in (PacketType.PUBACK, PacketType.PUBREC, PacketType.PUBCOMP, PacketType.UNSUBACK):
-        pid = _check_packet_id(packet.packet_id, kind.name)  # type: ignore[union-attr]
+    if isinstance(packet, (Puback, Pubrec, Pubcomp, Unsuback)):
+        pid = _check_packet_id(packet.packet_id, kind.name)
         return _ack_frame(kind << 4, pid)
-    if kind is PacketType.PUBREL:
-        return _ack_frame(0x62, _check_packet_id(packet.packet_id, "PUBREL"))  # type: ignore[union-attr]
+    if isinstance(packet, Pubrel):
+        return _ack_frame(0x62, _check_packet_id(packet.packet_id, "PUBREL"))
     if kind is PacketType.PINGREQ:
         return b"\xc0\x00"
     if kind is PacketType.PINGRESP:

@@ -29,6 +29,7 @@ from .packets import Publish
 from .session import (
     ClientSession,
     Connected,
+    Event,
     ProtocolViolation,
     PublishDone,
     Released,
@@ -194,7 +195,7 @@ class MqttClient:
         self.connections = 0
         self.publish_done: list[int] = []
         self._sock: socket.socket | None = None
-        self._backlog: list[object] = []
+        self._backlog: list[Event] = []
         """Events read while ``connect()`` waited for CONNACK/SUBACK, for the next ``poll()``."""
         self._retry_at = 0.0
         """``clock()`` time before which ``poll()`` makes no reconnect attempt (backoff)."""
@@ -443,7 +444,7 @@ class MqttClient:
             lost.nothing_sent = len(view) == len(data)
             raise lost from exc
 
-    def _read(self, timeout: float | None) -> list:
+    def _read(self, timeout: float | None) -> list[Event]:
         """One socket read (waiting at most ``timeout``), decoded into session events."""
         sock = self._sock
         if sock is None:

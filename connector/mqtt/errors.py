@@ -6,6 +6,12 @@ the spec section (MQTT 3.1.1, OASIS Standard, unless it says 3.1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .packets import Packet
+
 
 class MqttError(Exception):
     """Base class of every error raised by :mod:`connector.mqtt`."""
@@ -19,7 +25,7 @@ class MalformedPacket(MqttError):
     ``packets`` holds the well-formed packets that preceded the bad frame in the same read.
     """
 
-    packets: tuple[object, ...] | list[object] = ()
+    packets: Sequence[Packet] = ()
 
 
 class PacketTooLarge(MalformedPacket):

@@ -506,23 +506,23 @@ class ClientSession:
             # Only a message delivered on this connection and not yet acknowledged: an ack for
             # one from an earlier connection could acknowledge a different message that the
             # broker sent with the same packet id.
-            if not message.qos:
+            if pid is None:  # QoS 0: only a QoS 1/2 PUBLISH has a packet id (section 2.3.1)
                 continue
-            stored = inbound.get(pid)  # type: ignore[arg-type]
+            stored = inbound.get(pid)
             if stored is not message and (stored is None or stored != message):
-                if not later or self._pop_later(pid, message) is None:  # type: ignore[arg-type]
+                if not later or self._pop_later(pid, message) is None:
                     # Delivered on an earlier connection: its ack can no longer be written.
                     self._stored_unacknowledged(message)
                     continue
             elif later and pid in later:
-                inbound[pid] = self._pop_later(pid)  # type: ignore[arg-type,assignment,index]
+                inbound[pid] = self._pop_oldest_later(pid)
             else:
-                del inbound[pid]  # type: ignore[arg-type]
+                del inbound[pid]
             if message.qos == 1:
-                words.append(_PUBACK | pid)  # type: ignore[operator]
-            elif qos2.get(pid) is _RECEIVED:  # type: ignore[arg-type]
-                qos2[pid] = _RECORDED  # type: ignore[index]
-                self._pubrec(pid, words)  # type: ignore[arg-type]
+                words.append(_PUBACK | pid)
+            elif qos2.get(pid) is _RECEIVED:
+                qos2[pid] = _RECORDED
+                self._pubrec(pid, words)
         self._send_words(words, now)
 
     def acks_not_written(self, messages: Iterable[Publish]) -> None:
@@ -578,15 +578,21 @@ class ClientSession:
         if words:
             self._send(Struct(f">{len(words)}I").pack(*words), now)
 
-    def _pop_later(self, pid: int, message: Publish | None = None) -> Publish | None:
-        """Take ``message`` (default: the oldest) from the later resends of ``pid``."""
+    def _pop_later(self, pid: int, message: Publish) -> Publish | None:
+        """Take ``message`` from the later resends of ``pid``; None when it is not one."""
         queue = self._inbound_later.get(pid)
-        if queue is None or (message is not None and message not in queue):
+        if queue is None or message not in queue:
             return None
-        if message is None:
-            message = queue.popleft()
-        else:
-            queue.remove(message)
+        queue.remove(message)
+        if not queue:
+            del self._inbound_later[pid]
+        return message
+
+    def _pop_oldest_later(self, pid: int) -> Publish:
+        """Take the oldest of the later resends of ``pid``, which has some (an emptied queue
+        is deleted)."""
+        queue = self._inbound_later[pid]
+        message = queue.popleft()
         if not queue:
             del self._inbound_later[pid]
         return message
@@ -704,7 +710,7 @@ class ClientSession:
         try:
             packets = self._decoder.feed(data)
         except MalformedPacket as exc:
-            packets = list(exc.packets)  # type: ignore[arg-type]
+            packets = list(exc.packets)
             violation = str(exc)
         events: list[Event] = []
         if self.state is State.CONNECTED:
@@ -718,13 +724,13 @@ class ClientSession:
                 if type(packet) is Pubrel:  # the QoS 2 release phase: skip _handle's chain
                     self._on_pubrel(packet.packet_id, events, now)
                     continue
-                problem = self._handle(packet, events, now)  # type: ignore[arg-type]
+                problem = self._handle(packet, events, now)
                 if problem:
                     violation = problem
                     break
         else:
             for packet in packets:
-                problem = self._handle(packet, events, now)  # type: ignore[arg-type]
+                problem = self._handle(packet, events, now)
                 if problem:
                     violation = problem
                     break
@@ -856,9 +862,9 @@ class ClientSession:
         the other: the read ends unacknowledged, and the broker resends both on the next
         connection. An identical copy of a message not yet stored is taken for a resend with a
         missing DUP flag."""
-        pid: int = packet.packet_id  # type: ignore[assignment]
+        pid = packet.packet_id
         qos = packet.qos
-        if not qos:
+        if pid is None:  # QoS 0: the decoder gives a PUBLISH its packet id exactly at QoS 1/2
             events.append(packet)
             return None
         if self.max_qos is not None and qos > self.max_qos:

@@ -17,8 +17,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -104,12 +106,12 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._shards: list[LocalShard] | list[ShardProcess] | None = None
+        self._shards: Sequence[LocalShard | ShardProcess] | None = None
         self._targets: list[int] | None = None
         self._last_batch_at: float | None = None
         self._settled = False
         self._sigterm_handled = False
-        self._previous_sigterm: object = None
+        self._previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
         self._terminated = False
         self._stopping = False
 
@@ -127,7 +129,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
 
     @property
-    def shards(self) -> list[LocalShard] | list[ShardProcess]:
+    def shards(self) -> Sequence[LocalShard | ShardProcess]:
         if self._shards is None:
             check_wal_layout(self.options)
             self._stop_on_sigterm()
@@ -375,7 +377,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._stopping = False
             if self._sigterm_handled:
                 previous = self._previous_sigterm
-                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # type: ignore[arg-type]
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
                 self._sigterm_handled = False
             if self._terminated:
                 self._exit_terminated(errors)

@@ -215,7 +215,8 @@ class Receiver:
     def _matches_stored(self, message: Publish) -> bool | None:
         """Whether ``message`` equals the latest message stored with its packet id (None:
         none stored). The session's question for a PUBLISH on a pending QoS 2 id."""
-        digest = self.wal.latest_digest(message.packet_id)  # type: ignore[arg-type]
+        pid = message.packet_id
+        digest = None if pid is None else self.wal.latest_digest(pid)
         return None if digest is None else digest == record_digest(message.topic, message.payload)
 
     def _on_connect(self, connected: Connected) -> None:
@@ -372,8 +373,9 @@ class Receiver:
         latest = self.wal.latest_digest
         found = 0
         for m in messages:
-            if m.qos and (m.dup or m.qos == 2):
-                digest = latest(m.packet_id)  # type: ignore[arg-type]
+            pid = m.packet_id  # None exactly at QoS 0
+            if pid is not None and (m.dup or m.qos == 2):
+                digest = latest(pid)
                 if digest is not None and digest == record_digest(m.topic, m.payload):
                     found += 1
         if not found:

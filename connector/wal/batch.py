@@ -17,7 +17,7 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 from .block import BLOCK_SLACK, ROW_BYTES, body_size, encode_block
 from .records import (
@@ -35,6 +35,17 @@ from .segment import INDEX_INTERVAL, encode_header
 from .state import QosState
 
 _TOPIC_CACHE_LIMIT = 4096
+
+_Appenders: TypeAlias = tuple[
+    Callable[[str], int | None],  # the block's topic index of a topic (None: not in its table)
+    list[int],  # the digest seed of each topic index
+    Callable[[int], None],  # topic index
+    Callable[[int], None],  # flags
+    Callable[[int], None],  # message id (0 without one)
+    Callable[[int], None],  # timestamp
+    Callable[[int], None],  # payload end
+    Callable[[bytes], None],  # payload
+]
 
 
 @dataclass(slots=True)
@@ -265,7 +276,7 @@ class _OpenBlock:
         self.ends = array("i", [0])
         self.payloads: list[bytes] = []
 
-    def appenders(self) -> tuple[Callable[..., Any], ...]:
+    def appenders(self) -> _Appenders:
         """The bound methods the hot loop calls per row (and the seeds list)."""
         return (
             self.topics.get,

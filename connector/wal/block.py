@@ -53,11 +53,11 @@ def body_size(count: int, table_bytes: int, payload_bytes: int) -> int:
 def encode_block(
     first_offset: int,
     topics: list[bytes],
-    timestamps: array,
-    message_ids: array,
+    timestamps: array[int],
+    message_ids: array[int],
     flags: bytearray,
-    topic_ids: array,
-    payload_ends: array,
+    topic_ids: array[int],
+    payload_ends: array[int],
     payloads: list[bytes],
 ) -> list[bytes]:
     """The framed block record as parts to write in order (frame head, columns, payloads).

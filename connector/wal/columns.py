@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .records import (
     DUPLICATE_OF,
@@ -25,6 +25,8 @@ from .records import (
 
 Buffer = Any
 """A C-contiguous buffer of machine values: an ``array``, ``bytes`` or a typed memoryview."""
+
+_T = TypeVar("_T")
 
 
 class ColumnPiece:
@@ -144,7 +146,7 @@ class WalColumns:
             getattr(self, name) == getattr(other, name) for name in _COLUMN_NAMES
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    # Unhashable: a class that defines __eq__ without __hash__ gets __hash__ = None.
 
     def __repr__(self) -> str:
         return (
@@ -152,13 +154,13 @@ class WalColumns:
             f"pieces={len(self.pieces)})"
         )
 
-    def _list(self, name: str, build: Callable[[], Any]) -> Any:
-        value = self._lists.get(name)
+    def _list(self, name: str, build: Callable[[], _T]) -> _T:
+        value: _T | None = self._lists.get(name)
         if value is None:
             value = self._lists[name] = build()
         return value
 
-    def _joined(self, name: str, typecode: str) -> array:
+    def _joined(self, name: str, typecode: str) -> array[int]:
         """One buffer column of every piece, concatenated."""
         joined = array(typecode)
         for piece in self.pieces:
@@ -171,12 +173,12 @@ class WalColumns:
         return self._list("flags", lambda: self._joined("flags", "B").tobytes())
 
     @property
-    def message_id_values(self) -> array:
+    def message_id_values(self) -> array[int]:
         """Raw u16 message ids (``array('H')``); meaningful only where flags have FLAG_HAS_ID."""
         return self._list("message_id_values", lambda: self._joined("message_ids", "H"))
 
     @property
-    def timestamps(self) -> array:
+    def timestamps(self) -> array[int]:
         """Timestamps in microseconds as ``array('q')``."""
         return self._list("timestamps", lambda: self._joined("timestamps", "q"))
 

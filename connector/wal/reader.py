@@ -214,6 +214,8 @@ def _hint_is_valid(fd: int, offset: int, position: int) -> bool:
     head = os.pread(fd, _HINT_HEAD.size, position)
     if len(head) < _HINT_HEAD.size:
         return False
+    length: int
+    crc: int
     length, crc, kind, stored = _HINT_HEAD.unpack(head)
     smallest = _SMALLEST_LENGTH.get(kind)
     if smallest is None or not smallest <= length <= MAX_RECORD_LENGTH or stored != offset:

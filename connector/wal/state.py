@@ -40,7 +40,7 @@ class QosState:
             return NotImplemented
         return self.pending_qos2 == other.pending_qos2 and self.digests == other.digests
 
-    __hash__ = None  # type: ignore[assignment]  # mutable
+    # Mutable, so unhashable: a class that defines __eq__ without __hash__ gets __hash__ = None.
 
     def __repr__(self) -> str:
         return (

@@ -13,7 +13,7 @@
 # MAGIC * **checkpoint** can live on a volume or DBFS. The source's write-ahead log (**wal_path**)
 # MAGIC   must be a driver-local path that survives as long as the checkpoint does: by default it
 # MAGIC   is `<checkpoint>/mqtt-wal` when the checkpoint is a local path, and the source's default
-# MAGIC   (`$MQTT_WAL_ROOT/<clientId>`) otherwise. See the README, "Running on Databricks".
+# MAGIC   (`$MQTT_WAL_ROOT/<clientId>`) otherwise. See docs/deployment.md, "Running on Databricks".
 # MAGIC
 # MAGIC Outside Databricks (no `dbutils`) the parameters come from the environment variables
 # MAGIC `MQTT_BROKER_URL`, `MQTT_TOPIC`, `MQTT_QOS`, `MQTT_TABLE`, `MQTT_CHECKPOINT`,
@@ -22,9 +22,11 @@
 # COMMAND ----------
 
 import os
+from typing import cast
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from connector.source import MqttDataSource
 
@@ -108,7 +110,8 @@ parsed = messages.withColumn(
         F.col("payload").cast("string"), schema, {"columnNameOfCorruptRecord": "_corrupt_record"}
     ),
 )
-fields = [f for f in parsed.schema["data"].dataType.fieldNames() if f != "_corrupt_record"]
+data_type = cast(StructType, parsed.schema["data"].dataType)  # from_json's struct schema
+fields = [f for f in data_type.fieldNames() if f != "_corrupt_record"]
 rows = parsed.select(
     "topic",
     *[F.col(f"data.{f}").alias(f) for f in fields],
