@@ -1,9 +1,10 @@
 # Developer and CI entry points. `make setup` is idempotent and cheap once done:
 # each step leaves a stamp file and only re-runs when its inputs change.
+# `make` alone runs `make unit` (the fast tests); `make test` runs the whole suite (CI).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
-.DEFAULT_GOAL := test
+.DEFAULT_GOAL := unit
 MAKEFLAGS += --no-builtin-rules
 
 PYTHON ?= python3
@@ -137,14 +138,28 @@ $(AEDES_STAMP): $(AEDES_DIR)/package.json $(AEDES_DIR)/package-lock.json
 		touch "$(abspath $@)"; \
 	fi
 
-## test: the suite under tests/ (pyproject's testpaths); extra pytest arguments,
-## including narrower paths, via PYTEST_ARGS="..."
+## test: the whole suite under tests/ (pyproject's testpaths: unit, integration, Spark,
+## chaos, interop, fuzz), after the full setup; what CI (.ci/run) runs. Extra pytest
+## arguments, including narrower paths, via PYTEST_ARGS="..."
 test: setup
 	$(VENV_PY) -m pytest -q $(PYTEST_ARGS)
 
-## lint: ruff over the repository
+## unit: the default goal. The fast tests, which need neither Spark nor a broker: tests/unit
+## and tests/fuzz's bounded runs, without the few tests there marked integration, spark or
+## interop (tests/conftest.py marks a test that uses the mosquitto or broker_factory fixture
+## integration). Well under a minute; needs only the virtualenv, not the rest of `make setup`.
+## Extra pytest arguments via PYTEST_ARGS="..."
+.PHONY: unit
+UNIT_PATHS := tests/unit tests/fuzz
+UNIT_MARKERS := not integration and not spark and not interop
+unit: $(VENV_STAMP)
+	$(VENV_PY) -m pytest -q -m "$(UNIT_MARKERS)" $(UNIT_PATHS) $(PYTEST_ARGS)
+
+## lint: ruff over the repository, then mypy over connector/, streaming_jobs/ and
+## pyspark_mqtt.py ([tool.mypy] in pyproject.toml: strict for connector.mqtt and connector.wal)
 lint: $(VENV_STAMP)
 	$(VENV_PY) -m ruff check .
+	$(VENV_PY) -m mypy
 
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
@@ -201,5 +216,5 @@ chaos: setup
 ## clean: remove everything setup and the tools generated (not data/)
 clean:
 	rm -rf $(VENV) $(JARS_DIR) $(BROKERS_DIR) $(AEDES_DIR)/node_modules .pytest_cache .ruff_cache \
-		.hypothesis *.egg-info
+		.hypothesis .mypy_cache *.egg-info
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

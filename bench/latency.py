@@ -35,7 +35,7 @@ Every table is created as the job creates it (``BatchWriter.create_tables``), wi
 stream's commits, and the job writes a checkpoint every 10 versions in the background. After
 the pairs, one more run at the goal's rate and trigger writes a table created with Delta's own
 default interval, 10 (``--no-delta-interval-run`` skips it): Delta then computes the table's
-full state inside every 10th commit, about 1 s in the stream's path (README, "Latency").
+full state inside every 10th commit, about 1 s in the stream's path (docs/operations.md, "Latency").
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
+
+from streaming_jobs import delta_log
 
 from .common import (
     REPO_ROOT,
@@ -75,7 +77,7 @@ DELTA_CHECKPOINT_INTERVAL = 10
 JOB_CHECKPOINT_INTERVAL = 1000
 """``streaming_jobs.batch_writer.CREATED_TABLE_CHECKPOINT_INTERVAL``, the interval of the tables
 the job creates (kept here so that reading results needs no PySpark; a unit test compares)."""
-GOAL = {"rate": 10_000, "trigger": "500 milliseconds", "p99_seconds": 2.0}
+GOAL: dict[str, Any] = {"rate": 10_000, "trigger": "500 milliseconds", "p99_seconds": 2.0}
 POLL_SECONDS = 0.005
 INFLIGHT = 100
 SEQ_DIGITS = 10
@@ -183,7 +185,7 @@ class CommitWatcher:
     """Notes when each commit of a Delta table becomes visible, in a thread."""
 
     def __init__(self, table: Path, interval: float = POLL_SECONDS) -> None:
-        self.log_dir = table / "_delta_log"
+        self.table = table
         self.interval = interval
         self.commits: list[Commit] = []
         self.records = 0
@@ -201,18 +203,15 @@ class CommitWatcher:
     def _run(self) -> None:
         version = 0
         while not self._stop.is_set():
-            path = self.log_dir / f"{version:020d}.json"
-            if not path.exists():
+            if not delta_log.commit_file(self.table, version).exists():
                 self._stop.wait(self.interval)
                 continue
             commit = Commit(version, time.time())
-            for line in path.read_text().splitlines():
-                action = json.loads(line)
+            for action in delta_log.read_commit(self.table, version) or ():
                 if "add" in action:
                     add = action["add"]
                     commit.files.append(unquote(add["path"]))
-                    stats = json.loads(add.get("stats") or "{}")
-                    commit.records += int(stats.get("numRecords", 0))
+                    commit.records += delta_log.file_rows(add) or 0
             self.commits.append(commit)
             self.records += commit.records
             version += 1
@@ -447,7 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             warm = Path(tmp) / "warm"
             run_once(spark, RATES[0], args.triggers[0], WARMUP_RUN_SECONDS, 1.0, args.size, warm,
                      args.timeout)  # fmt: skip
-            warm_checkpoint = any(warm.rglob(f"_delta_log/{DELTA_CHECKPOINT_INTERVAL:020d}.json"))
+            checkpointed = delta_log.commit_name(DELTA_CHECKPOINT_INTERVAL)
+            warm_checkpoint = any(warm.rglob(f"{delta_log.LOG_DIR}/{checkpointed}"))
         for rate in args.rates:
             for trigger in args.triggers:
                 run = run_once(

@@ -37,17 +37,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from typing import Any
 
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.errors import MqttError
 from connector.mqtt.session import SessionConfig
+from streaming_jobs.delta_log import DeltaSnapshot, UnreadableTable, delta_row_count
 from streaming_jobs.local_broker import BrokerError, MosquittoBroker
 from streaming_jobs.process_tree import alive_in, process_groups
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 log = logging.getLogger("streaming_jobs.demo")
 
@@ -228,78 +225,6 @@ def create_job_session(broker_url: str) -> None:
 
 
 # ---------------------------------------------------------------------------- Delta tables
-
-
-@dataclass
-class DeltaSnapshot:
-    """The live files of a Delta table, from its JSON commit log; no Spark needed.
-
-    Enough for the append-only tables the ingest job writes, and cheap enough to poll while
-    it writes. Tables with deletion vectors or column mapping are refused (Spark reads them).
-    """
-
-    table: Path
-    files: dict[str, tuple[int | None, dict[str, str]]] = field(default_factory=dict)
-    """Relative path -> (rows from the file's statistics, partition values)."""
-
-    @classmethod
-    def load(cls, table: Path) -> DeltaSnapshot:
-        """Replay ``_delta_log/*.json`` (an empty snapshot before the first commit)."""
-        snapshot = cls(table)
-        log_dir = table / "_delta_log"
-        commits = sorted(p for p in log_dir.glob("*.json") if p.stem.isdigit())
-        if commits and int(commits[0].stem) != 0:
-            raise DemoFailed(f"{log_dir} starts at {commits[0].name}: old commits were cleaned")
-        for commit in commits:
-            for line in commit.read_text().splitlines():
-                action = json.loads(line) if line.strip() else {}
-                if "add" in action:
-                    add = action["add"]
-                    if add.get("deletionVector"):
-                        raise DemoFailed(f"{table} uses deletion vectors: read it with Spark")
-                    stats = json.loads(add.get("stats") or "{}")
-                    rows = stats.get("numRecords")
-                    snapshot.files[add["path"]] = (rows, dict(add.get("partitionValues") or {}))
-                elif "remove" in action:
-                    snapshot.files.pop(action["remove"]["path"], None)
-                elif "metaData" in action:
-                    config = action["metaData"].get("configuration") or {}
-                    if config.get("delta.columnMapping.mode", "none") != "none":
-                        raise DemoFailed(f"{table} uses column mapping: read it with Spark")
-        return snapshot
-
-    @property
-    def rows(self) -> int:
-        """Rows in the table (statistics; the Parquet footer for files without them)."""
-        import pyarrow.parquet as pq
-
-        return sum(
-            rows if rows is not None else pq.ParquetFile(self._file(path)).metadata.num_rows
-            for path, (rows, _) in self.files.items()
-        )
-
-    def read(self) -> pa.Table:
-        """Every row, partition columns included (as strings)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        parts = []
-        for path, (_, partition) in self.files.items():
-            part = pq.read_table(self._file(path))
-            for name, value in partition.items():
-                part = part.append_column(name, pa.array([value] * part.num_rows, pa.string()))
-            parts.append(part)
-        if not parts:
-            return pa.table({})
-        return pa.concat_tables(parts, promote_options="permissive")
-
-    def _file(self, path: str) -> Path:
-        return self.table / unquote(path)
-
-
-def delta_row_count(table: Path) -> int:
-    """Rows in the Delta table at ``table`` (0 before its first commit)."""
-    return DeltaSnapshot.load(table).rows
 
 
 @dataclass
@@ -817,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"demo interrupted ({exc}); processes stopped, data left in {paths.root}\n"
         )
         return 130
-    except (DemoFailed, BrokerError, MqttError, OSError) as exc:
+    except (DemoFailed, UnreadableTable, BrokerError, MqttError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\ndata left in {paths.root} for a look\n")
         return 1
     paths.report.write_text(json.dumps(report, indent=2) + "\n")

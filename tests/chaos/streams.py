@@ -11,8 +11,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from streaming_jobs.delta_log import delta_version
 from tests.chaos.harness import Ledger
-from tests.spark.conftest import LAND_TIMEOUT, delta_version, ensure_healthy
+from tests.spark.streams import LAND_TIMEOUT, ensure_healthy
 from tests.waiting import wait_until
 
 FAIL_TIMEOUT = 120.0

@@ -24,12 +24,13 @@ import random
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming_jobs.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
-from tests.chaos.conftest import Tally, settle
 from tests.chaos.harness import Ledger, Publisher, sized
 from tests.chaos.proxy import ChaosProxy
 from tests.chaos.streams import table_payloads, wait_for_every_message
-from tests.spark.conftest import (
+from tests.chaos.tally import Tally, settle
+from tests.spark.streams import (
     StreamDirs,
     ensure_healthy,
     reported_delivery,
@@ -37,7 +38,6 @@ from tests.spark.conftest import (
     unique_id,
     wait_subscribed,
 )
-from tests.spark.job_runner import delta_row_count
 from tests.waiting import wait_until
 
 log = logging.getLogger(__name__)

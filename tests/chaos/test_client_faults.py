@@ -20,9 +20,9 @@ from connector.mqtt.errors import KeepAliveTimeout
 from connector.mqtt.packets import Publish
 from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory
-from tests.chaos.conftest import Tally, settle
 from tests.chaos.harness import Ledger, Publisher
 from tests.chaos.proxy import ChaosProxy
+from tests.chaos.tally import Tally, settle
 from tests.waiting import wait_until
 
 KEEP_ALIVE = 1

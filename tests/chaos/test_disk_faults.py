@@ -19,11 +19,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.brokers import BrokerFactory
-from tests.chaos.conftest import Tally, settle
 from tests.chaos.disk import FailingExt4, TinyTmpfs, mount_fault_unavailable
 from tests.chaos.harness import Ledger, Publisher
 from tests.chaos.streams import table_payloads, wait_failed, wait_for_every_message
-from tests.spark.conftest import (
+from tests.chaos.tally import Tally, settle
+from tests.spark.streams import (
     StreamDirs,
     reported_delivery,
     start_stream,

@@ -21,17 +21,17 @@ from pyspark.sql import SparkSession
 
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.session import SessionConfig
+from streaming_jobs.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
-from tests.chaos.conftest import Tally, settle
 from tests.chaos.harness import BackgroundTraffic, Ledger, Publisher, scale, sized
 from tests.chaos.streams import table_payloads
+from tests.chaos.tally import Tally, settle
 from tests.spark.job_runner import (
     LAND_TIMEOUT,
     START_TIMEOUT,
     TRIGGER,
     Job,
     batch_files,
-    delta_row_count,
     wait_subscribed,
 )
 

@@ -17,11 +17,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from tests.brokers import BrokerFactory
-from tests.chaos.conftest import Tally, settle
 from tests.chaos.harness import BackgroundTraffic, Ledger, Publisher, sized
 from tests.chaos.proxy import ChaosProxy
 from tests.chaos.streams import table_payloads
-from tests.spark.conftest import (
+from tests.chaos.tally import Tally, settle
+from tests.spark.streams import (
     StreamDirs,
     ensure_healthy,
     start_stream,

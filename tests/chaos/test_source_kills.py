@@ -22,10 +22,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from tests.brokers import BrokerFactory
-from tests.chaos.conftest import Tally, settle
 from tests.chaos.harness import BackgroundTraffic, Ledger, Publisher, sized
 from tests.chaos.streams import kill_wal_holder, table_payloads, wait_failed
-from tests.spark.conftest import (
+from tests.chaos.tally import Tally, settle
+from tests.spark.job_runner import batch_files
+from tests.spark.streams import (
     StreamDirs,
     start_stream,
     unique_id,
@@ -33,7 +34,6 @@ from tests.spark.conftest import (
     wait_subscribed,
     wait_wal_released,
 )
-from tests.spark.job_runner import batch_files
 from tests.waiting import wait_until
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from connector.mqtt.packets import Puback, Publish
 from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory
 from tests.hostile_broker import ScriptedBroker
-from tests.integration.test_receiver import publish
+from tests.integration.receiver_setup import publish
 from tests.waiting import wait_until
 
 COUNT = 60_000

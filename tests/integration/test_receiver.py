@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,47 +18,8 @@ from connector.source.receiver import Receiver
 from connector.wal import WalReader
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.hostile_broker import ScriptedBroker
+from tests.integration.receiver_setup import options, publish
 from tests.waiting import wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def publish(broker: MosquittoBroker, topic: str, qos: int, count: int, size: int = 20) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "connector.mqtt",
-            "pub",
-            "--broker",
-            broker.url,
-            "--topic",
-            topic,
-            "--qos",
-            str(qos),
-            "--count",
-            str(count),
-            "--size",
-            str(size),
-        ],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
-        timeout=60,
-    )
-
-
-def options(broker: MosquittoBroker, wal: Path, qos: int, **extra: str) -> SourceOptions:
-    raw = {
-        "brokerUrl": broker.url,
-        "topic": "r/#",
-        "qos": str(qos),
-        "walPath": str(wal),
-        "clientId": f"receiver-test-q{qos}",
-        "keepAlive": "30",
-    }
-    raw.update(extra)
-    return SourceOptions.parse(raw)
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -190,7 +149,7 @@ def test_a_qos2_resend_after_a_completed_exchange_is_stored_and_counted(tmp_path
             return sum(1 for p in broker.received.get(number, []) if p == kind(pid))
 
         def run() -> None:
-            for i, publish in enumerate(
+            for i, frame in enumerate(
                 [
                     encode_publish("r/q2", b"one", 2, 7),
                     encode_publish("r/q2", b"one", 2, 7, dup=True),  # resend of a completed one
@@ -198,7 +157,7 @@ def test_a_qos2_resend_after_a_completed_exchange_is_stored_and_counted(tmp_path
                 ],
                 start=1,
             ):
-                conn.sendall(publish)
+                conn.sendall(frame)
                 wait_until(lambda i=i: count(Pubrec, 7) >= i, 20)
                 conn.sendall(pubrel)
                 wait_until(lambda i=i: count(Pubcomp, 7) >= i, 20)

@@ -25,7 +25,7 @@ from connector.wal import WalReader
 from tests.brokers import BrokerFactory
 from tests.chaos.proxy import ChaosProxy
 from tests.hostile_broker import ScriptedBroker
-from tests.integration.test_receiver import options, publish
+from tests.integration.receiver_setup import options, publish
 from tests.waiting import wait_until
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ receiver and its WAL) and the task workers die at once.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -229,44 +228,6 @@ class PacedPublisher(threading.Thread):
         assert not self.is_alive(), "the publisher did not finish"
         if self.error is not None:
             raise self.error
-
-
-def delta_commits(table: Path) -> list[dict]:
-    """The actions of each commit of a Delta table, oldest first ([] before the first)."""
-    log_dir = table / "_delta_log"
-    try:
-        names = sorted(n for n in os.listdir(log_dir) if n.endswith(".json") and n[:-5].isdigit())
-    except FileNotFoundError:
-        return []
-    commits = []
-    for name in names:
-        try:
-            lines = (log_dir / name).read_text().splitlines()
-        except FileNotFoundError:
-            continue
-        commits.append({"version": int(name[:-5]), "actions": [json.loads(x) for x in lines if x]})
-    return commits
-
-
-def delta_row_count(table: Path) -> int:
-    """Rows of an append-only Delta table, from its log (no Spark job): the ``numRecords``
-    statistics of the files its commits added; 0 before the first commit."""
-    return sum(
-        json.loads(action["add"]["stats"])["numRecords"]
-        for commit in delta_commits(table)
-        for action in commit["actions"]
-        if "add" in action
-    )
-
-
-def txn_versions(table: Path) -> list[int]:
-    """The ``txnVersion`` (batch id) of every commit of the table that added data files."""
-    versions = []
-    for commit in delta_commits(table):
-        actions = commit["actions"]
-        if any("add" in a for a in actions):
-            versions += [a["txn"]["version"] for a in actions if "txn" in a]
-    return versions
 
 
 def batch_files(checkpoint: Path, kind: str) -> list[int]:

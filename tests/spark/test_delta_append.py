@@ -32,10 +32,10 @@ from streaming_jobs.batch_writer import (
 )
 from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
 from streaming_jobs.delta_checkpoints import Checkpointer
+from streaming_jobs.delta_log import delta_commits, delta_row_count, txn_versions
 from streaming_jobs.payloads import decode, make_plan, table_rows
 from streaming_jobs.progress import RunStats
-from tests.spark.job_runner import delta_commits, delta_row_count, txn_versions
-from tests.spark.test_job_payloads import source_rows
+from tests.spark.source_batches import source_rows
 
 APP = "query-1"
 
@@ -246,7 +246,7 @@ def test_tables_created_before_the_query_take_the_first_batch_directly(
 
     from connector.source.schema import SCHEMA_DDL
     from streaming_jobs.ingest import parse_schema
-    from tests.spark.test_job_payloads import SCHEMA
+    from tests.spark.source_batches import SCHEMA
 
     table, dead = tmp_path / "t", tmp_path / "dead"
     plan = make_plan("json", parse_schema(SCHEMA), dead_letters=True, partition_by=("date",))

@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory
-from tests.spark.conftest import (
+from tests.spark.streams import (
     StreamDirs,
     numbered,
     publish,

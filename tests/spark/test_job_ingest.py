@@ -23,13 +23,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming_jobs import payloads
+from streaming_jobs.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
 from tests.spark.job_runner import (
     LAND_TIMEOUT,
     TRIGGER,
     Job,
     batch_files,
-    delta_row_count,
     publish,
     run_job,
     spark_submit,

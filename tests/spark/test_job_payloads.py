@@ -7,16 +7,16 @@ rules rest on it), the columns of each table, and that a replayed batch never do
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from connector.source.schema import SCHEMA_DDL
 from streaming_jobs import payloads
 from streaming_jobs.batch_writer import QUERY_ID_PROPERTY, BatchWriter
+from streaming_jobs.delta_log import delta_commits, delta_row_count, txn_versions
 from streaming_jobs.ingest import parse_schema
 from streaming_jobs.ingest_config import UsageError
 from streaming_jobs.payloads import (
@@ -29,10 +29,7 @@ from streaming_jobs.payloads import (
     table_rows,
 )
 from streaming_jobs.progress import RunStats
-from tests.spark.job_runner import delta_commits, delta_row_count, txn_versions
-
-SCHEMA = "seq BIGINT NOT NULL, temp DOUBLE, status STRING"
-RECEIVED = dt.datetime(2026, 3, 1, 23, 59, 59, tzinfo=dt.UTC)
+from tests.spark.source_batches import RECEIVED, SCHEMA, source_rows
 
 # payload -> reason (None: parses). Observed with Spark 4.2.0 (see streaming_jobs/payloads.py).
 JSON_CASES: dict[bytes, str | None] = {
@@ -67,17 +64,6 @@ JSON_CASES: dict[bytes, str | None] = {
     b'{"seq": null}': "required field 'seq' is missing or null",
     b"{}": "required field 'seq' is missing or null",
 }
-
-
-def source_rows(
-    spark: SparkSession, payloads_: Sequence[bytes], topic: str = "plant/s1/d1/telemetry"
-) -> DataFrame:
-    """Rows shaped like the ``mqtt`` source's, one per payload, offsets 0..n-1."""
-    rows = [
-        (topic, payload, 1, False, False, i + 1, RECEIVED, i, 0)
-        for i, payload in enumerate(payloads_)
-    ]
-    return spark.createDataFrame(rows, SCHEMA_DDL)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark.conftest import Message, publish, unique_id
+from tests.spark.streams import Message, publish, unique_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO_ROOT / "streaming_jobs" / "notebooks" / "mqtt_ingest.py"

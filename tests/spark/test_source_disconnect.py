@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming_jobs.delta_log import delta_row_count
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.spark import job_runner
-from tests.spark.conftest import (
+from tests.spark.job_runner import TRIGGER, Job
+from tests.spark.streams import (
     StreamDirs,
     mqtt_reader,
     numbered,
@@ -31,7 +33,6 @@ from tests.spark.conftest import (
     wait_for_rows,
     wait_subscribed,
 )
-from tests.spark.job_runner import TRIGGER, Job
 from tests.waiting import wait_until
 
 DISCONNECT_TIMEOUT = 30.0
@@ -136,7 +137,7 @@ def test_sigterm_of_the_ingest_job_sends_disconnect(
         job_runner.publish(broker, [("job/t", b"one"), ("job/t", b"two")])
         job.wait_for(
             "2 rows in the table",
-            lambda: job_runner.delta_row_count(tmp_path / "table") >= 2,
+            lambda: delta_row_count(tmp_path / "table") >= 2,
             job_runner.LAND_TIMEOUT,
         )
         assert job.terminate() == 0, job.logs()

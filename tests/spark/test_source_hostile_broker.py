@@ -16,7 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from tests.hostile_broker import QueueBroker
-from tests.spark.conftest import (
+from tests.spark.streams import (
     Message,
     StreamDirs,
     assert_exactly_once,

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from connector.source import MqttDataSource
 from tests.brokers import BrokerFactory
-from tests.spark.conftest import (
+from tests.spark.streams import (
     COLUMNS,
     Message,
     StreamDirs,

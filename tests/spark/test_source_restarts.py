@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.brokers import BrokerFactory
-from tests.spark.conftest import (
+from tests.spark.streams import (
     LAND_TIMEOUT,
     StreamDirs,
     assert_at_least_once,

@@ -26,7 +26,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from tests.brokers import BrokerFactory, MosquittoBroker, Pki
-from tests.spark.conftest import (
+from tests.spark.streams import (
     StreamDirs,
     assert_exactly_once,
     mqtt_reader,

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import Row, SparkSession
 
 from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark.conftest import (
+from tests.spark.streams import (
     Message,
     StreamDirs,
     assert_exactly_once,

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from connector.wal.records import DATA_HEAD, FRAME, KIND_DATA
 from tests.brokers import BrokerFactory
-from tests.spark.conftest import (
+from tests.spark.streams import (
     StreamDirs,
     assert_exactly_once,
     assert_gap_free,

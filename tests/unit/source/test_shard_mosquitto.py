@@ -1,7 +1,7 @@
 """What ``shardBy=share`` relies on from Mosquitto 2 (3.1.1 clients, persistent sessions).
 
 Pinned here with a real broker and our own client, so that a broker upgrade that changes any
-of it fails this test rather than the guarantees in the README:
+of it fails this test rather than the guarantees in docs/delivery.md:
 
 * each message of a shared subscription goes to exactly one member of the group;
 * a member whose persistent session is offline still gets its turn: its messages are queued

@@ -1,9 +1,9 @@
-"""Throughput check of the WAL (a script, not a test).
+"""Throughput check of the WAL, run by hand (not part of ``make bench``; writes no results file).
 
 Appends N records of a 100-byte payload in batches with fsync on, then reads them back in
 ranges, and logs records/s for each. Run from the repository root:
 
-    PYTHONPATH=. python tests/unit/wal/wal_throughput.py [--records N] [--batch N] [--dir DIR]
+    python -m bench.wal_throughput [--records N] [--batch N] [--dir DIR] [--no-fsync]
 """
 
 from __future__ import annotations

@@ -1,0 +1,28 @@
+"""Batches shaped like the ``mqtt`` source's rows, made in the test run's Spark session, for
+tests of the ingest job's decoding and writers without a query; and the payload schema those
+tests decode with."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+
+from connector.source.schema import SCHEMA_DDL
+
+SCHEMA = "seq BIGINT NOT NULL, temp DOUBLE, status STRING"
+"""The ``--schema`` of the JSON payloads in these batches."""
+RECEIVED = dt.datetime(2026, 3, 1, 23, 59, 59, tzinfo=dt.UTC)
+"""The receive time of every row."""
+
+
+def source_rows(
+    spark: SparkSession, payloads_: Sequence[bytes], topic: str = "plant/s1/d1/telemetry"
+) -> DataFrame:
+    """Rows shaped like the ``mqtt`` source's, one per payload, offsets 0..n-1."""
+    rows = [
+        (topic, payload, 1, False, False, i + 1, RECEIVED, i, 0)
+        for i, payload in enumerate(payloads_)
+    ]
+    return spark.createDataFrame(rows, SCHEMA_DDL)
