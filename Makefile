@@ -189,8 +189,9 @@ bench: setup
 	$(VENV_PY) -m bench.reconnect $(RECONNECT_ARGS)
 	$(VENV_PY) -m bench.report
 
-## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo, then a report;
-## flags via DEMO_ARGS="--messages 5000 --devices 10 --keep-data"
+## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced
+## by the next run), then a report ending with PySpark lines that read the tables;
+## flags via DEMO_ARGS="--messages 5000 --devices 10", --clean removes data/demo at the end
 DEMO_ARGS ?=
 demo: setup
 	$(VENV_PY) -m streaming_jobs.demo $(DEMO_ARGS)

@@ -1,6 +1,6 @@
 """End-to-end demo: a simulated sensor fleet -> Mosquitto -> the ingest job -> Delta.
 
-    python -m streaming_jobs.demo [--messages N] [--devices N] [--data-dir DIR] [--keep-data]
+    python -m streaming_jobs.demo [--messages N] [--devices N] [--data-dir DIR] [--clean]
 
 Starts a local Mosquitto (persistence on, a large ``max_queued_messages``), creates the ingest
 job's persistent session, lets a fleet of sensors publish JSON telemetry on
@@ -11,8 +11,11 @@ table. When the tables hold as many rows as the broker acknowledged, the job get
 the demo reads both tables from their Delta logs and Parquet files (no second JVM) for the
 report: stdout, plus ``report.json``.
 
-Everything lives under ``<data-dir>/demo`` (default ``./data/demo``), which is wiped at the
-start of every run and removed at the end unless ``--keep-data`` is given or the run failed.
+Everything lives under ``<data-dir>/demo`` (default ``./data/demo``) and is kept: the report
+ends with where the tables are and a few lines of PySpark that read them. ``--clean`` removes
+the directory after a successful run (a failed run always keeps it for a look). Each run starts
+by removing the previous run's ``<data-dir>/demo``: the sensors' plan is the same every time
+(same devices, ``seq`` 0..n-1), so the exactly-once check needs tables holding this run alone.
 Exit status: 0 when every published message is in exactly one of the two tables exactly once,
 1 otherwise, 130 on Ctrl-C or SIGTERM.
 """
@@ -448,10 +451,35 @@ def interrupts_raise() -> Iterator[None]:
             signal.signal(signum, old)
 
 
+DEMO_ENTRIES = frozenset({"tables", "checkpoints", "broker", "ingest.log", "report.json"})
+"""What a demo run puts directly in its directory; anything else there is not the demo's."""
+
+
+def clear_previous_run(root: Path) -> bool:
+    """Remove a previous run's ``root``; True when there was one.
+
+    Refuses (DemoFailed) when ``root`` holds anything a demo run does not make, so a
+    ``--data-dir`` pointing at someone's own ``demo`` folder is never wiped.
+    """
+    if not root.exists():
+        return False
+    if not root.is_dir():
+        raise DemoFailed(f"{root} is not a directory: choose another --data-dir")
+    foreign = sorted(p.name for p in root.iterdir() if p.name not in DEMO_ENTRIES)
+    if foreign:
+        raise DemoFailed(
+            f"{root} holds files the demo did not make ({', '.join(foreign[:5])}): "
+            "remove them or choose another --data-dir"
+        )
+    shutil.rmtree(root)
+    return True
+
+
 def run(args: argparse.Namespace, paths: DemoPaths) -> dict[str, Any]:
-    """Run the demo in ``paths.root`` (wiped first); return the report."""
-    if paths.root.exists():
-        shutil.rmtree(paths.root)
+    """Run the demo in ``paths.root`` (the previous run's data removed first); return the
+    report."""
+    if clear_previous_run(paths.root):
+        print(f"data        {paths.root}: the previous run's data removed, starting fresh")
     paths.root.mkdir(parents=True)
     fleet = plan_fleet(args.messages, args.devices)
     planned = sum(len(d.payloads) for d in fleet)
@@ -633,8 +661,24 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def read_snippet(table: str, dead_letter: str) -> list[str]:
+    """Lines of PySpark that read the demo's two tables (Delta jars from ``make setup``)."""
+    return [
+        "from streaming_jobs.spark_session import local_spark",
+        'spark = local_spark("demo-read")',
+        f'rows = spark.read.format("delta").load("{table}")',
+        'rows.groupBy("site", "device").count().orderBy("device").show()',
+        f'spark.read.format("delta").load("{dead_letter}").groupBy("reason").count()'
+        ".show(truncate=False)",
+    ]
+
+
+HOW_TO_READ = "read them    with .venv/bin/python (this repository's virtualenv):"
+"""The line that introduces the PySpark snippet in the printed report."""
+
+
 def print_report(report: dict[str, Any], kept: bool) -> None:
-    """The human-readable report on stdout."""
+    """The human-readable report on stdout; when the data is kept, how to read the tables."""
     pub = report["published"]
     total = report["landed"] + report["dead_letter"]
     lines = [
@@ -665,15 +709,20 @@ def print_report(report: dict[str, Any], kept: bool) -> None:
         f"{t.get('landed')} s, job stopped at {t.get('job_stopped')} s, "
         f"report at {t.get('report')} s"
     )
+    tables = report["tables"]
     if kept:
-        lines.append(
-            f"data         kept in {report['data_dir']} "
-            "(report.json, tables/, checkpoints/, ingest.log, broker/)"
-        )
+        lines += [
+            f"data         kept in {report['data_dir']} (report.json, ingest.log, broker/, "
+            "checkpoints/; the next run starts fresh, --clean removes it at the end)",
+            f"tables       {tables['telemetry']}",
+            f"             {tables['dead_letter']}",
+            HOW_TO_READ,
+            *(f"  {line}" for line in read_snippet(tables["telemetry"], tables["dead_letter"])),
+        ]
     else:
         lines.append(
-            f"data         {report['data_dir']} is removed now; --keep-data keeps it "
-            "(make demo DEMO_ARGS=--keep-data)"
+            f"data         {report['data_dir']} is removed now (--clean); without it the "
+            "tables stay there to read"
         )
     print("\n".join(lines))
 
@@ -698,12 +747,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--data-dir",
         default="data",
-        help="the demo works in DATA_DIR/demo, wiped first (default ./data)",
+        help="the demo works in DATA_DIR/demo, the previous run's removed first (default ./data)",
     )
-    parser.add_argument(
+    cleanup = parser.add_mutually_exclusive_group()
+    cleanup.add_argument(
+        "--clean",
+        "--remove-data",
+        dest="clean",
+        action="store_true",
+        help="remove DATA_DIR/demo at the end of a successful run (by default the tables, "
+        "checkpoint, logs and report.json are kept)",
+    )
+    cleanup.add_argument(
         "--keep-data",
         action="store_true",
-        help="keep DATA_DIR/demo (tables, checkpoint, logs, report.json)",
+        help="keep DATA_DIR/demo: the default, accepted for older command lines",
     )
     parser.add_argument(
         "--duration",
@@ -746,7 +804,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\ndata left in {paths.root} for a look\n")
         return 1
     paths.report.write_text(json.dumps(report, indent=2) + "\n")
-    keep = args.keep_data or not report["ok"]
+    keep = not args.clean or not report["ok"]
     print_report(report, keep)
     if not keep:
         shutil.rmtree(paths.root, ignore_errors=True)

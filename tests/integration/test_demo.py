@@ -6,6 +6,10 @@ report against what it asked for (``--messages``, ``--devices``), and the report
 against the Delta tables as a separate Spark process reads them, so that neither the demo's
 bookkeeping nor its own reading of the tables is taken on trust. No second Spark session runs
 in the pytest process.
+
+By default the demo keeps its data and ends with a few lines of PySpark that read the tables: the
+test runs those lines as printed. A second run over the same data directory, with ``--clean``,
+must start fresh (the check is exactly-once again, not doubled) and remove the directory.
 """
 
 from __future__ import annotations
@@ -55,6 +59,34 @@ spark.stop()
 """
 
 
+HOW_TO_READ = "read them    with .venv/bin/python (this repository's virtualenv):"
+
+
+def printed_snippet(stdout: str) -> str:
+    """The PySpark lines the demo printed under HOW_TO_READ (indented by two spaces)."""
+    lines = stdout.splitlines()
+    assert HOW_TO_READ in lines, stdout
+    snippet = []
+    for line in lines[lines.index(HOW_TO_READ) + 1 :]:
+        if not line.startswith("  "):
+            break
+        snippet.append(line[2:])
+    assert 3 <= len(snippet) <= 5, snippet
+    return "\n".join(snippet)
+
+
+def run_demo(data_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable, "-m", "streaming_jobs.demo",
+        "--messages", str(MESSAGES), "--devices", str(DEVICES),
+        "--data-dir", str(data_dir), *flags,
+        "--duration", "3", "--timeout", "300",
+    ]  # fmt: skip
+    return subprocess.run(
+        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=DEMO_TIMEOUT
+    )
+
+
 def tail(text: str) -> str:
     return text if len(text) <= LOG_TAIL else "[...]\n" + text[-LOG_TAIL:]
 
@@ -88,18 +120,10 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-@pytest.mark.timeout(DEMO_TIMEOUT + READ_TIMEOUT + 60)
+@pytest.mark.timeout(2 * DEMO_TIMEOUT + 2 * READ_TIMEOUT + 60)
 def test_demo_lands_every_published_message_once_and_reports_it(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    command = [
-        sys.executable, "-m", "streaming_jobs.demo",
-        "--messages", str(MESSAGES), "--devices", str(DEVICES),
-        "--data-dir", str(data_dir), "--keep-data",
-        "--duration", "3", "--timeout", "300",
-    ]  # fmt: skip
-    result = subprocess.run(
-        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=DEMO_TIMEOUT
-    )
+    result = run_demo(data_dir)  # the default: the data is kept
     output = f"stdout:\n{tail(result.stdout)}\nstderr:\n{tail(result.stderr)}"
     assert result.returncode == 0, output
     assert not processes_mentioning(str(data_dir)), "the demo left its broker or job running"
@@ -145,3 +169,36 @@ def test_demo_lands_every_published_message_once_and_reports_it(tmp_path: Path) 
         "dead letter": str(report["dead_letter"]),
     }, result.stdout
     assert "match" in result.stdout and "MISMATCH" not in result.stdout
+
+    # Kept by default, with where the tables are and PySpark that reads them, which works as
+    # printed (from outside the repository, too).
+    for path in (report["tables"]["telemetry"], report["tables"]["dead_letter"]):
+        assert (Path(path) / "_delta_log").is_dir(), path
+        assert re.search(rf"^(tables)?\s+{re.escape(path)}$", result.stdout, re.M), result.stdout
+    assert "is removed now" not in result.stdout
+    snippet = printed_snippet(result.stdout)
+    read = subprocess.run(
+        [sys.executable, "-c", snippet],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=READ_TIMEOUT,
+        env={**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS},
+    )
+    assert read.returncode == 0, f"the printed snippet failed:\n{snippet}\n{tail(read.stderr)}"
+    for name, count in counts["per_device"].items():
+        assert re.search(rf"\b{name}\s*\|\s*{count}\s*\|", read.stdout), read.stdout
+    for reason, count in counts["reasons"].items():
+        assert re.search(rf"{re.escape(reason)}\s*\|\s*{count}\s*\|", read.stdout), read.stdout
+
+    # A second run over the kept data starts fresh (each reading once again, not twice) and,
+    # with --clean, removes its directory at the end.
+    again = run_demo(data_dir, "--clean")
+    output = f"stdout:\n{tail(again.stdout)}\nstderr:\n{tail(again.stderr)}"
+    assert again.returncode == 0, output
+    assert "previous run's data removed" in again.stdout, output
+    assert "every device's readings seq 0..n-1 exactly once: yes" in again.stdout, output
+    assert re.search(rf"^landed\s+{report['landed']} rows", again.stdout, re.M), output
+    assert "is removed now" in again.stdout and HOW_TO_READ not in again.stdout, output
+    assert not (data_dir / "demo").exists(), list((data_dir / "demo").rglob("*"))[:20]
+    assert not processes_mentioning(str(data_dir)), "the demo left its broker or job running"
