@@ -160,16 +160,16 @@ def worker_ours(
         now = time.perf_counter()
         if now > deadline or now - active > stall:
             break
-        batch = client.poll(min(1.0, deadline - now))
-        messages = batch.messages
+        read = client.poll(min(1.0, deadline - now))
+        messages = read.messages
         if messages:
             for message in messages:
                 _note(seen, counters, message.payload)
             last = active = time.perf_counter()
-        if batch.released:
-            released += len(batch.released)
+        if read.released:
+            released += len(read.released)
             active = time.perf_counter()
-        client.acknowledge(messages, batch.released)
+        client.acknowledge(messages, read.released)
     complete = time.perf_counter()
     still_open = len(session.export_qos2_pending())
     client.disconnect()

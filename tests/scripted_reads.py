@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from connector.mqtt.driver import Batch
+from connector.mqtt.driver import Read
 
 
 @dataclass
@@ -16,12 +16,12 @@ class OpenExchanges:
 
 
 class ScriptedReads:
-    def __init__(self, *reads: Batch, connected: bool = True, open_pubrecs: int = 0) -> None:
+    def __init__(self, *reads: Read, connected: bool = True, open_pubrecs: int = 0) -> None:
         self.session = OpenExchanges(open_pubrecs)
         self.reads = list(reads)
         self.connected = connected
         self.timeouts: list[float | None] = []
 
-    def poll(self, timeout: float | None = None) -> Batch:
+    def poll(self, timeout: float | None = None) -> Read:
         self.timeouts.append(timeout)
-        return self.reads.pop(0) if self.reads else Batch()
+        return self.reads.pop(0) if self.reads else Read()

@@ -165,8 +165,8 @@ def run_sub(args: argparse.Namespace) -> int:
                         f"timed out after {args.timeout} s with {received} message(s)"
                         + (f" of {args.count}" if args.count else "")
                     )
-            batch = client.poll(wait)
-            messages = batch.messages
+            read = client.poll(wait)
+            messages = read.messages
             if args.count is not None:
                 messages = messages[: args.count - received]
             if messages:
@@ -188,7 +188,7 @@ def run_sub(args: argparse.Namespace) -> int:
                 )
                 out.flush()
                 received += len(messages)
-            client.acknowledge(messages, batch.released)
+            client.acknowledge(messages, read.released)
         if args.count is not None:
             complete_qos2_exchanges(client, args.connect_timeout)
     return 0
@@ -206,8 +206,8 @@ def complete_qos2_exchanges(client: MqttClient, timeout: float) -> None:
                 f"{len(pending)} QoS 2 exchange(s) of printed messages still open after "
                 f"{timeout} s: the broker may deliver those messages again"
             )
-        batch = client.poll(left)
-        client.acknowledge([], batch.released)
+        read = client.poll(left)
+        client.acknowledge([], read.released)
     log.debug("every QoS 2 exchange of the printed messages is complete")
 
 

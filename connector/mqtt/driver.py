@@ -147,7 +147,7 @@ def _drain_until_closed(sock: socket.socket, timeout: float) -> None:
 
 
 @dataclass(slots=True)
-class Batch:
+class Read:
     """What one socket read delivered: messages to persist, QoS 2 releases to persist."""
 
     messages: list[Publish] = field(default_factory=list)
@@ -474,21 +474,21 @@ class MqttClient:
         self.session.tick(now)
         return events
 
-    def poll(self, timeout: float | None = None) -> Batch:
+    def poll(self, timeout: float | None = None) -> Read:
         """Wait up to ``timeout`` for one read; return the messages and releases it carried.
 
         Acknowledgements queued by the session (PUBREC resends, PUBCOMP for unknown ids,
         pings) go out at once; message acks wait for ``acknowledge``. Reconnects on
         connection loss, protocol violation or keep-alive timeout, with backoff; while the
-        broker stays unreachable an empty batch comes back after ``timeout`` (each attempt
+        broker stays unreachable an empty read comes back after ``timeout`` (each attempt
         may itself take up to ``connect_timeout``).
         """
-        batch = Batch()
+        read = Read()
         deadline = None if timeout is None else self.clock() + timeout
         if not self.connected:
             self._reconnect(deadline)
             if not self.connected:
-                return batch
+                return read
         try:
             if self._backlog:
                 events, self._backlog = self._backlog, []
@@ -497,9 +497,9 @@ class MqttClient:
                 events = self._read(remaining)
             for event in events:
                 if type(event) is Publish:
-                    batch.messages.append(event)
+                    read.messages.append(event)
                 elif isinstance(event, Released):
-                    batch.released.append(event.packet_id)
+                    read.released.append(event.packet_id)
                 elif isinstance(event, PublishDone):
                     self.publish_done.append(event.packet_id)
                 elif isinstance(event, ProtocolViolation):
@@ -512,12 +512,12 @@ class MqttClient:
                         self.session.violations_in_a_row,
                     )
                     self.close()
-                    return Batch()
+                    return Read()
             self.flush()
         except (ConnectionLost, KeepAliveTimeout) as exc:
             log.warning("connection to %s lost: %s", self.broker, exc)
             self.close()
-        return batch
+        return read
 
     def acknowledge(self, messages: list[Publish], released: list[int] | None = None) -> None:
         """Acknowledge persisted released ids (PUBCOMP) and messages (PUBACK/PUBREC) in one
@@ -583,9 +583,9 @@ class MqttClient:
     def pump(self, timeout: float) -> int:
         """Read once (for outbound acknowledgements) and return how many finished."""
         before = len(self.publish_done)
-        batch = self.poll(timeout)
-        if batch.messages or batch.released:
-            self.acknowledge(batch.messages, batch.released)
+        read = self.poll(timeout)
+        if read.messages or read.released:
+            self.acknowledge(read.messages, read.released)
         return len(self.publish_done) - before
 
     def __enter__(self) -> MqttClient:
@@ -603,11 +603,11 @@ def _ssl_reason(exc: ssl.SSLError) -> str:
 
 
 __all__ = [
-    "Batch",
     "BrokerAddress",
     "BrokerUnreachable",
     "ConnectionRefused",
     "MqttClient",
+    "Read",
     "ReconnectPolicy",
     "TlsError",
     "TlsOptions",

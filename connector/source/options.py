@@ -24,7 +24,6 @@ from connector.mqtt.topics import validate_topic_filter
 from connector.source.option_table import KNOWN_OPTIONS as KNOWN_OPTIONS
 from connector.source.option_table import OPTIONS, Option, canonical_name
 from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION
-from connector.source.option_table import SECRET_OPTIONS as SECRET_OPTIONS
 
 PARTITION_DATA_MODES = OPTIONS["partitionData"].choices
 SHARD_MODES = OPTIONS["shardBy"].choices

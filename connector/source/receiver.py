@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from connector.mqtt.driver import Batch, MqttClient
+from connector.mqtt.driver import MqttClient, Read
 from connector.mqtt.packets import Publish
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import RecordTuple, WalLockedError, WalWriter, record_digest
@@ -51,12 +51,12 @@ def _open_wal(path: str) -> WalWriter:
             time.sleep(0.2)
 
 
-def _join_read(client: MqttClient, batch: Batch, timeout: float) -> Batch:
-    """Read once more on the same connection and add what came to ``batch`` (its messages
+def _join_read(client: MqttClient, read: Read, timeout: float) -> Read:
+    """Read once more on the same connection and add what came to ``read`` (its messages
     and releases are then stored and acknowledged with it); returns that read."""
     more = client.poll(timeout)
-    batch.messages.extend(more.messages)
-    batch.released.extend(more.released)
+    read.messages.extend(more.messages)
+    read.released.extend(more.released)
     return more
 
 
@@ -68,8 +68,8 @@ RELEASE_GATHER_WAIT = 0.001
 """The longest a read of releases waits for more before its append and PUBCOMPs."""
 
 
-def _gather_releases(client: MqttClient, batch: Batch) -> bool:
-    """Join further reads to ``batch`` (releases only so far) while many PUBRELs are still
+def _gather_releases(client: MqttClient, read: Read) -> bool:
+    """Join further reads to ``read`` (releases only so far) while many PUBRELs are still
     owed, so that one append, one fsync and one write complete them together. Returns whether
     it waited.
 
@@ -80,15 +80,15 @@ def _gather_releases(client: MqttClient, batch: Batch) -> bool:
     waiting holds a few dozen (figures in decision 29). A broker that keeps fewer exchanges
     open than ``RELEASE_GATHER`` (e.g. an inflight limit of 20) is never waited for, and the
     wait ends at the first message, so a live stream is not delayed."""
-    owed = client.session.open_pubrecs - len(batch.released)
-    if owed < RELEASE_GATHER or batch.messages:
+    owed = client.session.open_pubrecs - len(read.released)
+    if owed < RELEASE_GATHER or read.messages:
         return False
     deadline = time.monotonic() + RELEASE_GATHER_WAIT
-    while len(batch.released) < RELEASE_GATHER and not batch.messages and client.connected:
+    while len(read.released) < RELEASE_GATHER and not read.messages and client.connected:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        _join_read(client, batch, left)
+        _join_read(client, read, left)
     return True
 
 
@@ -321,9 +321,9 @@ class Receiver:
                         self._cond.wait(0.5)
                     client.keep_alive_while_paused()
                     continue
-                batch = self._read()
-                if batch is not None:
-                    self._persist_then_ack(batch)
+                read = self._read()
+                if read is not None:
+                    self._persist_then_ack(read)
         except BaseException as exc:  # reported to Spark through check()
             log.error("MQTT receiver stopped: %s", exc)
             with self._cond:
@@ -332,23 +332,23 @@ class Receiver:
             client.close()
         # On a normal stop the connection stays open for stop() to send DISCONNECT.
 
-    def _read(self) -> Batch | None:
+    def _read(self) -> Read | None:
         """One socket read (a read of QoS 2 releases alone may join more reads, see
         ``_gather_releases``); None when it brought nothing to store."""
-        batch = self.client.poll(0.2)
-        if batch.messages:
+        read = self.client.poll(0.2)
+        if read.messages:
             self._storing = True
-        elif not batch.released:
+        elif not read.released:
             return None
-        elif _gather_releases(self.client, batch):
+        elif _gather_releases(self.client, read):
             self.stats.release_reads_gathered += 1
-        return batch
+        return read
 
-    def _persist_then_ack(self, batch: Batch) -> None:
+    def _persist_then_ack(self, read: Read) -> None:
         """Acknowledge only what is durable: the read's messages and QoS 2 releases are
         appended with one fsync, then acknowledged in one write (PUBCOMP, PUBACK, PUBREC).
         The only caller of ``MqttClient.acknowledge``."""
-        messages = batch.messages
+        messages = read.messages
         now_us = time.time_ns() // 1000
         if any(m.dup or m.qos == 2 for m in messages):
             self._count_possible_duplicates(messages)
@@ -356,9 +356,9 @@ class Receiver:
         records: list[RecordTuple] = [
             (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us) for m in messages
         ]
-        self.wal.append(records, released_qos2=batch.released)
+        self.wal.append(records, released_qos2=read.released)
         self.stats.appended += len(records)
-        self.client.acknowledge(messages, batch.released)
+        self.client.acknowledge(messages, read.released)
         with self._cond:
             if messages:  # a QoS 2 release is not a message: the queue may be empty
                 self.last_activity = time.monotonic()

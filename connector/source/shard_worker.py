@@ -28,7 +28,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from connector.mqtt.driver import Batch, MqttClient
+from connector.mqtt.driver import MqttClient, Read
 
 from .options import SourceOptions
 from .receiver import Receiver
@@ -70,14 +70,14 @@ def drop_retained_messages(client: MqttClient) -> None:
     them first is safe; a QoS 2 one's PUBREL then releases an id the WAL never held."""
     poll = client.poll
 
-    def poll_without_retained(timeout: float | None = None) -> Batch:
-        batch = poll(timeout)
-        retained = [m for m in batch.messages if m.retain]
+    def poll_without_retained(timeout: float | None = None) -> Read:
+        read = poll(timeout)
+        retained = [m for m in read.messages if m.retain]
         if retained:
             client.acknowledge(retained)
-            batch.messages = [m for m in batch.messages if not m.retain]
+            read.messages = [m for m in read.messages if not m.retain]
             log.debug("dropped %d retained message(s) another shard stores", len(retained))
-        return batch
+        return read
 
     client.poll = poll_without_retained  # type: ignore[method-assign]
 

@@ -1,9 +1,9 @@
-"""Encoding one append batch into per-segment chunks, updating the QoS state on the way.
+"""Encoding one append into per-segment writes, updating the QoS state on the way.
 
 Encoding happens before any byte is written, so an invalid record (bad QoS, missing packet
 id, field out of range) raises ValueError with the QoS state restored and nothing written.
-Releases are applied before the batch's records. The records become data blocks (kind 5, see
-:mod:`connector.wal.block`): one per batch, split where the segment rolls over and where an
+Releases are applied before the append's records. The records become data blocks (kind 5, see
+:mod:`connector.wal.block`): one per append, split where the segment rolls over and where an
 index hint is due (every 64 KiB of segment), so a block stays small enough to seek into and
 every hint points at a block start. A segment rolls over before a data record when it already
 holds data and would be at least ``segment_max_bytes`` long with the rows before that record;
@@ -49,8 +49,8 @@ _Appenders: TypeAlias = tuple[
 
 
 @dataclass(slots=True)
-class Chunk:
-    """Encoded bytes of one batch destined for one segment."""
+class SegmentWrite:
+    """The encoded bytes of one append destined for one segment file, and what follows them."""
 
     first_offset: int
     parts: list[bytes]
@@ -61,16 +61,16 @@ class Chunk:
 
 
 @dataclass(slots=True)
-class Batch:
-    """An encoded batch: its chunks and where the next index hint is due afterwards."""
+class EncodedAppend:
+    """One encoded append: its per-segment writes and where the next index hint is due after."""
 
-    chunks: list[Chunk]
+    writes: list[SegmentWrite]
     index_next: int
 
     @property
     def end_offset(self) -> int:
-        """The next_offset once the batch is durable."""
-        return self.chunks[-1].end_offset
+        """The next_offset once the append is durable."""
+        return self.writes[-1].end_offset
 
 
 def segment_prefix(identity: bytes, first_offset: int, state: QosState) -> bytes:
@@ -78,8 +78,8 @@ def segment_prefix(identity: bytes, first_offset: int, state: QosState) -> bytes
     return encode_header(identity, first_offset) + encode_record(KIND_STATE, state.encode())
 
 
-class BatchEncoder:
-    """Encodes batches for one WAL; keeps a cache of encoded topics."""
+class AppendEncoder:
+    """Encodes appends for one WAL; keeps a cache of encoded topics."""
 
     __slots__ = ("_identity", "_limit", "_topics")
 
@@ -98,19 +98,19 @@ class BatchEncoder:
         segment_first: int,
         segment_size: int,
         index_next: int,
-    ) -> Batch | None:
-        """Encode a batch appended at ``next_offset`` to a segment of ``segment_size`` bytes.
+    ) -> EncodedAppend | None:
+        """Encode an append at ``next_offset`` to a segment of ``segment_size`` bytes.
 
         Updates ``state``; returns None when there is nothing to write (no records, no
         release of a pending id). On any error ``state`` is restored and the error raised.
         """
-        pending, digests = state.pending_qos2, state.digests
+        pending = state.pending_qos2
         released = [mid for mid in dict.fromkeys(released_qos2) if mid in pending]
         if not records and not released:
             return None
         added: list[int] = []
         old_digests: dict[int, int | None] = {}
-        pending.difference_update(released)
+        state.apply_release(released)
         try:
             return self._encode(
                 records,
@@ -121,13 +121,7 @@ class BatchEncoder:
                 (next_offset, segment_first, segment_size, index_next),
             )
         except BaseException:
-            pending.difference_update(added)
-            pending.update(released)
-            for mid, digest in old_digests.items():
-                if digest is None:
-                    digests.pop(mid, None)
-                else:
-                    digests[mid] = digest
+            state.revert(added, released, old_digests)
             raise
 
     def _encode(
@@ -138,10 +132,10 @@ class BatchEncoder:
         added: list[int],
         old_digests: dict[int, int | None],
         position: tuple[int, int, int, int],
-    ) -> Batch:
+    ) -> EncodedAppend:
         """The hot loop of :meth:`encode`; records undo information in the two collections.
 
-        Rows go into the open data block's columns. Message digests of the batch are collected
+        Rows go into the open data block's columns. Message digests of the append are collected
         in a dict of their own and merged into the state at the end (or before a segment
         snapshot), so only those merges need undo information. ``estimate`` bounds from above
         where the segment would end with the open block closed; rollover and index hints are
@@ -149,18 +143,18 @@ class BatchEncoder:
         closed where the segment rolls over and where an index hint is due, so every hint
         points at a block start."""
         offset, segment_first, pos, index_next = position
-        chunk = Chunk(offset, [], new_segment=False)
-        chunks = [chunk]
+        write = SegmentWrite(offset, [], new_segment=False)
+        writes = [write]
         if released:
             release = encode_release(released)
-            chunk.parts.append(release)
+            write.parts.append(release)
             pos += len(release)
         has_data = offset > segment_first
         limit = self._limit
         # 0: check again at the next record, once this segment holds data.
         watch = min(limit, index_next) if has_data else 0
-        pending, digests = state.pending_qos2, state.digests
-        batch_digests: dict[int, int] = {}
+        pending = state.pending_qos2
+        append_digests: dict[int, int] = {}
         cache, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
         block = _OpenBlock(offset, pos)
         block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = block.appenders()
@@ -173,19 +167,20 @@ class BatchEncoder:
                         closed = False
                         if here >= limit and has_data:
                             if len(block.flags):
-                                chunk.parts.extend(block.encode())
-                            chunk.end_offset, chunk.seal = offset, True
-                            _merge_digests(digests, batch_digests, old_digests)
+                                write.parts.extend(block.encode())
+                            write.end_offset, write.seal = offset, True
+                            state.merge(append_digests, undo=old_digests)
+                            append_digests.clear()
                             prefix = segment_prefix(self._identity, offset, state)
-                            chunk = Chunk(offset, [prefix], new_segment=True)
-                            chunks.append(chunk)
+                            write = SegmentWrite(offset, [prefix], new_segment=True)
+                            writes.append(write)
                             here, has_data, closed = len(prefix), False, True
                             index_next = here + INDEX_INTERVAL
                         if here >= index_next:
                             if not closed and len(block.flags):
-                                chunk.parts.extend(block.encode())
+                                write.parts.extend(block.encode())
                                 closed = True
-                            chunk.index.append((offset, here))
+                            write.index.append((offset, here))
                             index_next = here + INDEX_INTERVAL
                         if closed:
                             block = _OpenBlock(offset, here)
@@ -208,7 +203,7 @@ class BatchEncoder:
                 if qos:
                     if not mid:
                         raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
-                    batch_digests[mid] = crc32(payload, seeds[tid])
+                    append_digests[mid] = crc32(payload, seeds[tid])
                     if qos == 2 and mid not in pending:
                         pending.add(mid)
                         added.append(mid)
@@ -228,10 +223,10 @@ class BatchEncoder:
         except (OverflowError, struct.error) as exc:
             raise ValueError(f"record at offset {offset} has a field out of range: {exc}") from exc
         if len(block.flags):
-            chunk.parts.extend(block.encode())
-        _merge_digests(digests, batch_digests, old_digests)
-        chunk.end_offset = offset
-        return Batch(chunks, index_next)
+            write.parts.extend(block.encode())
+        state.merge(append_digests, undo=old_digests)
+        write.end_offset = offset
+        return EncodedAppend(writes, index_next)
 
     def _cache_topic(self, topic: str) -> tuple[bytes, int]:
         """A topic's UTF-8 bytes and the crc32 seed of its digest; cached."""
@@ -317,15 +312,3 @@ class _OpenBlock:
             self.payloads,
         )
 
-
-def _merge_digests(
-    digests: dict[int, int], batch: dict[int, int], old: dict[int, int | None]
-) -> None:
-    """Move the batch's QoS 1 digests into the state, keeping the values they replace."""
-    if not batch:
-        return
-    get = digests.get
-    for mid in batch.keys() - old.keys():
-        old[mid] = get(mid)
-    digests.update(batch)
-    batch.clear()

@@ -218,7 +218,10 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
         raise WalCorruptError(file, pos, f"segment state snapshot is malformed: {exc}") from exc
     pos = stop
     walk = _Walk(end=pos, expected=first, state=state, index=[], index_next=pos + INDEX_INTERVAL)
-    pending, digests = state.pending_qos2, state.digests
+    # QoS state updates of the records since the snapshot or the last release record:
+    # merged into ``state`` before a release record is applied and at the end.
+    digests: dict[int, int] = {}
+    qos2_ids: list[int] = []
     expected, index_next, n = first, walk.index_next, len(data)
     while pos < n:
         problem = frame_problem(data, pos)
@@ -241,7 +244,7 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
                 seed = digest_seed(view[pos + TOPIC_AT : topic_end])
                 digests[mid] = zlib.crc32(view[topic_end:stop], seed)
                 if flags & FLAG_QOS_MASK == 2:
-                    pending.add(mid)
+                    qos2_ids.append(mid)
             expected += 1
         elif kind == KIND_BLOCK:
             block_first, count, _ = BLOCK_HEAD.unpack_from(data, pos + OFFSET_AT)
@@ -251,13 +254,17 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
             if pos >= index_next:
                 walk.index.append((block_first, pos))
                 index_next = pos + INDEX_INTERVAL
-            _apply_block(piece, state, file, pos)
+            _collect_block(piece, digests, qos2_ids, file, pos)
             expected += count
         elif kind == KIND_RELEASE:
             try:
-                pending.difference_update(decode_release(view[pos + FRAME_SIZE + 1 : stop]))
+                released = decode_release(view[pos + FRAME_SIZE + 1 : stop])
             except ValueError as exc:
                 raise WalCorruptError(file, pos, f"malformed release record: {exc}") from exc
+            state.merge(digests, qos2_ids)
+            digests.clear()
+            qos2_ids.clear()
+            state.apply_release(released)
         elif kind == KIND_SEAL:
             seal_end, seal_crc = SEAL_BODY.unpack_from(data, pos + FRAME_SIZE + 1)
             if seal_end != expected or seal_crc != zlib.crc32(view[:pos]):
@@ -267,22 +274,26 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
         else:
             raise WalCorruptError(file, pos, "state snapshot in the middle of a segment")
         pos = stop
+    state.merge(digests, qos2_ids)
     walk.end, walk.expected, walk.index_next = pos, expected, index_next
     return walk
 
 
-def _apply_block(piece: ColumnPiece, state: QosState, file: Path, pos: int) -> None:
-    """Account for a data block's rows in the QoS state, as the writer did when encoding."""
+def _collect_block(
+    piece: ColumnPiece, digests: dict[int, int], qos2_ids: list[int], file: Path, pos: int
+) -> None:
+    """Collect a data block's QoS state updates, as the writer did when encoding: the digest
+    of each row with a packet id into ``digests``, the QoS 2 ones' ids into ``qos2_ids``."""
     crc32 = zlib.crc32
     seeds = [digest_seed(name.encode("utf-8")) for name in piece.topic_names]
     ids = piece.topic_ids
     if len(ids) and (min(ids) < 0 or max(ids) >= len(seeds)):
         raise WalCorruptError(file, pos, "data block names a topic its table does not hold")
-    pending, digests = state.pending_qos2, state.digests
+    add_qos2 = qos2_ids.append
     mids, ends, data = piece.message_ids, piece.payload_ends, piece.payload_data
     for row, flags in enumerate(piece.flags):
         if flags & FLAG_HAS_ID:
             mid = mids[row]
             digests[mid] = crc32(data[ends[row] : ends[row + 1]], seeds[ids[row]])
             if flags & FLAG_QOS_MASK == 2:
-                pending.add(mid)
+                add_qos2(mid)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .records import FLAG_HAS_ID, FLAG_QOS_MASK, digest_seed
 
@@ -48,8 +48,11 @@ class QosState:
             f"digests={dict(sorted(self.digests.items()))})"
         )
 
-    def apply_data(self, flags: int, message_id: int, topic: bytes, payload: bytes) -> None:
-        """Account for one stored data record (used by recovery; the writer inlines this)."""
+    def apply_data(
+        self, flags: int, message_id: int, topic: bytes | memoryview, payload: bytes | memoryview
+    ) -> None:
+        """Account for one stored data record (a per-record convenience; the writer and
+        recovery collect a whole append's or segment's updates and :meth:`merge` them)."""
         if not flags & FLAG_HAS_ID:
             return
         self.digests[message_id] = zlib.crc32(payload, digest_seed(topic))
@@ -59,6 +62,38 @@ class QosState:
     def apply_release(self, message_ids: Iterable[int]) -> None:
         """Forget released QoS 2 packet ids."""
         self.pending_qos2.difference_update(message_ids)
+
+    def merge(
+        self,
+        digests: Mapping[int, int],
+        qos2_ids: Iterable[int] = (),
+        undo: dict[int, int | None] | None = None,
+    ) -> None:
+        """Account for stored messages: ``digests`` (packet id -> record digest, in store
+        order, so the latest wins) and ``qos2_ids``, the QoS 2 ids among them, now pending.
+
+        With ``undo``, first note there the digest each id held before its first merge
+        (None: none), for :meth:`revert`."""
+        if undo is not None:
+            get = self.digests.get
+            for mid in digests.keys() - undo.keys():
+                undo[mid] = get(mid)
+        self.digests.update(digests)
+        self.pending_qos2.update(qos2_ids)
+
+    def revert(
+        self, added: Iterable[int], released: Iterable[int], undo: Mapping[int, int | None]
+    ) -> None:
+        """Undo a failed append: drop the QoS 2 ids it ``added``, restore the ids it
+        ``released`` and the digests noted in ``undo`` by :meth:`merge`."""
+        self.pending_qos2.difference_update(added)
+        self.pending_qos2.update(released)
+        digests = self.digests
+        for mid, digest in undo.items():
+            if digest is None:
+                digests.pop(mid, None)
+            else:
+                digests[mid] = digest
 
     def encode(self) -> bytes:
         """The snapshot body written at the start of every segment."""

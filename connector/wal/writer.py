@@ -1,11 +1,11 @@
 """The single writer: group-committed appends, segment rollover, truncation, QoS state.
 
-Durability rule: :meth:`WalWriter.append` returns only after the batch's bytes are fsynced
-(one fsync per batch, plus the directory when a segment file is created), so anything below
+Durability rule: :meth:`WalWriter.append` returns only after the append's bytes are fsynced
+(one fsync per append, plus the directory when a segment file is created), so anything below
 the returned ``next_offset`` survives a crash and may be acknowledged to the broker.
 After a write or fsync error the writer cuts the failed bytes off (best effort), refuses
-all further appends and must be reopened; reopen recovers the last fsynced state. When a
-batch spans a segment rollover, the part before the rollover may survive such a failure:
+all further appends and must be reopened; reopen recovers the last fsynced state. When an
+append spans a segment rollover, the part before the rollover may survive such a failure:
 those messages were never acknowledged, so the broker redelivers them and the QoS state
 lets the receiver drop the redeliveries.
 """
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from .batch import BatchEncoder, Chunk, segment_prefix
+from .batch import AppendEncoder, SegmentWrite, segment_prefix
 from .errors import WalCorruptError, WalError, WalWriteError
 from .identity import read_meta, write_identity
 from .lock import WalLock
@@ -71,7 +71,7 @@ class WalWriter:
         self._segments = segments
         self._next_offset = active.next_offset
         self._state = active.state
-        self._encoder = BatchEncoder(bytes.fromhex(identity), segment_max_bytes)
+        self._encoder = AppendEncoder(bytes.fromhex(identity), segment_max_bytes)
         self._failure: BaseException | None = None
         self._closed = False
         self._seg_first = active.first_offset
@@ -233,7 +233,7 @@ class WalWriter:
         """
         with self._mutex:
             self._check_usable()
-            batch = self._encoder.encode(
+            encoded = self._encoder.encode(
                 records,
                 released_qos2,
                 self._state,
@@ -242,37 +242,37 @@ class WalWriter:
                 segment_size=self._seg_size,
                 index_next=self._index_next,
             )
-            if batch is None:
+            if encoded is None:
                 return self._next_offset
             try:
-                self._write(batch.chunks)
+                self._write(encoded.writes)
             except OSError as exc:
                 self._fail(exc)
                 raise WalWriteError(
                     f"could not append {len(records)} records to WAL {self._root} at offset "
-                    f"{self._next_offset}: {exc}; the batch is not durable, reopen the WAL"
+                    f"{self._next_offset}: {exc}; the append is not durable, reopen the WAL"
                 ) from exc
-            self._index_next = batch.index_next
-            self._next_offset = batch.end_offset
+            self._index_next = encoded.index_next
+            self._next_offset = encoded.end_offset
             return self._next_offset
 
-    def _write(self, chunks: list[Chunk]) -> None:
-        """Write encoded chunks, rolling segments over; ends with the batch's fsync."""
+    def _write(self, writes: list[SegmentWrite]) -> None:
+        """Write the encoded segment writes, rolling segments over; ends with the append's fsync."""
         unsynced = False
-        for chunk in chunks:
-            data = b"".join(chunk.parts)
-            if chunk.new_segment:
-                self._start_segment(chunk.first_offset, data)
+        for write in writes:
+            data = b"".join(write.parts)
+            if write.new_segment:
+                self._start_segment(write.first_offset, data)
                 unsynced = False
             elif data:
                 write_all(self._fd, data)
                 self._seg_size += len(data)
                 self._seg_crc = zlib.crc32(data, self._seg_crc)
                 unsynced = True
-            if chunk.index:
-                write_all(self._index_fd, encode_index(chunk.index))
-            if chunk.seal:
-                seal = encode_seal(chunk.end_offset, self._seg_crc)
+            if write.index:
+                write_all(self._index_fd, encode_index(write.index))
+            if write.seal:
+                seal = encode_seal(write.end_offset, self._seg_crc)
                 write_all(self._fd, seal)
                 self._seg_size += len(seal)
                 self._sync()
@@ -281,7 +281,7 @@ class WalWriter:
                     "WAL %s: sealed segment %d at offset %d",
                     self._root,
                     self._seg_first,
-                    chunk.end_offset,
+                    write.end_offset,
                 )
         if unsynced:
             self._sync()
@@ -307,7 +307,7 @@ class WalWriter:
         self._index_fd = open_index(self._root, first_offset, [])
 
     def _fail(self, exc: OSError) -> None:
-        """Poison the writer and cut unsynced bytes of the failed batch off the active segment."""
+        """Poison the writer and cut unsynced bytes of the failed append off the active segment."""
         self._failure = exc
         log.error("WAL %s: append failed, writer disabled until reopened: %s", self._root, exc)
         try:
@@ -316,7 +316,7 @@ class WalWriter:
                 os.fsync(self._fd)
         except OSError as cleanup_exc:
             log.warning(
-                "WAL %s: could not cut the failed batch off %s: %s (reopen will recover)",
+                "WAL %s: could not cut the failed append off %s: %s (reopen will recover)",
                 self._root,
                 segment_name(self._seg_first),
                 cleanup_exc,

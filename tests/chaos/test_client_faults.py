@@ -43,9 +43,9 @@ class RecordingClock:
 
 
 def drain(client: MqttClient, received: list[Publish]) -> None:
-    batch = client.poll(0.1)
-    received.extend(batch.messages)
-    client.acknowledge(batch.messages, batch.released)
+    read = client.poll(0.1)
+    received.extend(read.messages)
+    client.acknowledge(read.messages, read.released)
 
 
 def delivered(received: list[Publish]) -> list[bytes]:

@@ -75,7 +75,7 @@ def publisher(broker: MosquittoBroker) -> Iterator[PahoClient]:
 class Inbox:
     """Polls an MqttClient from the test thread, recording messages and QoS 2 releases.
 
-    With ``ack`` the messages and releases of every batch are acknowledged right away, as a
+    With ``ack`` the messages and releases of every read are acknowledged right away, as a
     consumer would after persisting them; without, nothing is acknowledged.
     """
 
@@ -86,11 +86,11 @@ class Inbox:
         self.released: list[int] = []
 
     def poll(self) -> None:
-        batch = self.client.poll(POLL)
-        self.messages.extend(batch.messages)
-        self.released.extend(batch.released)
+        read = self.client.poll(POLL)
+        self.messages.extend(read.messages)
+        self.released.extend(read.released)
         if self.ack:
-            self.client.acknowledge(batch.messages, batch.released)
+            self.client.acknowledge(read.messages, read.released)
 
     def until(self, condition: Callable[[], object], what: str, timeout: float = TIMEOUT) -> None:
         def step() -> object:

@@ -156,10 +156,10 @@ class Receiver:
 
     def poll(self) -> None:
         started = time.monotonic()
-        batch = self.client.poll(POLL)
+        read = self.client.poll(POLL)
         self.longest_poll = max(self.longest_poll, time.monotonic() - started)
-        self.received.update((m.topic, m.payload) for m in batch.messages)
-        self.client.acknowledge(batch.messages, batch.released)
+        self.received.update((m.topic, m.payload) for m in read.messages)
+        self.client.acknowledge(read.messages, read.released)
 
     def poll_until(self, condition: Callable[[], bool]) -> None:
         """Poll until ``condition()`` holds, within ``DEADLINE``."""

@@ -86,9 +86,9 @@ def round_trip(
         pub.publish(topic, b"\x00secure\xff", 1)
 
         def arrived() -> bool:
-            batch = client.poll(0.05)
-            received.extend(batch.messages)
-            client.acknowledge(batch.messages, batch.released)
+            read = client.poll(0.05)
+            received.extend(read.messages)
+            client.acknowledge(read.messages, read.released)
             return bool(received)
 
         wait_until(arrived, TIMEOUT, interval=0, message="the message did not arrive")

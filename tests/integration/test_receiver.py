@@ -209,7 +209,10 @@ def test_a_qos2_backlog_sent_all_at_once_is_acknowledged_through_the_pubrec_wind
     finally:
         receiver.stop()
     window = receiver.client.session.config.pubrec_window
-    assert held >= count - window  # the broker sent them all; only a window's worth went out
+    # The broker sent them all: most PUBRECs waited for room. A read that brings releases and
+    # new messages completes first (PUBCOMPs before PUBRECs), so the room it frees can take
+    # new messages' PUBRECs at once: up to a window more of them never wait.
+    assert held >= count - 2 * window
     assert receiver.stats.release_reads_gathered, "reads of releases waited for more"
     assert receiver.stats.appended == count
     assert receiver.error is None

@@ -34,9 +34,9 @@ def collector(client: MqttClient, into: list[tuple[bytes, bool]]) -> Callable[[]
     """One poll of ``client``: what it read goes to ``into``, acknowledged."""
 
     def poll() -> None:
-        batch = client.poll(0.05)
-        into.extend((m.payload, m.retain) for m in batch.messages)
-        client.acknowledge(batch.messages, batch.released)
+        read = client.poll(0.05)
+        into.extend((m.payload, m.retain) for m in read.messages)
+        client.acknowledge(read.messages, read.released)
 
     return poll
 
