@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from struct import Struct
@@ -197,6 +197,11 @@ def _reused(packet: Publish) -> str:
         f"PUBLISH QoS {packet.qos} with DUP=0 reuses packet id {packet.packet_id} while its "
         "exchange is still open on this connection (section 2.3.1)"
     )
+
+
+def _same_content(a: Publish, b: Publish) -> bool:
+    """Whether two PUBLISH packets carry the same message (topic and payload)."""
+    return a.topic == b.topic and a.payload == b.payload
 
 
 class BrokerFault(StrEnum):
@@ -643,7 +648,7 @@ class ClientSession:
         recorded = {pid for pid, st in self._qos2_in.items() if st is _RECORDED}
         return recorded | self._releasing
 
-    def restore_qos2_pending(self, packet_ids: Iterable[int] | Mapping[int, object]) -> None:
+    def restore_qos2_pending(self, packet_ids: Iterable[int]) -> None:
         """Restore pending QoS 2 ids saved by ``export_qos2_pending`` (e.g. after a restart)."""
         for pid in packet_ids:
             if not 1 <= pid <= 0xFFFF:
@@ -877,9 +882,7 @@ class ClientSession:
                 here = pid in self._qos2_here
                 if state is _RECEIVED:
                     pending = self._inbound.get(pid)
-                    if pending is not None and (
-                        pending.topic != packet.topic or pending.payload != packet.payload
-                    ):
+                    if pending is not None and not _same_content(pending, packet):
                         return _reused(packet)
                     self.redeliveries += 1  # its ack comes with the first copy's
                     return None
@@ -901,14 +904,12 @@ class ClientSession:
             if pending is None:
                 stored = self._unacked.pop(pid, None) if self._unacked else None
                 if stored is not None:
-                    if stored.topic == packet.topic and stored.payload == packet.payload:
+                    if _same_content(stored, packet):
                         self.redeliveries += 1
                         self._send(_ACK_WORD.pack(_PUBACK | pid), now)
                         return None
                     self._fault(BrokerFault.PENDING_ID_REUSED, packet)
-            elif not packet.dup and (
-                pending.topic != packet.topic or pending.payload != packet.payload
-            ):
+            elif not packet.dup and not _same_content(pending, packet):
                 return _reused(packet)
         if not self._session_present:
             self._ids_here.add(pid)

@@ -2,7 +2,7 @@
 
 It runs as a thread in the process that hosts the stream reader (Spark's Python streaming
 source runner on the driver) for the lifetime of the query. Per socket read
-(``Receiver._cycle``): read, store what the session delivered with one fsync, then
+(``Receiver._read``): read, store what the session delivered with one fsync, then
 acknowledge it (PUBCOMP / PUBACK / PUBREC) in one write (``_persist_then_ack``). A read of
 QoS 2 releases alone may first wait a moment for more (``_gather_releases``).
 
@@ -370,14 +370,8 @@ class Receiver:
         latest message stored with their packet id. They are stored all the same: after an
         acknowledgement was written a PUBLISH with its id is new (3.1.1 section 4.3), and
         payloads repeat. Logged once per connection."""
-        latest = self.wal.latest_digest
-        found = 0
-        for m in messages:
-            pid = m.packet_id  # None exactly at QoS 0
-            if pid is not None and (m.dup or m.qos == 2):
-                digest = latest(pid)
-                if digest is not None and digest == record_digest(m.topic, m.payload):
-                    found += 1
+        matches = self._matches_stored
+        found = sum(1 for m in messages if (m.dup or m.qos == 2) and matches(m))
         if not found:
             return
         self.stats.possible_duplicates += found
