@@ -29,6 +29,10 @@ MOCHI_SRC := tools/mochi-broker/main.go tools/mochi-broker/go.mod tools/mochi-br
 MOCHI_BIN := $(BROKERS_DIR)/mochi/mochi-broker
 AEDES_DIR := tools/aedes-broker
 AEDES_STAMP := $(AEDES_DIR)/node_modules/.setup-stamp
+# An S3-compatible server for the tests of WALs on object storage (s3proxy, Apache-2.0, from
+# Maven Central; runs on the Java that Spark uses).
+S3PROXY_VERSION := 4.1.0
+S3PROXY_JAR := $(BROKERS_DIR)/s3proxy/s3proxy-$(S3PROXY_VERSION).jar
 # Go's official tarball installs here, outside many users' PATH.
 GO ?= $(shell command -v go 2>/dev/null || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; })
 NPM ?= $(shell command -v npm 2>/dev/null)
@@ -38,7 +42,7 @@ NODE ?= $(shell command -v node 2>/dev/null)
 
 ## setup: virtualenv with the project and its dev and bench extras, Mosquitto, Delta's jars,
 ## the local file system for Spark's file: paths (tools/local-fs), the interop brokers
-setup: $(VENV_STAMP) system-deps $(JARS_STAMP) $(LOCAL_FS_JAR) interop-brokers
+setup: $(VENV_STAMP) system-deps $(JARS_STAMP) $(LOCAL_FS_JAR) interop-brokers $(S3PROXY_JAR)
 
 # Re-runs when pyproject.toml changes; the stamp lives inside .venv, so deleting
 # .venv also forces a rebuild.
@@ -94,7 +98,7 @@ $(JARS_STAMP): $(JARS_POM) $(VENV_STAMP) | system-deps
 	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS_DIR)) 2>&1 \
 		| sed -e 's/\x1b\[[0-9;]*m//g'
-	$(VENV_PY) -m streaming_jobs.spark_session prune-jars $(JARS_DIR)
+	$(VENV_PY) -m devtools.prune_jars $(JARS_DIR)
 	@touch $@
 
 # Hadoop's file: file system without a process spawn per file operation, compiled against
@@ -110,6 +114,11 @@ $(LOCAL_FS_JAR): $(LOCAL_FS_SRC) $(VENV_STAMP) $(JARS_STAMP)
 		javac --release 17 -cp "$$spark_jars/*" -d $(JARS_DIR)/local-fs/classes $(LOCAL_FS_SRC); \
 		jar cf $@ -C $(JARS_DIR)/local-fs/classes .; \
 	fi
+
+$(S3PROXY_JAR): | system-deps
+	@mkdir -p $(@D)
+	mvn -q dependency:copy -Dartifact=org.gaul:s3proxy:$(S3PROXY_VERSION):jar:jar-with-dependencies \
+		-DoutputDirectory="$(abspath $(@D))" -Dmdep.stripClassifier=true -Dmdep.overWriteReleases=true
 
 ## interop-brokers: mochi-mqtt (Go) and aedes (Node) for tests/interop; without Go or Node
 ## a note is printed and those brokers' tests skip
@@ -163,8 +172,9 @@ lint: $(VENV_STAMP)
 
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
-## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS (e.g.
-## LATENCY_ARGS=--quick)
+## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS, INGEST_S3_ARGS,
+## INGEST_S3_INLINE_ARGS, INGEST_S3_LONG_ARGS, WAL_THROUGHPUT_ARGS, SHARED_SUBSCRIPTION_ARGS
+## (e.g. LATENCY_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
 DRAIN_QOS2_ARGS ?=
@@ -174,6 +184,11 @@ BACKLOG_RSS_ARGS ?=
 LATENCY_ARGS ?=
 SCALE_ARGS ?=
 RECONNECT_ARGS ?=
+INGEST_S3_ARGS ?=
+INGEST_S3_INLINE_ARGS ?=
+INGEST_S3_LONG_ARGS ?=
+WAL_THROUGHPUT_ARGS ?=
+SHARED_SUBSCRIPTION_ARGS ?=
 bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
@@ -187,6 +202,16 @@ bench: setup
 	$(VENV_PY) -m bench.latency $(LATENCY_ARGS)
 	$(VENV_PY) -m bench.scale $(SCALE_ARGS)
 	$(VENV_PY) -m bench.reconnect $(RECONNECT_ARGS)
+	$(VENV_PY) -m bench.ingest --messages 100000 --repeat 3 --qos 1 2 --modes wal --s3-modes wal \
+		--inflight 20 0 --no-paho --no-synthetic --append-profile \
+		--output bench/results/ingest_s3.json $(INGEST_S3_ARGS)
+	$(VENV_PY) -m bench.ingest --messages 100000 --repeat 3 --qos 1 2 --modes wal \
+		--s3-modes wal inline --no-paho --no-synthetic --warmup-rows 400000 \
+		--output bench/results/ingest_s3_inline.json $(INGEST_S3_INLINE_ARGS)
+	$(VENV_PY) -m bench.ingest --messages 1000000 --repeat 3 --qos 1 --modes wal --s3-modes wal \
+		--no-paho --no-synthetic --output bench/results/ingest_s3_long.json $(INGEST_S3_LONG_ARGS)
+	$(VENV_PY) -m bench.wal_throughput --repeat 3 $(WAL_THROUGHPUT_ARGS)
+	$(VENV_PY) -m bench.shared_subscription --messages 20000 --rounds 3 $(SHARED_SUBSCRIPTION_ARGS)
 	$(VENV_PY) -m bench.report
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced
@@ -194,7 +219,7 @@ bench: setup
 ## flags via DEMO_ARGS="--messages 5000 --devices 10", --clean removes data/demo at the end
 DEMO_ARGS ?=
 demo: setup
-	$(VENV_PY) -m streaming_jobs.demo $(DEMO_ARGS)
+	$(VENV_PY) -m devtools.demo $(DEMO_ARGS)
 
 ## fuzz: coverage-guided fuzzing (atheris) of the MQTT decoder, the client session and WAL
 ## recovery for FUZZ_SECONDS each, then the property-based fuzz tests with FUZZ_EXAMPLES

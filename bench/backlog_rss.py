@@ -14,12 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import machine_info, write_results
+from bench.common import REPO_ROOT, machine_info, pub_command, write_results
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
-from streaming_jobs.local_broker import MosquittoBroker
-
-REPO = Path(__file__).resolve().parent.parent
+from devtools.mosquitto import MosquittoBroker
 
 
 def rss_kib() -> int:
@@ -55,23 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         receiver.start()
         baseline = rss_kib()
         publisher = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "connector.mqtt",
-                "pub",
-                "--broker",
-                broker.url,
-                "--topic",
-                "rss/a",
-                "--qos",
-                "1",
-                "--count",
-                str(args.messages),
-                "--size",
-                "100",
-            ],
-            cwd=REPO,
+            pub_command(broker.url, "rss/a", 1, args.messages, 100),
+            cwd=REPO_ROOT,
             stdout=subprocess.DEVNULL,
         )
         samples: list[tuple[float, int, int]] = []

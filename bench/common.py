@@ -13,6 +13,7 @@ import re
 import select
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -209,6 +210,15 @@ class BenchError(RuntimeError):
 MOSQUITTO_INFLIGHT = 20
 """Mosquitto's default ``max_inflight_messages``: a publisher keeps at most this many QoS 1/2
 messages unacknowledged (beyond it Mosquitto acknowledges but drops incoming QoS 2)."""
+
+
+def pub_command(url: str, topic: str, qos: int, count: int, size: int) -> list[str]:
+    """The command that publishes ``count`` messages of ``size`` bytes on ``topic`` at ``qos``
+    with our client's ``pub`` (:mod:`connector.mqtt.cli`); run it in ``REPO_ROOT``."""
+    return [
+        sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", topic,
+        "--qos", str(qos), "--count", str(count), "--size", str(size),
+    ]  # fmt: skip
 
 
 def create_session(url: str, client_id: str, topic_filter: str, qos: int = 1) -> None:

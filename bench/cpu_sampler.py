@@ -14,7 +14,7 @@ import re
 import threading
 import time
 
-from streaming_jobs.process_tree import read_small, stat_fields
+from devtools.process_tree import read_small, stat_fields
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHER_JVM_THREADS = "jvm: other threads"

@@ -494,7 +494,7 @@ def _drain_mosquitto_sub(
 ) -> float:
     from urllib.parse import urlsplit
 
-    from streaming_jobs.local_broker import find_tool
+    from devtools.system_tools import find_tool
 
     parts = urlsplit(url)
     command = [
@@ -538,7 +538,7 @@ def drain_once(
     qos: int = 1,
 ) -> Drain:
     """Fresh broker, fresh backlog of ``count`` QoS ``qos`` messages, drained by ``peer``."""
-    from streaming_jobs.local_broker import MosquittoBroker
+    from devtools.mosquitto import MosquittoBroker
 
     client_id = f"bench-drain-{peer}"
     broker = MosquittoBroker(

@@ -1,10 +1,11 @@
 """Backlog into Delta: queued QoS 1 and QoS 2 messages landed by the ingest query, in msg/s.
 
 ``python -m bench.ingest [--messages N] [--repeat R] [--modes wal inline] [--qos 1 2]
-[--trigger T] [--sink job|delta] [--no-synthetic] [--no-paho] [--no-warmup]
-[--warmup-rows N] [--profile] [--output FILE]``
+[--s3-modes wal inline] [--inflight K [K ...]] [--trigger T] [--sink job|delta]
+[--no-synthetic] [--no-paho] [--no-warmup] [--warmup-rows N] [--append-profile] [--profile]
+[--output FILE]``
 
-For every repetition, QoS and peer a fresh Mosquitto (``streaming_jobs.local_broker``) gets a
+For every repetition, QoS and peer a fresh Mosquitto (``devtools.mosquitto``) gets a
 fresh backlog: a ``clean_session=False`` session is created for the peer's client id
 (subscribe with that QoS, leave), then N numbered 100-byte JSON payloads are published with
 that QoS (at most 20 in flight) and acknowledged, i.e. queued for the offline session. Peers
@@ -22,7 +23,20 @@ of the QoS 2 backlogs carry a ``-qos2`` suffix (``ours-wal-qos2``, ``paho-qos2``
   (``synthetic_files_per_batch``: one up to 100,000 rows, decision 30),
   as many rows per batch as ``ours-wal`` had in that repetition: Spark + Delta's own ceiling;
 * ``paho``: a paho-mqtt 2.x subscriber (subprocess, automatic PUBACKs) draining the backlog:
-  the raw rate of a plain MQTT client, nothing written.
+  the raw rate of a plain MQTT client, nothing written;
+* ``ours-s3`` / ``ours-s3-inline`` (``--s3-modes``): the same query with ``walPath`` on an
+  S3-compatible server (``devtools.s3_server``, s3proxy) that this process starts on a free
+  loopback port before the Spark JVM, a fresh prefix per run (docs/wal-storage.md: one PUT per
+  append). ``ours-s3`` ships records with ``partitionData=wal``, the source's default for a
+  WAL on shared storage, so the tasks read the parts from the store; ``ours-s3-inline`` ships
+  them from the driver. They join ``ours-wal`` in the same repetitions, in turns, and are
+  compared with it run by run (goal: at least ``SHARED_WAL_GOAL`` of its rate).
+
+``--inflight`` sets the brokers' ``max_inflight_messages`` for our peers' backlogs (default
+20, Mosquitto's; 0 is unbounded): how many QoS 1/2 messages the broker sends before it waits
+for acknowledgements, so how many one socket read, one append, can hold. Several values take
+turns in one run; off the default, peers carry ``-inflight<K>`` (``-inflight-unbounded``).
+The publisher keeps at most 20 in flight whatever the window.
 
 The headline clock of the Spark peers, from the query's progress events: start of the first
 batch with input rows -> end (start + batchDuration) of the batch that completes the N rows.
@@ -53,15 +67,20 @@ Spark read after the query stopped); paho saw N distinct sequence numbers.
 Profile: every Spark run samples, from /proc, the CPU time of this process's descendants by
 component (JVM threads by name, the streaming source runner that hosts the receiver, the
 Python task workers, this process as the driver's Python side that runs the job's
-``foreachBatch`` function, Mosquitto) and of the other processes on the machine, around the
-measured batches (``bench.cpu_sampler``). The observers share the two cores with the pipeline,
-so they read little: a sample reads the JVM's named thread groups only (about 1.5 ms of CPU,
-where reading all of its several hundred threads took about 11), and the wait for the rows
+``foreachBatch`` function, Mosquitto; the S3 server is among "other descendants") and of
+the other processes on the machine, around the measured batches (``bench.cpu_sampler``). The
+observers share the two cores with the pipeline, so they read little: a sample reads the
+JVM's named thread groups only (about 1.5 ms of CPU, where reading all of its several
+hundred threads took about 11), and the wait for the rows
 asks for the query's last progress, reading the whole list only after a new batch (a tenth of
 the driver JVM's CPU per call). ``--profile`` also times the source's Python stages in
 process (WAL append, WAL read, Arrow conversion, inline blob encode / pickle / decode, the
 receiver loop on its own) and prints cProfile's top functions of the read path and of the
-receiver loop.
+receiver loop. ``--append-profile`` runs, after the Spark runs, the source's receiver alone
+(in this process, no Spark) into a local WAL and into one on the S3 server, in turns, on the
+same backlogs and on ``--live-messages`` sent by a publisher while it is connected (peers
+``(live)``), and times every WAL append it makes: messages per append (one socket read),
+milliseconds per append, the share of the drain spent appending.
 """
 
 from __future__ import annotations
@@ -79,7 +98,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -97,6 +116,7 @@ from .common import (
     paho_loop,
     paired_ratio,
     profile_report,
+    pub_command,
     publish_windowed,
     rate,
     ratio,
@@ -120,6 +140,11 @@ SINK_NAMES = {
 PEERS = ("ours-wal", "ours-inline", "synthetic", "paho")
 GOAL_RATES = {1: 80_000.0, 2: 60_000.0}
 """Messages per second into Delta on local[2], per QoS of the backlog."""
+LIVE_MESSAGES = 20_000
+"""Messages of each live run of ``--append-profile``."""
+SHARED_WAL_GOAL = 0.5
+"""A query with its WAL on the S3-compatible server on loopback against the same query with a
+local WAL, same QoS and broker window, same repetition."""
 QOS_LEVELS = (1, 2)
 WARMUP_ROWS = 600_000
 """Rows the warm-up rounds land before the measured runs. The driver JVM's JIT compiles Spark's
@@ -247,12 +272,16 @@ def backlog(
     timeout: float,
     qos: int = 1,
     sessions: Sequence[tuple[str, str]] = (),
+    inflight: int = MOSQUITTO_INFLIGHT,
 ) -> Backlog:
     """A fresh broker holding ``count`` messages for the session ``client_id`` (or for each
-    (client id, filter) of ``sessions``: a shared subscription splits them)."""
-    from streaming_jobs.local_broker import MosquittoBroker
+    (client id, filter) of ``sessions``: a shared subscription splits them); ``inflight`` is
+    its ``max_inflight_messages`` (0: unbounded), how many it sends before acknowledgements."""
+    from devtools.mosquitto import MosquittoBroker
 
-    broker = MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count))
+    broker = MosquittoBroker(
+        max_queued_messages=max(1_000_000, 2 * count), max_inflight_messages=inflight
+    )
     broker.start()
     try:
         for session_id, topic_filter in sessions or [(client_id, TOPIC_FILTER)]:
@@ -262,6 +291,48 @@ def backlog(
         broker.close()
         raise
     return Backlog(broker, client_id, publish_rate)
+
+
+class S3Store:
+    """The run's S3-compatible server on loopback (``devtools.s3_server``, s3proxy) with one
+    bucket; every WAL on it gets a fresh prefix."""
+
+    BUCKET = "bench-wal"
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self._made = 0
+
+    @classmethod
+    def start(cls, workdir: Path) -> S3Store:
+        """Put the test credentials into the environment (before any S3 client or Spark JVM
+        starts), start the server, create the bucket."""
+        from devtools.s3_server import S3Server, use_test_credentials
+
+        use_test_credentials()
+        server = S3Server(workdir)
+        server.start()
+        try:
+            server.make_bucket(cls.BUCKET)
+        except BaseException:
+            server.close()
+            raise
+        return cls(server)
+
+    @property
+    def version(self) -> str:
+        """The server's jar name, e.g. ``s3proxy-4.1.0``."""
+        from devtools.s3_server import s3proxy_jar
+
+        return s3proxy_jar().stem
+
+    def fresh(self, label: str) -> str:
+        """A ``walPath`` under a prefix no WAL used before."""
+        self._made += 1
+        return self.server.uri(self.BUCKET, f"{label}-{self._made}")
+
+    def close(self) -> None:
+        self.server.close()
 
 
 # ------------------------------------------------------------------------------ Spark peers
@@ -471,6 +542,42 @@ def peer_name(base: str, qos: int) -> str:
     return base if qos == 1 else f"{base}-qos{qos}"
 
 
+def inflight_label(inflight: int) -> str:
+    """A broker's ``max_inflight_messages`` as shown: 0 is unbounded."""
+    return "unbounded (0)" if inflight == 0 else str(inflight)
+
+
+@dataclass(frozen=True, slots=True)
+class OursPeer:
+    """One of our Spark peers: how records reach the tasks (``partitionData``), the QoS of
+    its backlog, where its WAL lives (``local``: the job's default, in the checkpoint; ``s3``:
+    under a fresh prefix on the run's S3-compatible server) and the broker's inflight window."""
+
+    mode: str
+    qos: int
+    store: str = "local"
+    inflight: int = MOSQUITTO_INFLIGHT
+
+    @property
+    def name(self) -> str:
+        """``ours-wal``, ``ours-inline``, ``ours-s3`` (partitionData wal), ``ours-s3-inline``;
+        then ``-qos2``, and ``-inflight<N>`` / ``-inflight-unbounded`` off Mosquitto's default
+        window."""
+        if self.store == "local":
+            base = f"ours-{self.mode}"
+        else:
+            base = f"ours-{self.store}" + ("" if self.mode == "wal" else f"-{self.mode}")
+        name = peer_name(base, self.qos)
+        if self.inflight != MOSQUITTO_INFLIGHT:
+            name += f"-inflight{self.inflight or '-unbounded'}"
+        return name
+
+    @property
+    def local_wal(self) -> OursPeer:
+        """``ours-wal`` with this peer's QoS and window: what a shared WAL is compared with."""
+        return OursPeer("wal", self.qos, "local", self.inflight)
+
+
 def query_sessions(client_id: str, qos: int, setup: Setup) -> list[tuple[str, str]]:
     """(client id, filter) of each MQTT session the query will use: one per receiver."""
     from connector.source.options import SourceOptions
@@ -492,24 +599,35 @@ def collect_garbage(spark: Any) -> None:
 
 
 def run_ours(
-    spark: Any, mode: str, count: int, setup: Setup, workdir: Path, qos: int = 1
+    spark: Any,
+    peer: OursPeer,
+    count: int,
+    setup: Setup,
+    workdir: Path,
+    wal_path: str | None = None,
 ) -> Landing:
     """The ingest job's query over a fresh backlog of ``count`` messages published and
-    subscribed with ``qos``."""
+    subscribed with ``peer.qos``, on a broker with ``peer.inflight``; the WAL at ``wal_path``
+    (``--source-option walPath=...``) or, without one, where the job puts it."""
     from streaming_jobs.ingest import build_parser, source_options
 
     collect_garbage(spark)
-    name = peer_name(f"ours-{mode}", qos)
-    client_id = f"bench-ingest-{mode}-qos{qos}"
+    name, mode, qos = peer.name, peer.mode, peer.qos
+    store = "" if peer.store == "local" else f"{peer.store}-"
+    client_id = f"bench-ingest-{store}{mode}-qos{qos}"
     table, checkpoint = workdir / f"{name}-table", workdir / f"{name}-checkpoint"
-    queued = backlog(count, client_id, setup.timeout, qos, query_sessions(client_id, qos, setup))
+    run_setup = setup
+    if wal_path is not None:
+        run_setup = replace(setup, source_options=(*setup.source_options, f"walPath={wal_path}"))
+    sessions = query_sessions(client_id, qos, run_setup)
+    queued = backlog(count, client_id, setup.timeout, qos, sessions, peer.inflight)
     with queued.broker:
         args = build_parser().parse_args(
             [
                 "--broker", queued.broker.url, "--topic", TOPIC_FILTER, "--qos", str(qos),
                 "--table", str(table), "--checkpoint", str(checkpoint),
                 "--client-id", client_id, "--partition-data", mode,
-                *(f"--source-option={o}" for o in setup.source_options),
+                *(f"--source-option={o}" for o in run_setup.source_options),
             ]
         )  # fmt: skip
         reader = spark.readStream.format("mqtt")
@@ -527,7 +645,11 @@ def run_ours(
         publish_rate=queued.publish_rate,
         first_received=found["first_received"].timestamp(),
         last_received=found["last_received"].timestamp(),
-        details={"table_creation_seconds": round(created, 3)},
+        details={
+            "table_creation_seconds": round(created, 3),
+            "max_inflight_messages": peer.inflight,
+            **({"wal_path": wal_path} if wal_path is not None else {}),
+        },
     )
 
 
@@ -752,6 +874,144 @@ def profile_receiver(
     return seconds, profiler
 
 
+@dataclass(slots=True)
+class Appends:
+    """The receiver alone storing ``messages`` into one WAL: every append call it made."""
+
+    peer: str
+    messages: int
+    seconds: float
+    """Backlog: connect -> the last message durable (QoS 2: and every release recorded);
+    live: from the first append on."""
+    calls: list[tuple[int, int, float]]  # (records, QoS 2 releases, seconds) per append
+    live: bool = False
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        with_records = sorted(c[0] for c in self.calls if c[0])
+        times = sorted(c[2] for c in self.calls)
+        stored = sorted(c[2] for c in self.calls if c[0])
+        return {
+            "peer": self.peer,
+            "live": self.live,
+            "messages": self.messages,
+            "seconds": round(self.seconds, 3),
+            "rate": round(self.rate),
+            "appends": len(self.calls),
+            "appends_with_messages": len(with_records),
+            "appends_of_releases_only": sum(1 for c in self.calls if not c[0] and c[1]),
+            "messages_per_append": _spread(with_records, 1),
+            "append_ms": _spread([t * 1000 for t in times], 1000),
+            "append_ms_with_messages": _spread([t * 1000 for t in stored], 1000),
+            "share_of_time_in_appends": round(sum(times) / self.seconds, 3),
+        }
+
+
+def _spread(ordered: Sequence[float], scale: int) -> dict[str, float]:
+    """Median, 10th and 90th percentile, min, max of sorted values (rounded to 1/scale)."""
+    if not ordered:
+        return {}
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * scale) / scale
+
+    return {
+        "median": at(0.5),
+        "p10": at(0.1),
+        "p90": at(0.9),
+        "min": at(0.0),
+        "max": round(ordered[-1] * scale) / scale,
+    }
+
+
+def receiver_appends(
+    peer: OursPeer, count: int, wal_path: str, timeout: float, *, live: bool = False
+) -> Appends:
+    """The source's receiver alone (no Spark), in this process, storing ``count`` messages
+    (``peer.qos``, broker window ``peer.inflight``) into the WAL at ``wal_path``, every
+    ``append`` call timed: how many messages one append (one socket read) stores and what it
+    costs in that layout. The messages wait at the broker before the receiver connects (a
+    backlog) or, ``live``, a publisher (``connector.mqtt pub`` in a subprocess, 20 in flight)
+    sends them while it is connected, where a broker that holds its window sends at most that
+    many per read (Mosquitto 2.0.11 holds it for neither: docs/brokers.md)."""
+    from connector.source.options import SourceOptions
+    from connector.source.receiver import Receiver
+    from devtools.mosquitto import MosquittoBroker
+
+    client_id = "bench-ingest-appends"
+    if live:
+        broker = MosquittoBroker(max_inflight_messages=peer.inflight)
+        broker.start()
+        try:
+            create_session(broker.url, client_id, TOPIC_FILTER, peer.qos)
+        except BaseException:
+            broker.close()
+            raise
+    else:
+        broker = backlog(count, client_id, timeout, peer.qos, inflight=peer.inflight).broker
+    calls: list[tuple[int, int, float]] = []
+    first: list[float] = []
+    publisher: subprocess.Popen[bytes] | None = None
+    with broker:
+        options = SourceOptions.parse(
+            {
+                "brokerUrl": broker.url,
+                "topic": TOPIC_FILTER,
+                "qos": str(peer.qos),
+                "clientId": client_id,
+                "walPath": wal_path,
+            }
+        )
+        receiver = Receiver(options)
+        wal = receiver.wal
+        append = wal.append
+
+        def timed(records: Sequence[Any], *, released_qos2: Any = ()) -> int:
+            released = list(released_qos2)
+            began = time.perf_counter()
+            end = append(records, released_qos2=released)
+            if records and not first:
+                first.append(began)
+            calls.append((len(records), len(released), time.perf_counter() - began))
+            return end
+
+        setattr(wal, "append", timed)  # noqa: B010 (this instance only)
+        start = time.perf_counter()
+        receiver.start()
+        deadline = start + timeout
+        try:
+            if live:
+                command = pub_command(broker.url, TOPIC, peer.qos, count, PAYLOAD_BYTES)
+                publisher = subprocess.Popen(
+                    command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                )
+            while wal.next_offset < count or wal.qos2_pending:
+                receiver.check()
+                if time.perf_counter() > deadline:
+                    raise BenchError(
+                        f"{peer.name}: the receiver stored {wal.next_offset} of {count} "
+                        f"messages within {timeout} s"
+                    )
+                time.sleep(0.002)
+            seconds = time.perf_counter() - (first[0] if live else start)
+        finally:
+            receiver.stop()
+            if publisher is not None:
+                try:
+                    _, err = publisher.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    publisher.kill()
+                    _, err = publisher.communicate()
+    if publisher is not None and publisher.returncode != 0:
+        raise BenchError(f"the publisher failed: {err.decode()[-2000:]}")
+    if wal.next_offset != count:
+        raise BenchError(f"{peer.name}: the receiver stored {wal.next_offset} of {count}")
+    return Appends(peer.name, count, seconds, calls, live)
+
+
 # ------------------------------------------------------------------------------ main
 
 # Spark's per-batch phases, as reported in StreamingQueryProgress.durationMs.
@@ -849,6 +1109,36 @@ def _cpu_table(spark_peers: dict[str, list[Landing]]) -> tuple[list[str], list[l
     return headers, rows
 
 
+def _appends_table(appends: dict[str, list[Appends]]) -> tuple[list[str], list[list[str]]]:
+    """Per peer: receiver msg/s, appends, messages per append and ms per append (medians of
+    the per-run medians), the share of the drain spent inside appends."""
+    headers = [
+        "peer (receiver alone)", "msg/s", "appends", "of releases only", "msgs/append p50",
+        "p90", "max", "ms/append p50", "p90", "time in appends",
+    ]  # fmt: skip
+    rows = []
+    for peer, found in appends.items():
+        runs = [a.as_dict() for a in found]
+
+        def med(pick: Callable[[dict[str, Any]], float]) -> float:
+            return Stats.of(pick(r) for r in runs).median  # noqa: B023 (used at once)
+
+        rows.append(
+            [
+                peer, rate(Stats.of(a.rate for a in found).median),
+                f"{med(lambda r: r['appends']):,.0f}",
+                f"{med(lambda r: r['appends_of_releases_only']):,.0f}",
+                f"{med(lambda r: r['messages_per_append'].get('median', 0)):,.0f}",
+                f"{med(lambda r: r['messages_per_append'].get('p90', 0)):,.0f}",
+                f"{med(lambda r: r['messages_per_append'].get('max', 0)):,.0f}",
+                f"{med(lambda r: r['append_ms']['median']):.2f}",
+                f"{med(lambda r: r['append_ms']['p90']):.2f}",
+                f"{med(lambda r: r['share_of_time_in_appends']):.0%}",
+            ]
+        )  # fmt: skip
+    return headers, rows
+
+
 def _others_share(spark_peers: dict[str, list[Landing]]) -> float:
     """Median share of the machine's CPU that processes not ours (and hypervisor steal) took
     in the windows."""
@@ -888,6 +1178,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="job: the ingest job's foreachBatch writer (default; Spark's Delta sink when the "
         "job's writer is not there); delta: writeStream.format('delta')",
     )
+    parser.add_argument(
+        "--s3-modes",
+        nargs="+",
+        choices=MODES,
+        default=[],
+        help="also run our query with its WAL on an S3-compatible server on loopback, with "
+        "partitionData wal (peer ours-s3) and/or inline (ours-s3-inline); none by default",
+    )
+    parser.add_argument(
+        "--inflight",
+        nargs="+",
+        type=int,
+        default=[MOSQUITTO_INFLIGHT],
+        help="the broker's max_inflight_messages for our peers' backlogs (0: unbounded), "
+        f"several values in turns (default {MOSQUITTO_INFLIGHT}, Mosquitto's)",
+    )
+    parser.add_argument(
+        "--append-profile",
+        action="store_true",
+        help="after the Spark runs, the receiver alone (no Spark) drains each backlog into "
+        "each WAL store, and takes --live-messages from a publisher while connected, every "
+        "append timed (messages per append, ms per append)",
+    )
+    parser.add_argument(
+        "--live-messages",
+        type=int,
+        default=LIVE_MESSAGES,
+        help=f"messages of the append profile's live runs (default {LIVE_MESSAGES:,}; 0: none)",
+    )
     parser.add_argument("--no-synthetic", action="store_true", help="skip the Spark ceiling")
     parser.add_argument("--no-paho", action="store_true", help="skip the paho drain")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up runs")
@@ -912,17 +1231,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.messages < 2 or args.repeat < 1 or args.warmup_rows < 0:
         parser.error("--messages must be >= 2, --repeat >= 1 and --warmup-rows >= 0")
+    if any(k < 0 for k in args.inflight):
+        parser.error("--inflight values must be >= 0")
+    if any(o.startswith("walPath=") for o in args.source_option) and args.s3_modes:
+        parser.error("--s3-modes sets walPath itself")
     n = args.messages
     modes: list[str] = list(dict.fromkeys(args.modes))
+    s3_modes: list[str] = list(dict.fromkeys(args.s3_modes))
+    windows: list[int] = list(dict.fromkeys(args.inflight))
     sizes = {1: n, 2: min(n, QOS2_BACKLOG_LIMIT)}
     levels: list[int] = sorted(set(args.qos))
-    combos = [(mode, qos) for qos in levels for mode in modes]
+    combos = [
+        OursPeer(mode, qos, store, window)
+        for window in windows
+        for qos in levels
+        for store, store_modes in (("local", modes), ("s3", s3_modes))
+        for mode in store_modes
+    ]
     info = machine_info()
     info["pyspark"] = package_version("pyspark")
     info["delta_spark"] = package_version("delta-spark")
     info["load_average_at_start"] = list(os.getloadavg())
     sink = args.sink if args.sink == "delta" or job_sink_available() else "delta"
     setup = Setup(args.trigger, sink, args.timeout, tuple(args.source_option))
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    s3: S3Store | None = None
+    if s3_modes or args.append_profile:
+        try:  # before the Spark JVM starts: its Python workers inherit the credentials
+            s3 = S3Store.start(work / "s3")
+        except (OSError, RuntimeError) as exc:
+            sys.stderr.write(f"bench.ingest: no S3-compatible server: {exc}\n")
+            shutil.rmtree(work, ignore_errors=True)
+            return 1
+        info["s3_server"] = s3.version
 
     from streaming_jobs.spark_session import local_spark
 
@@ -938,20 +1279,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         for word in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "").split()
         if word.startswith("-XX:") and "IgnoreUnrecognized" not in word
     ]
-    work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    ours: dict[str, list[Landing]] = {peer_name(f"ours-{m}", q): [] for m, q in combos}
+    ours: dict[str, list[Landing]] = {peer.name: [] for peer in combos}
     synthetic: list[Landing] = []
     paho: dict[str, list[Drain]] = {peer_name("paho", q): [] for q in levels}
     stages: list[tuple[str, float]] = []
     report = ""
-    round_rows = sum(sizes[q] for _, q in combos) + (0 if args.no_synthetic else sizes[levels[0]])
+    round_rows = sum(sizes[p.qos] for p in combos) + (0 if args.no_synthetic else sizes[levels[0]])
     rounds = 0 if args.no_warmup else warmup_rounds(round_rows, args.warmup_rows)
     warmups: dict[str, list[Landing]] = {}
+    appends: dict[str, list[Appends]] = {}
+
+    def wal_path(spec: OursPeer, label: str) -> str | None:
+        return None if spec.store == "local" or s3 is None else s3.fresh(f"{spec.name}-{label}")
+
     try:
         for _ in range(rounds):  # JIT, class loading, the data source lookup: not measured
-            for mode, qos in combos:
-                landing = run_ours(spark, mode, sizes[qos], setup, work / "warmup", qos)
-                warmups.setdefault(peer_name(f"ours-{mode}", qos), []).append(landing)
+            for spec in combos:
+                where = wal_path(spec, "warmup")
+                landing = run_ours(spark, spec, sizes[spec.qos], setup, work / "warmup", where)
+                warmups.setdefault(spec.name, []).append(landing)
             if not args.no_synthetic:
                 warm = sizes[levels[0]]
                 landing = run_synthetic(spark, warm, warm // 2, setup, work / "warmup")
@@ -959,14 +1305,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work / "warmup", ignore_errors=True)
         for rep in range(args.repeat):
             order = combos[rep % len(combos) :] + combos[: rep % len(combos)]
-            for mode, qos in order:
+            for spec in order:
                 run_dir = work / f"rep{rep}"
-                landing = run_ours(spark, mode, sizes[qos], setup, run_dir, qos)
-                ours[peer_name(f"ours-{mode}", qos)].append(landing)
+                where = wal_path(spec, f"rep{rep}")
+                landing = run_ours(spark, spec, sizes[spec.qos], setup, run_dir, where)
+                ours[spec.name].append(landing)
                 shutil.rmtree(run_dir, ignore_errors=True)
             if not args.no_synthetic:
                 # As many rows per batch as ours had: the same per-batch overheads.
-                reference = ours[peer_name(f"ours-{modes[0]}", levels[0])][-1]
+                reference = ours[combos[0].name][-1]
                 size = sizes[levels[0]]
                 per_batch = math.ceil(size / len(reference.batches))
                 synthetic.append(run_synthetic(spark, size, per_batch, setup, work / "syn"))
@@ -974,6 +1321,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.no_paho:
                 for qos in levels:
                     paho[peer_name("paho", qos)].append(run_paho(sizes[qos], args.timeout, qos))
+        if args.append_profile and s3 is not None:
+            profiled = [
+                OursPeer("wal", qos, store, window)
+                for window in windows
+                for qos in levels
+                for store in ("local", "s3")
+            ]
+            live_sizes = {q: min(args.live_messages, size) for q, size in sizes.items()}
+            variants = [(spec, False) for spec in profiled]
+            if args.live_messages > 0:
+                variants += [(spec, True) for spec in profiled]
+            for rep in range(args.repeat):
+                turns = variants[rep % len(variants) :] + variants[: rep % len(variants)]
+                for spec, live in turns:
+                    label = f"{spec.name} (live)" if live else spec.name
+                    local_dir = work / f"appends-{spec.name}-{int(live)}-{rep}"
+                    where = (
+                        str(local_dir)
+                        if spec.store == "local"
+                        else s3.fresh(f"{spec.name}-{'live' if live else 'backlog'}-rep{rep}")
+                    )
+                    count = (live_sizes if live else sizes)[spec.qos]
+                    found = receiver_appends(spec, count, where, args.timeout, live=live)
+                    appends.setdefault(label, []).append(found)
+                    shutil.rmtree(local_dir, ignore_errors=True)
         if args.profile:
             stages, report = profile_stages(n, work)
     except (BenchError, subprocess.TimeoutExpired, RuntimeError) as exc:
@@ -981,6 +1353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         spark.stop()
+        if s3 is not None:
+            s3.close()
         shutil.rmtree(work, ignore_errors=True)
 
     spark_peers: dict[str, list[Landing]] = dict(ours)
@@ -995,11 +1369,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         for peer, rates in clock_rates.items()
     }
     ratios: dict[str, Stats] = {}
-    qos_of = {peer_name(f"ours-{m}", q): q for m, q in combos}
+    spec_of = {spec.name: spec for spec in combos}
+    qos_of = {name: spec.qos for name, spec in spec_of.items()}
     for peer in ours:
-        for other in ("synthetic", peer_name("paho", qos_of[peer])):
+        spec = spec_of[peer]
+        against = ["synthetic"]
+        if spec.inflight == MOSQUITTO_INFLIGHT:  # paho drains on a broker with the default
+            against.append(peer_name("paho", spec.qos))
+        for other in against:
             if other in headline:
                 ratios[f"{peer}/{other}"] = paired_ratio(headline[peer], headline[other])
+    shared: dict[str, str] = {}  # a peer with its WAL on the store -> the local peer it pairs with
+    for peer in ours:
+        spec = spec_of[peer]
+        if spec.store == "local":
+            continue
+        for pair in (spec.local_wal, replace(spec, store="local")):
+            if pair.name in ours and f"{peer}/{pair.name}" not in ratios:
+                shared.setdefault(peer, pair.name)
+                ratios[f"{peer}/{pair.name}"] = paired_ratio(headline[peer], headline[pair.name])
 
     versions = f"pyspark {info['pyspark']}, delta-spark {info['delta_spark']}"
     load = ", ".join(f"{v:.2f}" for v in info["load_average_at_start"])
@@ -1011,7 +1399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"by {SINK_NAMES[sink]}"
         + (f" (asked for {args.sink}: not available)" if sink != args.sink else "")
         + "; every "
-        "table verified (N rows, N distinct sequence numbers 0..N-1)"
+        "table verified (N rows, N distinct sequence numbers 0..N-1); brokers' "
+        f"max_inflight_messages {', '.join(inflight_label(k) for k in windows)}"
+        + (f"; WALs of the -s3 peers on {s3.version} on loopback" if s3 is not None else "")
     )
     print()
     rows = []
@@ -1036,8 +1426,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for peer, landings in warmups.items():
             print(f"  {peer}: " + ", ".join(rate(w.rate) for w in landings) + " msg/s")
         print()
-    goals = {}
+    goals: dict[str, dict[str, Any]] = {}
     for peer in ours:
+        if spec_of[peer].store != "local":
+            continue
         measured = Stats.of(headline[peer]).median
         target = GOAL_RATES[qos_of[peer]]
         goals[peer] = {
@@ -1048,7 +1440,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         verdict = "met" if measured >= target else "NOT met"
         print(f"goal {peer} >= {target:,.0f} msg/s into Delta: {rate(measured)} -> {verdict}")
+    for peer, pair_name in shared.items():
+        name = f"{peer}/{pair_name}"
+        measured = ratios[name].median
+        goals[name] = {
+            "ratio": name,
+            "qos": qos_of[peer],
+            "max_inflight_messages": spec_of[peer].inflight,
+            "target": SHARED_WAL_GOAL,
+            "measured": round(measured, 3),
+            "met": measured >= SHARED_WAL_GOAL,
+        }
+        verdict = "met" if measured >= SHARED_WAL_GOAL else "NOT met"
+        print(f"goal {name} >= {SHARED_WAL_GOAL} ({FIRST_BATCH}): {ratio(measured)} -> {verdict}")
     print()
+    if shared:
+        print(f"a WAL on the S3 server against a local WAL, per repetition ({FIRST_BATCH}):")
+        print(
+            format_table(
+                ["repetition", "peer", "msg/s", "paired with", "msg/s", "ratio"],
+                [
+                    [
+                        str(i),
+                        name,
+                        rate(headline[name][i]),
+                        pair_name,
+                        rate(headline[pair_name][i]),
+                        ratio(headline[name][i] / headline[pair_name][i]),
+                    ]
+                    for name, pair_name in shared.items()
+                    for i in range(len(headline[name]))
+                ],
+            )
+        )
+        print()
+    if appends:
+        print(
+            "the receiver alone (no Spark) draining the same backlogs, every WAL append timed "
+            "(medians over the repetitions):"
+        )
+        print(format_table(*_appends_table(appends)))
+        print()
     phase_rows = []
     for peer, runs in spark_peers.items():
         last = runs[-1]
@@ -1102,6 +1534,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for d in drains
             ],
         }
+    appends_json = {
+        peer: {
+            "rate": Stats.of(a.rate for a in found).as_dict(1),
+            "runs": [a.as_dict() for a in found],
+        }
+        for peer, found in appends.items()
+    }
     results = {
         "benchmark": "ingest",
         "machine": info,
@@ -1128,6 +1567,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "before_each_spark_run": "a full GC of the driver JVM (System.gc())",
             "driver_vm_flags": driver_vm_flags,
             "publish_inflight": INFLIGHT,
+            "max_inflight_messages": windows,
+            "s3_modes": s3_modes,
+            "s3_server": (
+                f"{s3.version} on 127.0.0.1, a fresh prefix per run" if s3 is not None else None
+            ),
             "topic": TOPIC,
             "topic_filter": TOPIC_FILTER,
         },
@@ -1146,6 +1590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             for peer, runs in spark_peers.items()
         },
+        "receiver_appends": appends_json or None,
         "python_stages": (
             {name: {"seconds": round(s, 4), "rate": round(n / s)} for name, s in stages}
             if stages

@@ -3,7 +3,7 @@
 ``python -m bench.latency [--rates 1000 10000] [--triggers "500 milliseconds" "2 seconds"]
 [--duration 60] [--warmup 5] [--size 100] [--quick] [--output FILE]``
 
-For every (rate, trigger interval) pair: a fresh Mosquitto (``streaming_jobs.local_broker``),
+For every (rate, trigger interval) pair: a fresh Mosquitto (``devtools.mosquitto``),
 the ingest job's query (``format("mqtt")`` with the options ``streaming_jobs.ingest`` derives
 from its flags, written by the job's ``foreachBatch`` writer into a fresh Delta table, on
 ``streaming_jobs.spark_session.local_spark``, local[2]) with a processing-time trigger of that
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from streaming_jobs import delta_log
+from devtools import delta_log
 
 from .common import (
     REPO_ROOT,
@@ -265,9 +265,9 @@ def run_once(
 ) -> dict[str, Any]:
     """One (rate, trigger) pair on a fresh broker and a fresh table created with
     ``delta.checkpointInterval`` ``checkpoint_interval``."""
+    from devtools.mosquitto import MosquittoBroker
     from streaming_jobs.batch_writer import BatchWriter
     from streaming_jobs.ingest import build_parser, source_options
-    from streaming_jobs.local_broker import MosquittoBroker
     from streaming_jobs.payloads import make_plan
     from streaming_jobs.progress import RunStats
 

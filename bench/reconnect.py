@@ -7,7 +7,7 @@ The question: how many duplicate rows does a reconnect with messages in flight p
 QoS 1 on Mosquitto 2.0.11 (docs/delivery.md, last section)? Each run, for one setting
 (QoS, the broker's ``max_inflight_messages``):
 
-1. a fresh Mosquitto (``streaming_jobs.local_broker.MosquittoBroker``, its own config);
+1. a fresh Mosquitto (``devtools.mosquitto.MosquittoBroker``, its own config);
 2. the persistent session is created first: a receiver with the run's WAL connects
    (``clean_session=False``), subscribes with the run's QoS and stops;
 3. ``python -m connector.mqtt pub`` publishes N numbered messages (10-digit sequence number
@@ -197,7 +197,7 @@ def one_run(
 ) -> dict[str, Any]:
     """One backlog, one cut, one reconnect; the run's figures. Raises BenchError on a loss."""
     from connector.source.receiver import Receiver
-    from streaming_jobs.local_broker import MosquittoBroker
+    from devtools.mosquitto import MosquittoBroker
     from tests.chaos.proxy import ChaosProxy
 
     base = workdir / tag

@@ -9,6 +9,10 @@ in a table and the ratios between them come from the same run. A missing results
 its section saying so; a file of an unexpected shape is reported in its section, never fatal.
 ``## Chaos`` shows ``chaos.json`` (any dict of counters, nested dicts allowed) when present;
 ``## Reconnect`` the duplicates one dropped connection produced (``reconnect.json``).
+``## WAL on object storage`` reads several files (``ingest_s3*.json``, ``wal_throughput.json``):
+a subsection per run, then one that puts their figures side by side (what limits the S3 peer);
+``## Shared subscription`` one ingest job against several sharing a subscription
+(``shared_subscription.json``).
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .cpu_sampler import NOT_THE_PIPELINE
 from .latency import DELTA_CHECKPOINT_INTERVAL, run_label
 
 log = logging.getLogger("bench.report")
@@ -70,6 +77,10 @@ def machine_line(machine: Mapping[str, Any]) -> str:
     ]
     if machine.get("pyspark"):
         parts.append(f"pyspark {machine['pyspark']}, delta-spark {machine.get('delta_spark')}")
+    if machine.get("pyarrow"):
+        parts.append(f"pyarrow {machine['pyarrow']}")
+    if machine.get("s3_server"):
+        parts.append(str(machine["s3_server"]).replace("-", " ", 1))
     parts.append(f"git {machine.get('git_revision')}, {machine.get('date')}")
     load = machine.get("load_average_at_start")
     if load:
@@ -694,7 +705,756 @@ def section_reconnect(data: Mapping[str, Any], charts: Charts) -> Lines:
     return out
 
 
-SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines]], ...] = (
+# ------------------------------------------------------------------------ WAL on object storage
+
+HEADLINE_CLOCK = "first batch -> last commit"
+RECEIVER_CLOCK = "receiver: first -> last WAL append"
+S3_CPU_COMPONENTS = (
+    ("other descendants", "s3proxy (other descendants)"),
+    ("python: source runner (receiver, offsets, partitions)", "source runner"),
+    ("python: task workers (read)", "task workers (read)"),
+)
+INGEST_S3_FILES = ("ingest_s3", "ingest_s3_inline", "ingest_s3_long")
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _per_repetition(stats: Mapping[str, Any]) -> str:
+    return ", ".join(times(v) for v in stats.get("runs", []))
+
+
+def _ratio_verdict(goal: Any) -> str:
+    """``0.568 ≥ 0.5: met`` from a ratio goal: three decimals, so that a miss never shows as
+    the target rounded."""
+    if not isinstance(goal, Mapping) or "met" not in goal:
+        return "—"
+    measured, target = float(goal["measured"]), float(goal["target"])
+    if goal["met"]:
+        return f"{measured:.3f} ≥ {target:g}: met"
+    return f"{measured:.3f} < {target:g}: **not met**"
+
+
+def _s3_pairs(data: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Each S3 peer of an ingest run: its local-WAL peer and their paired ratio."""
+    pairs: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for name, stats in data.get("ratios", {}).items():
+        s3, _, local = name.partition("/")
+        if local and isinstance(stats, Mapping):
+            pairs[s3] = (local, stats)
+    return pairs
+
+
+def _peer_rate(data: Mapping[str, Any], peer: str, clock: str = HEADLINE_CLOCK) -> float:
+    return float(data["peers"][peer]["rates"][clock]["median"])
+
+
+def _pipeline_cpu(peer: Mapping[str, Any]) -> float | None:
+    """CPU seconds per 100,000 messages of the pipeline (every component but the sampler and
+    other processes), median over the runs."""
+    values = [
+        sum(v for c, v in run["cpu_seconds"].items() if c not in NOT_THE_PIPELINE)
+        / run["rows"]
+        * 100_000
+        for run in peer.get("runs", [])
+        if run.get("cpu_seconds") and run.get("rows")
+    ]
+    return _median(values) if values else None
+
+
+def _batch_rows(run: Mapping[str, Any]) -> list[int]:
+    return [int(b["rows"]) for b in run.get("batches", []) if b.get("rows")]
+
+
+def _ingest_s3_lines(data: Mapping[str, Any], *, detail: bool) -> Lines:
+    """An ingest run with S3 peers: rates, paired ratios and, with ``detail``, rows per
+    micro-batch and CPU per component."""
+    params = data.get("parameters", {})
+    sizes = params.get("messages_per_qos") or {}
+    backlogs = " and ".join(f"{num(n)} QoS {q}" for q, n in sizes.items())
+    windows = " and ".join(_inflight_label(w) for w in params.get("max_inflight_messages", []))
+    modes = " and ".join(f"`{m}`" for m in params.get("s3_modes", []))
+    out = [
+        f"Backlogs of {backlogs} messages ({params.get('payload_bytes')}-byte JSON) drained into "
+        f"Delta by the ingest job's query on {params.get('master')}, trigger "
+        f"{params.get('trigger')}; Mosquitto's `max_inflight_messages` {windows}; the S3 peers "
+        f"with `partitionData` {modes}; median of {params.get('repeat')}.",
+        "",
+    ]
+    share = data.get("other_processes_cpu_share")
+    if share is not None:
+        out += [
+            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU in the "
+            "measured windows (median over the runs).",
+            "",
+        ]
+    out += _warmup_notes(params.get("warmup"), None)
+    clocks = data.get("clocks", {})
+    if HEADLINE_CLOCK in clocks:
+        line = f"Clocks: msg/s is {HEADLINE_CLOCK}, {clocks[HEADLINE_CLOCK]}"
+        if RECEIVER_CLOCK in clocks:
+            line += f"; receiver msg/s is {clocks[RECEIVER_CLOCK]}"
+        out += [line + ".", ""]
+    pairs = _s3_pairs(data)
+    goals = data.get("goal", {})
+    rows = []
+    for peer, item in data["peers"].items():
+        rates = item.get("rates", {})
+        cells = [
+            peer,
+            *stats_cells(rates[HEADLINE_CLOCK]),
+            num(rates.get(RECEIVER_CLOCK, {}).get("median")),
+        ]
+        if peer in pairs:
+            local, stats = pairs[peer]
+            cells += [
+                _per_repetition(stats),
+                times(stats.get("median")),
+                _ratio_verdict(goals.get(f"{peer}/{local}")),
+            ]
+        else:
+            cells += ["", "", ""]
+        rows.append(cells)
+    out += md_table(
+        ["peer", "msg/s median", "min", "max", "receiver msg/s median",
+         "ratio to the local WAL (same QoS, window), per repetition", "median", "goal"],
+        rows,
+    )  # fmt: skip
+    if not detail:
+        return out
+    return [*out, *_batches_lines(data), *_s3_cpu_lines(data)]
+
+
+def _batches_lines(data: Mapping[str, Any]) -> Lines:
+    """Rows per micro-batch per run, or the number of batches when runs took many."""
+    per_peer = {
+        peer: [_batch_rows(run) for run in item.get("runs", [])]
+        for peer, item in data["peers"].items()
+    }
+    most = max((len(rows) for runs in per_peer.values() for rows in runs), default=0)
+    if not most:
+        return []
+    if most > 3:
+        counts = "; ".join(
+            f"{peer} {', '.join(str(len(rows)) for rows in runs)}"
+            for peer, runs in per_peer.items()
+        )
+        return ["", f"Micro-batches per run, in the order of the repetitions: {counts}."]
+    whole = ", ".join(
+        f"{peer} {sum(len(rows) == 1 for rows in runs)} of {len(runs)}"
+        for peer, runs in per_peer.items()
+    )
+    lead = (
+        "Without `maxMessagesPerTrigger` a micro-batch takes what the receiver has stored when "
+        "it is planned, so a backlog not yet stored in full takes a second batch. "
+        if not data.get("parameters", {}).get("source_options")
+        else ""
+    )
+    table = [
+        [peer, "; ".join(" + ".join(num(n) for n in rows) for rows in runs)]
+        for peer, runs in per_peer.items()
+    ]
+    return [
+        "",
+        f"{lead}Runs whose backlog landed in one micro-batch: {whole}.",
+        "",
+        *md_table(["peer", "rows per micro-batch, in the order of the repetitions"], table),
+    ]
+
+
+def _s3_cpu_lines(data: Mapping[str, Any]) -> Lines:
+    cpu = data.get("cpu_seconds_per_100k_messages")
+    if not isinstance(cpu, Mapping):
+        return []
+    rows = [
+        [
+            peer,
+            *(f"{cpu[peer].get(component, 0.0):.2f}" for component, _ in S3_CPU_COMPONENTS),
+            num(_pipeline_cpu(item), 2),
+        ]
+        for peer, item in data["peers"].items()
+        if isinstance(cpu.get(peer), Mapping)
+    ]
+    return [
+        "",
+        "CPU seconds per 100,000 messages while the measured batches ran, median of the runs "
+        "(sampled from /proc by `bench.cpu_sampler`; the S3 server is the benchmark's *other "
+        "descendants*; the pipeline is every component but the sampler and other processes):",
+        "",
+        *md_table(
+            ["peer", *(label for _, label in S3_CPU_COMPONENTS), "total of the pipeline"], rows
+        ),
+    ]
+
+
+def section_ingest_s3(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.ingest --s3-modes ...``: the WAL on an S3 server against a local WAL."""
+    return _ingest_s3_lines(data, detail=True)
+
+
+def section_ingest_s3_brief(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """As :func:`section_ingest_s3`, rates and ratios only."""
+    return _ingest_s3_lines(data, detail=False)
+
+
+def _spark_windows(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Each Spark peer's broker window (``max_inflight_messages`` of its runs)."""
+    return {
+        peer: item["runs"][0].get("max_inflight_messages")
+        for peer, item in data["peers"].items()
+        if item.get("runs")
+    }
+
+
+def section_receiver_appends(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.ingest --append-profile``: the receiver alone, every WAL append timed."""
+    appends = data.get("receiver_appends")
+    if not isinstance(appends, Mapping):
+        return ["*No append profile in this run (`--append-profile`).*"]
+    params = data.get("parameters", {})
+    live = [run for item in appends.values() for run in item["runs"] if run.get("live")]
+    live_text = (
+        f", and {num(live[0]['messages'])} messages sent by a publisher (`connector.mqtt pub`, "
+        f"{params.get('publish_inflight')} in flight) while it is connected (*live*)"
+        if live
+        else ""
+    )
+    out = [
+        "After the Spark runs, the source's receiver alone (no Spark, in the benchmark's process) "
+        f"stores the same backlogs{live_text}, into a local WAL and into one on the S3 server, "
+        "in turns; every append is timed. An append is one socket read (QoS 2: or a read of "
+        "PUBRELs alone, *of releases only*). Medians of the per-run figures over "
+        f"{params.get('repeat')} repetitions; msg/s is connect → last message durable (live: "
+        "first append → last).",
+        "",
+    ]
+    windows = _spark_windows(data)
+    mosquitto = data.get("machine", {}).get("mosquitto")
+    for window in sorted({w for w in windows.values() if isinstance(w, int) and w > 0}):
+        held = {False: 0, True: 0}
+        for peer, item in appends.items():
+            if windows.get(peer.removesuffix(" (live)")) == window:
+                for run in item["runs"]:
+                    most = int(run["messages_per_append"]["max"])
+                    held[bool(run.get("live"))] = max(held[bool(run.get("live"))], most)
+        if max(held.values()) <= window:
+            continue
+        out += [
+            f"Mosquitto {mosquitto} did not hold `max_inflight_messages` {window} here "
+            "(docs/brokers.md, eclipse-mosquitto/mosquitto#2306): with that window one socket "
+            f"read held up to {num(held[False])} messages of a backlog"
+            + (f" and up to {num(held[True])} of a live stream" if live else "")
+            + f". So window {window} and unbounded are two broker settings, not {window} "
+            f"messages per append; what a broker that holds a window of {window} would cost is "
+            f"the {window}-record row of [One append per layout](#one-append-per-layout).",
+            "",
+        ]
+    rows = []
+    for peer, item in appends.items():
+        runs = item["runs"]
+
+        def med(*path: str, runs: Sequence[Mapping[str, Any]] = runs) -> float:
+            values = []
+            for run in runs:
+                value: Any = run
+                for key in path:
+                    value = value[key]
+                values.append(float(value))
+            return _median(values)
+
+        rows.append(
+            [
+                peer,
+                num(item["rate"]["median"]),
+                num(med("appends")),
+                num(med("appends_of_releases_only")),
+                num(med("messages_per_append", "median")),
+                num(med("messages_per_append", "p90")),
+                num(med("append_ms", "median"), 2),
+                num(med("append_ms", "p90"), 2),
+                f"{med('share_of_time_in_appends'):.0%}",
+            ]
+        )
+    return out + md_table(
+        ["receiver alone", "msg/s", "appends", "of releases only", "msgs/append p50", "p90",
+         "ms/append p50", "p90", "time in appends"],
+        rows,
+    )  # fmt: skip
+
+
+def section_wal_throughput(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.wal_throughput``: one append's cost per WAL layout."""
+    params = data.get("parameters", {})
+    fsync = ", fsync per append" if params.get("files_fsync") else ", no fsync"
+    out = [
+        f"Appends of N records ({params.get('payload_bytes')}-byte payloads) to a fresh WAL per "
+        f"layout: `files` (a local directory{fsync}), `objects-file` (a `file://` URI on the "
+        "same disk, one part file per append), `objects-s3` (one PUT per append to the S3 "
+        f"server on loopback); at most {num(params.get('max_appends'))} appends per "
+        f"measurement; {params.get('order')}; ratio to `files` in the same repetition at the "
+        "same N.",
+        "",
+    ]
+    ratios = data.get("ratios", {})
+    rows = []
+    for row in data["rows"]:
+        layout, batch = row["layout"], int(row["batch"])
+        stats = ratios.get(f"{layout}/files, {batch:,} records per append")
+        rows.append(
+            [
+                num(batch),
+                layout,
+                num(row["append_ms_median"], 2),
+                num(row["append_ms_p90"], 2),
+                *stats_cells(row["records_per_s"]),
+                num(row.get("cpu_ms_per_append"), 2),
+                _per_repetition(stats) if isinstance(stats, Mapping) else "",
+                times(stats.get("median")) if isinstance(stats, Mapping) else "",
+            ]
+        )
+    return out + md_table(
+        ["records per append", "layout", "ms/append p50", "p90", "records/s median", "min",
+         "max", "CPU ms/append", "ratio to files, per repetition", "median"],
+        rows,
+    )  # fmt: skip
+
+
+def _appends_median(data: Mapping[str, Any], peer: str, *path: str) -> float:
+    values = []
+    for run in data["receiver_appends"][peer]["runs"]:
+        value: Any = run
+        for key in path:
+            value = value[key]
+        values.append(float(value))
+    return _median(values)
+
+
+def _pairs_by_qos(data: Mapping[str, Any], qos: int) -> list[tuple[str, str, Any]]:
+    """(S3 peer, local peer, window) of the ratio goals at ``qos``, in the file's order."""
+    windows = _spark_windows(data)
+    return [
+        (s3, local, windows.get(s3))
+        for s3, (local, _) in _s3_pairs(data).items()
+        if data.get("goal", {}).get(f"{s3}/{local}", {}).get("qos") == qos
+    ]
+
+
+def _window_text(window: Any) -> str:
+    return "unbounded" if window == 0 else f"at window {window}"
+
+
+def _synchronous_append(results: Mapping[str, Any]) -> str | None:
+    """The first limit: an append waits for its PUT."""
+    found = []
+    wal = results.get("wal_throughput")
+    row_of: dict[tuple[str, int], Mapping[str, Any]] = {}
+    if isinstance(wal, Mapping):
+        row_of = {(r["layout"], int(r["batch"])): r for r in wal["rows"]}
+        sizes = sorted(
+            b for layout, b in row_of if layout == "objects-s3" and ("files", b) in row_of
+        )
+        if sizes:
+            small, large = sizes[0], sizes[-1]
+            fsync = " with fsync" if wal.get("parameters", {}).get("files_fsync") else ""
+            found.append(
+                f"One PUT to the server on loopback took "
+                f"{row_of['objects-s3', small]['append_ms_median']:.2f} ms for {num(small)} "
+                f"records and {row_of['objects-s3', large]['append_ms_median']:.2f} ms for "
+                f"{num(large)}, against {row_of['files', small]['append_ms_median']:.2f} and "
+                f"{row_of['files', large]['append_ms_median']:.2f} ms for a local append{fsync}."
+            )
+    data = results.get("ingest_s3")
+    pairs = _pairs_by_qos(data, 1) if isinstance(data, Mapping) else []
+    if pairs and isinstance(data, Mapping) and isinstance(data.get("receiver_appends"), Mapping):
+        s3, local, _ = pairs[0]
+        s3_size = _appends_median(data, s3, "messages_per_append", "median")
+        local_size = _appends_median(data, local, "messages_per_append", "median")
+        grow = ", the reads grow to fill the time" if s3_size > local_size else ""
+        alone = ", ".join(
+            f"{num(data['receiver_appends'][s]['rate']['median'])} against "
+            f"{num(data['receiver_appends'][loc]['rate']['median'])} msg/s {_window_text(w)}"
+            for s, loc, w in pairs
+        )
+        found.append(
+            f"Draining a backlog{grow}: the S3 receiver stored {num(s3_size)} messages per "
+            f"append (median) where the local one stored {num(local_size)}; the receiver alone "
+            f"stored {alone}."
+        )
+    if pairs and isinstance(data, Mapping) and row_of:
+        window = pairs[0][2]
+        row = row_of.get(("objects-s3", window)) if isinstance(window, int) else None
+        name = f"objects-s3/files, {window:,} records per append" if row is not None else ""
+        ratio = wal.get("ratios", {}).get(name) if isinstance(wal, Mapping) else None
+        if row is not None and isinstance(ratio, Mapping):
+            found.append(
+                f"A broker that holds a window of {window} would cap it at {window} messages "
+                f"per PUT: at most {num(row['records_per_s']['median'])} records/s on loopback, "
+                f"the rate of {window}-record appends ({times(ratio['median'])} a local WAL); "
+                "with a remote store's longer PUTs, lower again."
+            )
+    if not found:
+        return None
+    return "**The append is synchronous: read → PUT → acknowledge → read.** " + " ".join(found)
+
+
+def _first_batch(results: Mapping[str, Any]) -> str | None:
+    """The second limit: a short backlog not stored in full when the first batch is planned."""
+    found = []
+    data = results.get("ingest_s3")
+    if isinstance(data, Mapping) and (pairs := _pairs_by_qos(data, 1)):
+        s3, local, _ = pairs[0]
+        runs = data["peers"][s3]["runs"]
+        split = [_batch_rows(run) for run in runs if len(_batch_rows(run)) > 1]
+        text = (
+            f"Inside the query the S3 receiver stored {num(runs[0]['rows'])} messages at "
+            f"{num(_peer_rate(data, s3, RECEIVER_CLOCK))} msg/s against "
+            f"{num(_peer_rate(data, local, RECEIVER_CLOCK))}"
+        )
+        if split:
+            low, high = min(rows[0] for rows in split), max(rows[0] for rows in split)
+            took = num(low) if low == high else f"{num(low)}-{num(high)}"
+            text += (
+                f", so in {len(split)} of {len(runs)} runs the first micro-batch took {took} "
+                "of them instead of all and another batch followed (rows per micro-batch above)"
+            )
+        found.append(text + ".")
+    long = results.get("ingest_s3_long")
+    if isinstance(long, Mapping):
+        counts = [len(_batch_rows(run)) for item in long["peers"].values() for run in item["runs"]]
+        for s3, (_, stats) in _s3_pairs(long).items():
+            found.append(
+                f"With {num(long['peers'][s3]['runs'][0]['rows'])} messages "
+                f"({min(counts)}-{max(counts)} micro-batches per run either way) the ratio was "
+                f"{times(stats['median'])}."
+            )
+    if not found:
+        return None
+    return "**Short backlogs: the first batch.** " + " ".join(found)
+
+
+def _qos2_releases(results: Mapping[str, Any]) -> str | None:
+    """The third limit: at QoS 2 a read of PUBRELs alone is an append, so a PUT."""
+    data = results.get("ingest_s3")
+    if not isinstance(data, Mapping) or not (pairs := _pairs_by_qos(data, 2)):
+        return None
+    s3, local, _ = pairs[0]
+    found = []
+    if isinstance(data.get("receiver_appends"), Mapping):
+        runs = data["receiver_appends"][s3]["runs"]
+        found.append(
+            f"{num(_appends_median(data, s3, 'appends_of_releases_only'))} of the "
+            f"{num(_appends_median(data, s3, 'appends'))} appends of a "
+            f"{num(runs[0]['messages'])}-message QoS 2 drain held releases only (median "
+            f"{_appends_median(data, s3, 'append_ms', 'median'):.1f} ms per append);"
+        )
+    cpu_s3 = _pipeline_cpu(data["peers"][s3])
+    cpu_local = _pipeline_cpu(data["peers"][local])
+    components = data.get("cpu_seconds_per_100k_messages", {})
+    if cpu_s3 and cpu_local and isinstance(components, Mapping):
+        runner = S3_CPU_COMPONENTS[1][0]
+        found.append(
+            f"the pipeline's CPU per 100,000 messages went from {cpu_local:.2f} to "
+            f"{cpu_s3:.2f} s (s3proxy {components[s3]['other descendants']:.2f} s, the source "
+            f"runner {components[s3][runner] - components[local][runner]:+.2f} s)."
+        )
+        measured = float(data["ratios"][f"{s3}/{local}"]["median"])
+        cpu_ratio = cpu_local / cpu_s3
+        cores = data.get("machine", {}).get("cores")
+        followed = abs(measured - cpu_ratio) <= 0.1
+        found.append(
+            f"On {cores} cores the rate ratio "
+            + ("followed" if followed else "did not follow")
+            + f" the CPU ratio ({times(measured)} measured, {cpu_local:.2f}/{cpu_s3:.2f} = "
+            f"{cpu_ratio:.2f})" + (": the pipeline is CPU-bound." if followed else ".")
+        )
+    if not found:
+        return None
+    return "**QoS 2: one PUT per read of PUBRELs.** " + " ".join(found)
+
+
+def _server_cost(results: Mapping[str, Any]) -> str | None:
+    """The fourth limit: the S3 server's own CPU on the same cores."""
+    costs = []
+    cores = None
+    for name in INGEST_S3_FILES:
+        data = results.get(name)
+        if not isinstance(data, Mapping):
+            continue
+        cores = data.get("machine", {}).get("cores", cores)
+        cpu = data.get("cpu_seconds_per_100k_messages", {})
+        for s3 in _s3_pairs(data):
+            if isinstance(cpu.get(s3), Mapping):
+                costs.append((float(cpu[s3]["other descendants"]), f"{s3}, `{name}.json`"))
+    if not costs:
+        return None
+    low, high = min(costs), max(costs)
+    return (
+        f"**s3proxy's own cost.** The server runs on the same {cores} cores: {low[0]:.2f} "
+        f"({low[1]}) to {high[0]:.2f} ({high[1]}) CPU seconds per 100,000 messages, taken from "
+        "Spark. A remote store costs no CPU here but longer PUTs."
+    )
+
+
+def _tasks_reads(results: Mapping[str, Any]) -> str | None:
+    """Whether shipping records inline (no reads from the store in the tasks) helped."""
+    data = results.get("ingest_s3_inline")
+    if not isinstance(data, Mapping):
+        return None
+    goals = data.get("goal", {})
+    compared = []
+    for s3, (local, stats) in _s3_pairs(data).items():
+        if "-inline" not in s3:
+            continue
+        other = data["ratios"].get(f"{s3.replace('-inline', '', 1)}/{local}")
+        if isinstance(other, Mapping):
+            qos = goals.get(f"{s3}/{local}", {}).get("qos")
+            compared.append((float(stats["median"]), float(other["median"]), qos))
+    if not compared:
+        return None
+    gains = [inline - wal for inline, wal, _ in compared]
+    if max(gains) <= 0.05:
+        lead, verdict = "**Not the tasks' reads.**", "was no faster"
+    elif min(gains) > 0.05:
+        lead, verdict = "**The tasks' reads.**", "was faster"
+    else:
+        lead, verdict = "**The tasks' reads, in part.**", "was faster at one QoS only"
+    figures = ", ".join(
+        f"{times(inline)} against {times(wal)} at QoS {qos}" for inline, wal, qos in compared
+    )
+    return (
+        f"{lead} Shipping records inline instead of letting the tasks read the parts from the "
+        f"store {verdict} ({figures}; `ingest_s3_inline.json`)."
+    )
+
+
+def _busy_machine(results: Mapping[str, Any]) -> str | None:
+    """What the ratio says when other processes take most of the CPU."""
+    busy, base = results.get("ingest_s3_busy"), results.get("ingest_s3")
+    if not isinstance(busy, Mapping) or busy.get("other_processes_cpu_share") is None:
+        return None
+    share = float(busy["other_processes_cpu_share"])
+    same = isinstance(base, Mapping) and busy.get("parameters") == base.get("parameters")
+    load = busy.get("machine", {}).get("load_average_at_start") or []
+    ratios = ", ".join(times(r.get("median")) for r in busy.get("ratios", {}).values())
+    return (
+        "**CPU share of other processes.** "
+        + ("The same parameters as *Into Delta*" if same else "Another run")
+        + " on a busier machine (`ingest_s3_busy.json`: load average at start "
+        + ", ".join(f"{v:.2f}" for v in load)
+        + f"; other processes took {share:.0%} of the CPU) gave {ratios}"
+        + (
+            ": both peers were starved alike, so the ratio there says little about the store."
+            if share >= 0.3
+            else "."
+        )
+    )
+
+
+def wal_on_object_storage_intro(results: Mapping[str, Any]) -> Lines:
+    data: Mapping[str, Any] = next(
+        (results[n] for n in INGEST_S3_FILES if isinstance(results.get(n), Mapping)), {}
+    )
+    server = str(data.get("machine", {}).get("s3_server", "s3proxy")).replace("-", " ", 1)
+    target = next(
+        (
+            g["target"]
+            for g in data.get("goal", {}).values()
+            if isinstance(g, Mapping) and "ratio" in g
+        ),
+        None,
+    )
+    goal = (
+        f" Goal: a drain into Delta with the WAL on the server at ≥ {target:g}x the rate of the "
+        "same query with a local WAL (`ours-wal`), same QoS and broker window, ratio per "
+        "repetition."
+        if target is not None
+        else ""
+    )
+    return [
+        "The source's WAL on an S3-compatible server on loopback (`walPath=s3://…?"
+        f"endpoint_override=127.0.0.1:PORT&scheme=http&region=us-east-1`, {server} from "
+        "`devtools/s3_server.py`, started by the benchmark on a free 127.0.0.1 port, a fresh "
+        "prefix per run) against a local WAL, measured in the same process, the peers taking "
+        f"turns within every repetition.{goal} `ours-s3` ships records with "
+        "`partitionData=wal`, the source's default for a WAL on shared storage, so the tasks "
+        "read the parts from the store; `ours-s3-inline` ships them from the driver.",
+        "",
+        "The machine is shared: each run states its load average at start and the share of the "
+        "machine's CPU that other processes took while its measured batches ran.",
+        "",
+    ]
+
+
+def what_limits_the_s3_peer(results: Mapping[str, Any]) -> Lines:
+    """Bullets that put figures of the ``ingest_s3*`` and ``wal_throughput`` results side by
+    side; a bullet whose results are missing is left out."""
+    bullets = [
+        found
+        for make in (
+            _synchronous_append, _first_batch, _qos2_releases, _server_cost, _tasks_reads,
+            _busy_machine,
+        )
+        if (found := make(results))
+    ]  # fmt: skip
+    if not bullets:
+        return ["*Not rendered: no results of the WAL on object storage.*"]
+    return [f"* {b}" for b in bullets]
+
+
+# ------------------------------------------------------------------------- shared subscription
+
+
+def section_shared_subscription(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.shared_subscription``: one ingest job against several on one shared
+    subscription, into one Delta table."""
+    jobs = data["jobs"]
+    machine = data.get("machine", {})
+    ratio = data["ratio"]
+    out = [
+        f"{num(data.get('messages'))} QoS {data.get('qos')} messages of "
+        f"{data.get('payload_bytes')} bytes published (our client, Mosquitto's window of 20 "
+        f"unacknowledged) once the ingest jobs (`spark-submit streaming_jobs/ingest.py`, "
+        "`local[2]` each, each with its own client id, checkpoint and WAL, trigger "
+        f"{data.get('trigger')}) have subscribed to `$share/<group>/<filter>`, all writing one "
+        "Delta table; a fresh Mosquitto per run. Clock: the first publish → the Delta commit "
+        f"that completes the table. One job and {jobs} jobs alternate for "
+        f"{len(ratio.get('runs', []))} rounds; the ratio is paired per round.",
+        "",
+        f"Every job ran on this one machine, so all of them shared its "
+        f"{machine.get('cores', '?')} cores: the ratio is what running {jobs} jobs side by side "
+        "costs or gains here, not how they scale over machines of their own. Load average "
+        "(1 min) at each round's start: "
+        + ", ".join(f"{v:.2f}" for v in data.get("load_average_1min", []))
+        + ".",
+        "",
+    ]
+    rows = [
+        [str(n), *stats_cells(data[rates]), num(data.get(publish, {}).get("median"))]
+        for n, rates, publish in (
+            (1, "rate_one", "publish_rate_one"),
+            (jobs, "rate_many", "publish_rate_many"),
+        )
+    ]
+    out += md_table(
+        ["jobs", "msg/s into Delta median", "min", "max", "publisher msg/s median"], rows
+    )
+    out += [
+        "",
+        f"{jobs} jobs / 1 job: {times(ratio['median'])} (per round {_per_repetition(ratio)}).",
+    ]
+    headrooms = [
+        data[publish]["median"] / data[rates]["median"]
+        for rates, publish in (("rate_one", "publish_rate_one"), ("rate_many", "publish_rate_many"))
+        if isinstance(data.get(publish), Mapping)
+    ]
+    if headrooms:
+        headroom = min(headrooms)
+        out[-1] += (
+            f" The publisher sent at least {headroom:.1f} times as fast as the rows landed, so it "
+            "was not the limit."
+            if headroom >= 2
+            else f" The publisher sent only {headroom:.1f} times as fast as the rows landed: it "
+            "may be the limit."
+        )
+    per_round = data.get("rows_per_job_many")
+    if per_round:
+        out += [
+            "",
+            *md_table(
+                ["round", *(f"rows, job {i}" for i in range(jobs)), "total"],
+                [
+                    [
+                        str(r),
+                        *(num(n) if n >= 0 else "—" for n in counts),
+                        num(sum(counts)) if min(counts) >= 0 else "—",
+                    ]
+                    for r, counts in enumerate(per_round)
+                ],
+            ),
+        ]
+    return out
+
+
+Renderer = Callable[[Mapping[str, Any], Charts], Lines]
+
+
+@dataclass(frozen=True)
+class Part:
+    """A subsection of a :class:`Group`: one results file. Without a command, a further view
+    of the previous part's run (no command line, no run note)."""
+
+    name: str
+    title: str
+    command: str | None
+    render: Renderer
+
+
+@dataclass(frozen=True)
+class Group:
+    """A section over several results files: an introduction, a subsection per part, then a
+    closing subsection that reads all of them (figures of different runs side by side)."""
+
+    title: str
+    intro: Callable[[Mapping[str, Any]], Lines]
+    parts: tuple[Part, ...]
+    closing_title: str
+    closing: Callable[[Mapping[str, Any]], Lines]
+
+
+INGEST_S3_COMMAND = (
+    "python -m bench.ingest --messages 100000 --repeat 3 --qos 1 2 --modes wal --s3-modes wal "
+    "--inflight 20 0 --no-paho --no-synthetic --append-profile --output "
+)
+WAL_ON_OBJECT_STORAGE = Group(
+    "WAL on object storage",
+    wal_on_object_storage_intro,
+    (
+        Part(
+            "ingest_s3",
+            "Into Delta: QoS 1 and 2, broker windows 20 and unbounded",
+            INGEST_S3_COMMAND + "bench/results/ingest_s3.json",
+            section_ingest_s3,
+        ),
+        Part(
+            "ingest_s3",
+            "The receiver alone: messages and milliseconds per append",
+            None,
+            section_receiver_appends,
+        ),
+        Part(
+            "ingest_s3_inline",
+            "partitionData wal and inline, window 20",
+            "python -m bench.ingest --messages 100000 --repeat 3 --qos 1 2 --modes wal "
+            "--s3-modes wal inline --no-paho --no-synthetic --warmup-rows 400000 --output "
+            "bench/results/ingest_s3_inline.json",
+            section_ingest_s3,
+        ),
+        Part(
+            "ingest_s3_long",
+            "A long QoS 1 backlog",
+            "python -m bench.ingest --messages 1000000 --repeat 3 --qos 1 --modes wal "
+            "--s3-modes wal --no-paho --no-synthetic --output bench/results/ingest_s3_long.json",
+            section_ingest_s3,
+        ),
+        Part(
+            "ingest_s3_busy",
+            "On a busy machine",
+            INGEST_S3_COMMAND + "bench/results/ingest_s3_busy.json",
+            section_ingest_s3_brief,
+        ),
+        Part(
+            "wal_throughput",
+            "One append per layout",
+            "python -m bench.wal_throughput --repeat 3",
+            section_wal_throughput,
+        ),
+    ),
+    "What limits the S3 peer",
+    what_limits_the_s3_peer,
+)
+
+SECTIONS: tuple[tuple[str, str, str, Renderer] | Group, ...] = (
     ("codec", "Codec", "python -m bench.codec", section_codec),
     ("drain", "Drain", "python -m bench.drain", section_drain),
     ("drain_qos2", "Drain, QoS 2", "python -m bench.drain --qos 2", section_drain),
@@ -718,6 +1478,13 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any], Charts], Lines
     ("scale", "Scale of cost", "python -m bench.scale", section_scale),
     ("chaos", "Chaos", "the chaos tests", section_chaos),
     ("reconnect", "Reconnect", "python -m bench.reconnect", section_reconnect),
+    WAL_ON_OBJECT_STORAGE,
+    (
+        "shared_subscription",
+        "Shared subscription",
+        "python -m bench.shared_subscription --messages 20000 --rounds 3",
+        section_shared_subscription,
+    ),
 )
 
 
@@ -745,22 +1512,57 @@ def build_report(results: Mapping[str, Any], charts: Charts) -> str:
     ]
     readable = {k: v for k, v in results.items() if isinstance(v, Mapping)}
     out += section_machine(readable)
-    for name, title, command, render in SECTIONS:
+    for section in SECTIONS:
+        if isinstance(section, Group):
+            out += _group_lines(section, results, readable, charts)
+            continue
+        name, title, command, render = section
         out += [f"## {title}", "", f"`{command}` → `bench/results/{name}.json`", ""]
-        data = results.get(name)
-        if data is None:
+        out += _file_lines(name, results.get(name), render, charts, note=True)
+    return "\n".join(out).rstrip() + "\n"
+
+
+SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError)
+
+
+def _file_lines(name: str, data: Any, render: Renderer, charts: Charts, *, note: bool) -> Lines:
+    """One results file rendered, after its run note; or why it is not."""
+    if data is None:
+        return ["*Not run: no results file.*", ""]
+    if not isinstance(data, Mapping):
+        return [f"*The results file {data}.*", ""]
+    try:
+        body = render(data, charts)
+    except SHAPE_ERRORS as exc:
+        log.warning("%s.json: unexpected shape (%r)", name, exc)
+        body = [f"*The results file has an unexpected shape ({type(exc).__name__}: {exc}).*"]
+    return [*(run_note(data) if note else []), *body, ""]
+
+
+def _group_lines(
+    group: Group, results: Mapping[str, Any], readable: Mapping[str, Any], charts: Charts
+) -> Lines:
+    out = [f"## {group.title}", ""]
+    try:
+        out += group.intro(readable)
+    except SHAPE_ERRORS as exc:
+        log.warning("%s: unexpected shape (%r)", group.title, exc)
+    for part in group.parts:
+        out += [f"### {part.title}", ""]
+        if part.command is not None:
+            out += [f"`{part.command}` → `bench/results/{part.name}.json`", ""]
+        data = results.get(part.name)
+        if part.command is None and not isinstance(data, Mapping):
             out += ["*Not run: no results file.*", ""]
             continue
-        if not isinstance(data, Mapping):
-            out += [f"*The results file {data}.*", ""]
-            continue
-        try:
-            body = render(data, charts)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            log.warning("%s.json: unexpected shape (%r)", name, exc)
-            body = [f"*The results file has an unexpected shape ({type(exc).__name__}: {exc}).*"]
-        out += [*run_note(data), *body, ""]
-    return "\n".join(out).rstrip() + "\n"
+        out += _file_lines(part.name, data, part.render, charts, note=part.command is not None)
+    out += [f"### {group.closing_title}", ""]
+    try:
+        out += group.closing(readable)
+    except SHAPE_ERRORS as exc:
+        log.warning("%s: unexpected shape (%r)", group.closing_title, exc)
+        out += [f"*The results have an unexpected shape ({type(exc).__name__}: {exc}).*"]
+    return [*out, ""]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """How cost grows with work: ``python -m bench.scale [payload] [topics] [backlog]``.
 
-Three sweeps, each point on a fresh Mosquitto (``streaming_jobs.local_broker``, unlimited queue
+Three sweeps, each point on a fresh Mosquitto (``devtools.mosquitto``, unlimited queue
 bytes, a message limit above the backlog), QoS 1 throughout:
 
 * ``payload``: a persistent session's backlog of numbered messages of 10 B .. 64 KiB (as many as
@@ -138,7 +138,7 @@ def run_measured(
 
 def drain(peer: str, url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
     """One peer drains the session's ``count`` queued messages."""
-    from streaming_jobs.local_broker import find_tool
+    from devtools.system_tools import find_tool
 
     if peer == "mosquitto_sub":
         parts = urlsplit(url)
@@ -172,7 +172,7 @@ def drain(peer: str, url: str, client_id: str, count: int, timeout: float) -> di
 
 def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -> dict[str, Any]:
     """Fresh broker, backlog of ``count`` messages, drained by ``peer``."""
-    from streaming_jobs.local_broker import MosquittoBroker
+    from devtools.mosquitto import MosquittoBroker
 
     client_id = f"bench-scale-{peer}"
     with MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count)) as broker:
@@ -316,7 +316,7 @@ def run_receiver(argv: Sequence[str]) -> int:
 def backlog_point(count: int, where: str, timeout: float) -> dict[str, Any]:
     """Receiver RSS while ``count`` messages wait ``where`` ("broker" or "wal"): the backlog
     is queued for the receiver's persistent session first, then the receiver connects."""
-    from streaming_jobs.local_broker import MosquittoBroker
+    from devtools.mosquitto import MosquittoBroker
 
     bound = BACKLOG_BOUND if where == "broker" else count + BACKLOG_BOUND
     target = 0 if where == "broker" else count

@@ -57,7 +57,7 @@ def publish(url: str, count: int) -> None:
 
 def one_run(spark: Any, workdir: Path, count: int, receivers: int, tag: str) -> float:
     """Messages per second for one drain of a ``count`` backlog with ``receivers``."""
-    from streaming_jobs.local_broker import MosquittoBroker
+    from devtools.mosquitto import MosquittoBroker
 
     base = workdir / tag
     client_id = f"bsh-{receivers}-{tag}"

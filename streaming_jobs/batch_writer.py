@@ -94,7 +94,8 @@ class BatchWriter:
 
         New tables get ``delta.checkpointInterval`` ``checkpoint_interval``; by default the
         session's default for new Delta tables when it sets one, else
-        :data:`CREATED_TABLE_CHECKPOINT_INTERVAL`. Existing tables keep theirs."""
+        :data:`CREATED_TABLE_CHECKPOINT_INTERVAL`. Existing tables keep theirs, and so does a
+        table another application creates at the same moment."""
         interval = created_table_interval(spark, checkpoint_interval)
         decoded = decode(spark.createDataFrame([], source_schema), self.plan)
         targets = [(self.table, table_rows(decoded, self.plan), self.plan.partition_by)]
@@ -109,7 +110,15 @@ class BatchWriter:
                 writer = writer.option("delta.checkpointInterval", str(interval))
             if partition_by:
                 writer = writer.partitionBy(*partition_by)
-            writer.save(path)
+            try:
+                writer.save(path)
+            except Exception:
+                # Another application created it first (two jobs on one table, started
+                # together): Delta refuses the second table creation, and the table is there.
+                if not self._created_meanwhile(rows.sparkSession, path):
+                    raise
+                log.info("%s was created by another writer at the same time", path)
+                continue
             self._exists.add(path)
             created.append(path)
         return created
@@ -206,6 +215,18 @@ class BatchWriter:
         log.debug(
             "batch %d: %s rows into %s in %.2f s", batch_id, count, path, time.monotonic() - began
         )
+
+    def _created_meanwhile(self, spark: SparkSession, path: str) -> bool:
+        """Whether a Delta table is at ``path`` now, read from its log afresh (after a failed
+        creation ``DeltaTable.isDeltaTable`` may still answer from the log it cached before)."""
+        from delta.tables import DeltaTable
+
+        try:
+            DeltaTable.forPath(spark, path)
+        except Exception:
+            return False
+        self._exists.add(path)
+        return True
 
     def _table_exists(self, rows: DataFrame, path: str) -> bool:
         if path in self._exists:

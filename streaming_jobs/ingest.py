@@ -17,6 +17,7 @@ and a non-zero exit status when something fails (2: flags or config, 1: at run t
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import re
@@ -144,6 +145,18 @@ def _tidy(line: str) -> str:
 
 
 # ------------------------------------------------------------------------------- preflight
+
+
+DELTA_EXTRA = "mqtt-lakehouse-connector[delta]"
+
+
+def require_delta_package() -> None:
+    """The job writes with delta-spark's Python package, which the connector alone does not
+    install (it is the ``[delta]`` extra): without it, fail before Spark starts."""
+    if importlib.util.find_spec("delta") is None:
+        raise JobError(
+            f"the ingest job needs delta-spark's Python package: pip install '{DELTA_EXTRA}'"
+        )
 
 
 def preflight(options: SourceOptions) -> None:
@@ -327,6 +340,7 @@ def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
     """Start the query and supervise it; returns the exit status."""
     options = source_options(config)
     parsed = SourceOptions.parse(options)
+    require_delta_package()
     preflight(parsed)
 
     from streaming_jobs import jvm_shutdown

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from connector.source.option_table import SECRET_OPTIONS, canonical_name
 from connector.source.options import InvalidOptionError, SourceOptions
+from connector.wal.location import WalLocationError, parse_location
 from streaming_jobs.ingest_flags import BY_DEST, FLAGS, option_flags
 from streaming_jobs.ingest_flags import PAYLOAD_FORMATS as PAYLOAD_FORMATS
 
@@ -426,7 +427,7 @@ def read_password(config: IngestConfig, environ: Mapping[str, str] | None = None
 
 def source_options(args: IngestConfig | argparse.Namespace) -> dict[str, str]:
     """The ``mqtt`` source options for the job's settings; ``args`` may also be a namespace
-    from ``build_parser().parse_args``. The WAL goes to ``<checkpoint>/mqtt-wal``. Each flag
+    from ``build_parser().parse_args``. The WAL goes to :func:`default_wal_path`. Each flag
     that sets an option gives it ``to_option`` of its value; ``--source-option`` items come
     after the options every run sets (their flags are required or have a default) and before
     the others; the user name falls back to ``$MQTT_USERNAME``."""
@@ -439,10 +440,12 @@ def source_options(args: IngestConfig | argparse.Namespace) -> dict[str, str]:
         text = flag.to_option(getattr(args, flag.dest, None))
         if text:
             (first if always else rest)[flag.option] = text
-    options = {**first, "walPath": str(Path(args.checkpoint).resolve() / "mqtt-wal")}
+    options = dict(first)
     for item in getattr(args, "source_option", None) or ():
         key, value = _key_value("--source-option", item)
         options[key] = value
+    if "walPath" not in options:
+        options["walPath"] = default_wal_path(args.checkpoint)
     options.update(rest)
     username = args.username or os.environ.get("MQTT_USERNAME") or None
     if username:
@@ -455,6 +458,23 @@ def source_options(args: IngestConfig | argparse.Namespace) -> dict[str, str]:
         if password is not None:
             options["password"] = password
     return options
+
+
+def default_wal_path(checkpoint: str) -> str:
+    """``<checkpoint>/mqtt-wal``: the WAL lives where the checkpoint does (a local directory, a
+    store URI the WAL supports, or a FUSE mount of one; docs/wal-storage.md). A checkpoint URI
+    the WAL cannot use (``s3a://``, ``dbfs:/``) needs ``--source-option walPath=...``."""
+    try:
+        location = parse_location(checkpoint)
+    except WalLocationError as exc:
+        raise UsageError(
+            f"--checkpoint {checkpoint}: the WAL cannot live beside it ({exc}); give it a "
+            "location with --source-option walPath=... (docs/wal-storage.md)"
+        ) from None
+    if location.scheme:
+        base, sep, query = checkpoint.partition("?")
+        return f"{base.rstrip('/')}/mqtt-wal{sep}{query}"
+    return str(Path(checkpoint).resolve() / "mqtt-wal")
 
 
 def describe(config: IngestConfig) -> str:

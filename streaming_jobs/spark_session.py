@@ -3,7 +3,8 @@
 Delta's JVM jars do not come with the ``delta-spark`` pip package; ``make setup`` copies
 ``io.delta:delta-spark_<spark>_2.13`` and its runtime dependencies into ``.jars/`` so runs need
 no network. ``DELTA_JARS_DIR`` points elsewhere. Of those, only the artifacts Spark does not ship
-itself are handed to it (:func:`delta_jars`).
+itself are handed to it (:func:`delta_jars`); ``make setup`` and the Docker build delete the
+others (``devtools/prune_jars.py``).
 
 Local sessions this module launches also get the spawn-free local file system
 (``tools/local-fs``, built by ``make setup``) for ``file:`` paths: without Hadoop's native
@@ -69,17 +70,6 @@ def delta_jars() -> list[str]:
         return []
     shipped = spark_jar_artifacts()
     return sorted(str(p) for p in folder.glob("*.jar") if jar_artifact(p.name) not in shipped)
-
-
-def prune_shipped_jars(folder: Path) -> list[Path]:
-    """Delete the jars in ``folder`` whose artifact Spark ships itself, in any version: Spark's
-    own class path is searched first, so they would never load. Deletes nothing when Spark's
-    jars folder is not found. Returns the deleted paths."""
-    shipped = spark_jar_artifacts()
-    pruned = sorted(p for p in folder.glob("*.jar") if jar_artifact(p.name) in shipped)
-    for path in pruned:
-        path.unlink()
-    return pruned
 
 
 def prepare_local_environment() -> None:
@@ -272,12 +262,3 @@ def job_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()
-
-
-if __name__ == "__main__":
-    # `make setup`, after Maven's copy: python -m streaming_jobs.spark_session prune-jars DIR
-    if len(sys.argv) != 3 or sys.argv[1] != "prune-jars":
-        sys.exit("usage: python -m streaming_jobs.spark_session prune-jars DIR")
-    removed = prune_shipped_jars(Path(sys.argv[2]))
-    kept = len(list(Path(sys.argv[2]).glob("*.jar")))
-    sys.stderr.write(f"{sys.argv[2]}: removed {len(removed)} jars Spark ships, kept {kept}\n")

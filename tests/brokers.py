@@ -1,6 +1,6 @@
 """Real Mosquitto brokers and throwaway TLS material for integration tests.
 
-The broker itself lives in :mod:`streaming_jobs.local_broker` (the demo runs one too);
+The broker itself lives in :mod:`devtools.mosquitto` (the demo and the benchmarks run one too);
 `make_test_pki` builds a CA, server and client certificates with the `openssl` command line
 tool; `BrokerFactory` starts brokers for a test and stops them at its end.
 """
@@ -13,19 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streaming_jobs.local_broker import (
-    DEFAULT_LOG_TYPES,
-    LOOPBACK,
-    BrokerError,
-    MissingToolError,
-    MosquittoBroker,
-    TlsListener,
-    _run,
-    find_mosquitto,
-    find_tool,
-    free_port,
-    port_accepts,
-)
+from devtools.broker_process import LOOPBACK, BrokerError, free_port, port_accepts
+from devtools.mosquitto import DEFAULT_LOG_TYPES, MosquittoBroker, TlsListener, find_mosquitto
+from devtools.system_tools import MissingToolError, find_tool, run_tool
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +110,7 @@ def make_test_pki(directory: Path | str) -> Pki:
         args = [openssl]
         for part in parts:
             args.extend([str(part)] if isinstance(part, Path) else part.split())
-        _run(args)
+        run_tool(args)
 
     def new_key(name: str) -> Path:
         path = out / f"{name}.key"

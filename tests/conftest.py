@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from devtools.s3_server import S3Server, use_test_credentials
 from tests.brokers import (
     DEFAULT_LOG_TYPES,
     BrokerFactory,
@@ -31,15 +32,25 @@ from tests.interop_brokers import (
     mochi_broker,
 )
 
+# Before any Spark JVM or S3 client starts, so that both inherit them (devtools/s3_server.py).
+use_test_credentials()
+
 TESTS_DIR = Path(__file__).resolve().parent
-BROKER_FIXTURES = frozenset({"mosquitto", "broker_factory"})
+BROKER_FIXTURES = frozenset({"mosquitto", "broker_factory", "s3", "s3_wal"})
 MARKERS = {
     "integration": "needs a real Mosquitto broker",
     "spark": "needs a local Spark session with Delta",
     "interop": "runs against Mosquitto, mochi-mqtt and aedes brokers",
 }
 # Tests in these subdirectories get the marker of the same name.
-MARKED_DIRS = {"integration": "integration", "spark": "spark", "interop": "interop"}
+MARKED_DIRS = {
+    "integration": "integration",
+    "spark": "spark",
+    "interop": "interop",
+    "packaging": "spark",
+    "cluster": "spark",
+    "connect": "spark",
+}
 INTEROP_BROKERS = ("mosquitto", "mochi", "aedes")
 LOG_TAIL_CHARS = 20_000
 
@@ -171,3 +182,26 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     except MissingToolError as exc:
         problem = str(exc)
     pytest.fail(f"TLS tests need system tools: {problem}", pytrace=False)
+
+
+S3_BUCKET = "wal"
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """An S3-compatible server (s3proxy) for the whole run, with the bucket ``wal``."""
+    try:
+        server = S3Server(tmp_path_factory.mktemp("s3"))
+    except FileNotFoundError as exc:
+        pytest.fail(f"object storage tests need s3proxy: {exc}", pytrace=False)
+    server.start()
+    server.make_bucket(S3_BUCKET)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def s3_wal(s3: S3Server, request: pytest.FixtureRequest) -> str:
+    """A ``walPath`` on the S3 server under a prefix of this test's own."""
+    prefix = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
+    return s3.uri(S3_BUCKET, f"{prefix}-{id(request)}")

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from connector.wal import NewRecord
+from connector.wal import NewRecord, record_digest
 from connector.wal.records import (
     DATA_FIELDS,
     FLAGS,
@@ -95,10 +95,10 @@ def write_v1_wal(
             if index_every and offset % index_every == 0:
                 hints.append(INDEX_ENTRY.pack(offset, len(data)))
             data += v1_data_record(offset, record)
-            flags = FLAGS[
-                (record.qos, record.retained, record.duplicate, record.message_id is not None)
-            ]
-            state.apply_data(flags, record.message_id or 0, record.topic.encode(), record.payload)
+            mid = record.message_id
+            if mid is not None:
+                digest = {mid: record_digest(record.topic, record.payload)}
+                state.merge(digest, [mid] if record.qos == 2 else [])
             offset += 1
         if number < len(segments) - 1:
             data += encode_seal(offset, zlib.crc32(data))

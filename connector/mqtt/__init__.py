@@ -4,22 +4,28 @@ Nothing here imports Spark. The codec and the session take bytes and return pack
 bytes to send; :mod:`connector.mqtt.driver` owns sockets, TLS, clocks and reconnects.
 """
 
-from .codec import decode_packet, encode, encode_publish
+from .codec import decode_packet, encode, encode_ack, encode_publish
 from .decoder import StreamDecoder
 from .errors import (
     BadUsernameOrPassword,
     ConnectionLost,
     ConnectionRefused,
     IdentifierRejected,
+    InvalidArgument,
+    InvalidTopic,
     KeepAliveTimeout,
+    MalformedFrame,
     MalformedPacket,
     MqttError,
     NotAuthorized,
     PacketTooLarge,
+    PeerViolation,
     ProtocolError,
+    RepeatedProtocolViolation,
     ServerUnavailable,
     SubscriptionRefused,
     UnacceptableProtocolVersion,
+    UsageError,
 )
 from .packets import ProtocolLevel, Publish
 from .session import ClientSession, SessionConfig
@@ -30,20 +36,27 @@ __all__ = [
     "ConnectionLost",
     "ConnectionRefused",
     "IdentifierRejected",
+    "InvalidArgument",
+    "InvalidTopic",
     "KeepAliveTimeout",
+    "MalformedFrame",
     "MalformedPacket",
     "MqttError",
     "NotAuthorized",
     "PacketTooLarge",
+    "PeerViolation",
     "ProtocolError",
     "ProtocolLevel",
     "Publish",
+    "RepeatedProtocolViolation",
     "ServerUnavailable",
     "SessionConfig",
     "StreamDecoder",
     "SubscriptionRefused",
     "UnacceptableProtocolVersion",
+    "UsageError",
     "decode_packet",
     "encode",
+    "encode_ack",
     "encode_publish",
 ]

@@ -1,16 +1,22 @@
 """Packet <-> bytes for MQTT 3.1 and 3.1.1, with strict validation.
 
 Writers (``encode``) build one frame; ``decode_packet`` parses one frame body once its fixed
-header has been read (see :mod:`connector.mqtt.decoder` for the stream side). Every violation
-raises :class:`~connector.mqtt.errors.MalformedPacket` naming the rule and its section of the
-MQTT 3.1.1 standard (the 3.1 text where the versions differ).
+header has been read (see :mod:`connector.mqtt.decoder` for the stream side). The layout of
+the four-byte acknowledgement frames is written once, here (``encode_ack``, ``encode_acks``).
+A frame read that breaks a rule raises :class:`~connector.mqtt.errors.MalformedFrame` (the
+peer's fault), a packet the caller asks for that would break one raises
+:class:`~connector.mqtt.errors.InvalidArgument` or ``InvalidTopic``; each message names the
+rule and its section of the MQTT 3.1.1 standard (the 3.1 text where the versions differ).
 """
 
 from __future__ import annotations
 
+import sys
+from array import array
+from collections.abc import Callable
 from struct import Struct
 
-from .errors import MalformedPacket
+from .errors import InvalidArgument, InvalidTopic, MalformedFrame
 from .packets import (
     SUBACK_FAILURE,
     Connack,
@@ -56,7 +62,7 @@ _QOS1_STYLE = (PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE)
 def encode_remaining_length(length: int) -> bytes:
     """Variable-length encoding of ``length``: 7 bits a byte, high bit = more (section 2.2.3)."""
     if not 0 <= length <= MAX_REMAINING_LENGTH:
-        raise ValueError(f"remaining length {length} is outside 0..{MAX_REMAINING_LENGTH}")
+        raise InvalidArgument(f"remaining length {length} is outside 0..{MAX_REMAINING_LENGTH}")
     if length < 0x80:
         return bytes((length,))
     out = bytearray()
@@ -84,7 +90,7 @@ def decode_remaining_length(buf: bytes, pos: int) -> tuple[int, int] | None:
         if byte < 0x80:
             return value, pos + i + 1
         shift += 7
-    raise MalformedPacket(
+    raise MalformedFrame(
         "remaining length uses more than 4 bytes (section 2.2.3: at most 4, max 268435455)"
     )
 
@@ -96,16 +102,16 @@ def decode_remaining_length(buf: bytes, pos: int) -> tuple[int, int] | None:
 def _utf8(text: str) -> bytes:
     """UTF-8 string with a two-byte big-endian length prefix (section 1.5.3)."""
     if "\x00" in text:
-        raise ValueError(f"string {text!r} contains U+0000 (section 1.5.3)")
+        raise InvalidArgument(f"string {text!r} contains U+0000 (section 1.5.3)")
     data = text.encode("utf-8")
     if len(data) > 0xFFFF:
-        raise ValueError(f"string of {len(data)} bytes exceeds 65535 bytes (section 1.5.3)")
+        raise InvalidArgument(f"string of {len(data)} bytes exceeds 65535 bytes (section 1.5.3)")
     return _U16.pack(len(data)) + data
 
 
 def _binary(data: bytes) -> bytes:
     if len(data) > 0xFFFF:
-        raise ValueError(f"binary field of {len(data)} bytes exceeds 65535 bytes")
+        raise InvalidArgument(f"binary field of {len(data)} bytes exceeds 65535 bytes")
     return _U16.pack(len(data)) + bytes(data)
 
 
@@ -115,7 +121,7 @@ def _frame(first_byte: int, body: bytes) -> bytes:
 
 def _check_packet_id(packet_id: int | None, what: str) -> int:
     if packet_id is None or not 1 <= packet_id <= 0xFFFF:
-        raise ValueError(f"{what} needs a packet identifier in 1..65535, got {packet_id!r}")
+        raise InvalidArgument(f"{what} needs a packet identifier in 1..65535, got {packet_id!r}")
     return packet_id
 
 
@@ -129,7 +135,7 @@ def encode_publish(
 ) -> bytes:
     """One PUBLISH frame (section 3.3). ``topic`` may be pre-encoded UTF-8 bytes."""
     if qos not in (0, 1, 2):
-        raise ValueError(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
+        raise InvalidArgument(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
     topic_bytes = topic.encode("utf-8") if isinstance(topic, str) else topic
     header = 0x30 | (qos << 1) | (1 if retain else 0)
     if qos:
@@ -139,30 +145,65 @@ def encode_publish(
         variable = _U16.pack(len(topic_bytes)) + topic_bytes + _U16.pack(pid)
     else:
         if dup:
-            raise ValueError("DUP must be 0 on a QoS 0 PUBLISH (section 3.3.1.1)")
+            raise InvalidArgument("DUP must be 0 on a QoS 0 PUBLISH (section 3.3.1.1)")
         variable = _U16.pack(len(topic_bytes)) + topic_bytes
     length = len(variable) + len(payload)
     return bytes((header,)) + encode_remaining_length(length) + variable + payload
 
 
-def _ack_frame(first_byte: int, packet_id: int) -> bytes:
-    return bytes((first_byte, 2)) + _U16.pack(packet_id)
+# ---------------------------------------------------------------------------------------------
+# Acknowledgements: PUBACK, PUBREC, PUBREL, PUBCOMP and UNSUBACK (sections 3.4-3.7, 3.11)
+
+ACK_FIRST_BYTES: dict[PacketType, int] = {
+    kind: kind << 4 | _FLAGS_3_1_1[kind]  # PUBREL's flags are 0010 (section 3.6.1)
+    for kind in (
+        PacketType.PUBACK,
+        PacketType.PUBREC,
+        PacketType.PUBREL,
+        PacketType.PUBCOMP,
+        PacketType.UNSUBACK,
+    )
+}
+
+ACK_WORDS: dict[PacketType, int] = {
+    kind: first << 24 | 2 << 16 for kind, first in ACK_FIRST_BYTES.items()
+}
+"""An acknowledgement frame is four bytes: the first byte (type and flags), remaining length 2,
+the packet identifier (big-endian). Read as one big-endian 32-bit number it is
+``ACK_WORDS[kind] | packet_id``: writers that answer many packets at once collect such words
+and write them with one ``encode_acks`` call."""
+
+_ACK = Struct(">I")
+_SWAP_WORDS = sys.byteorder == "little"
+_WORDS_IN_ARRAY = array("I").itemsize == 4
+
+
+def encode_ack(kind: PacketType, packet_id: int | None) -> bytes:
+    """One acknowledgement frame of ``kind`` (a key of ``ACK_WORDS``) for ``packet_id``."""
+    return _ACK.pack(ACK_WORDS[kind] | _check_packet_id(packet_id, kind.name))
+
+
+def encode_acks(words: list[int]) -> bytes:
+    """Consecutive acknowledgement frames, one per word ``ACK_WORDS[kind] | packet_id``, in
+    order. The packet ids are not checked: they come from decoded packets or the session."""
+    if _WORDS_IN_ARRAY:  # one C loop: faster than a struct format of len(words) items
+        frames = array("I", words)
+        if _SWAP_WORDS:
+            frames.byteswap()
+        return frames.tobytes()
+    return Struct(f">{len(words)}I").pack(*words)  # pragma: no cover - a 2-byte C int
 
 
 def encode(packet: Packet, level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
     """Encode ``packet`` into one frame for protocol ``level`` (3 = MQTT 3.1, 4 = 3.1.1)."""
     kind = packet.type
-    if kind is PacketType.PUBLISH:
-        assert isinstance(packet, Publish)
+    if isinstance(packet, Publish):
         validate_topic_name(packet.topic)
         return encode_publish(
             packet.topic, packet.payload, packet.qos, packet.packet_id, packet.retain, packet.dup
         )
-    if isinstance(packet, (Puback, Pubrec, Pubcomp, Unsuback)):
-        pid = _check_packet_id(packet.packet_id, kind.name)
-        return _ack_frame(kind << 4, pid)
-    if isinstance(packet, Pubrel):
-        return _ack_frame(0x62, _check_packet_id(packet.packet_id, "PUBREL"))
+    if isinstance(packet, Puback | Pubrec | Pubrel | Pubcomp | Unsuback):
+        return encode_ack(kind, packet.packet_id)
     if kind is PacketType.PINGREQ:
         return b"\xc0\x00"
     if kind is PacketType.PINGRESP:
@@ -173,29 +214,29 @@ def encode(packet: Packet, level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
         return _encode_connect(packet)
     if isinstance(packet, Connack):
         if not 0 <= packet.return_code <= 5:
-            raise ValueError(f"CONNACK return code {packet.return_code} is not 0..5")
+            raise InvalidArgument(f"CONNACK return code {packet.return_code} is not 0..5")
         flags = 1 if packet.session_present and level >= 4 else 0
         return bytes((0x20, 2, flags, packet.return_code))
     if isinstance(packet, Subscribe):
         if not packet.subscriptions:
-            raise ValueError("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
+            raise InvalidArgument("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
         body = bytearray(_U16.pack(_check_packet_id(packet.packet_id, "SUBSCRIBE")))
         for topic_filter, qos in packet.subscriptions:
             if qos not in (0, 1, 2):
-                raise ValueError(f"requested QoS must be 0..2, got {qos!r} (section 3.8.3.1)")
+                raise InvalidArgument(f"requested QoS must be 0..2, got {qos!r} (section 3.8.3.1)")
             body += _utf8(validate_topic_filter(topic_filter)) + bytes((qos,))
         return _frame(0x82, bytes(body))
     if isinstance(packet, Suback):
         if not packet.return_codes:
-            raise ValueError("SUBACK needs at least one return code (section 3.9.3)")
+            raise InvalidArgument("SUBACK needs at least one return code (section 3.9.3)")
         for code in packet.return_codes:
             if code not in (0, 1, 2, SUBACK_FAILURE):
-                raise ValueError(f"SUBACK return code {code:#x} is not 0, 1, 2 or 0x80")
+                raise InvalidArgument(f"SUBACK return code {code:#x} is not 0, 1, 2 or 0x80")
         pid = _check_packet_id(packet.packet_id, "SUBACK")
         return _frame(0x90, _U16.pack(pid) + bytes(packet.return_codes))
     if isinstance(packet, Unsubscribe):
         if not packet.topics:
-            raise ValueError("UNSUBSCRIBE needs at least one topic filter (section 3.10.3)")
+            raise InvalidArgument("UNSUBSCRIBE needs at least one topic filter (section 3.10.3)")
         body = bytearray(_U16.pack(_check_packet_id(packet.packet_id, "UNSUBSCRIBE")))
         for topic_filter in packet.topics:
             body += _utf8(validate_topic_filter(topic_filter))
@@ -206,20 +247,20 @@ def encode(packet: Packet, level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
 def _encode_connect(packet: Connect) -> bytes:
     level = ProtocolLevel(packet.protocol_level)
     if level is ProtocolLevel.MQTT_3_1 and not 1 <= len(packet.client_id) <= 23:
-        raise ValueError(
+        raise InvalidArgument(
             f"MQTT 3.1 client ids must be 1 to 23 characters, got {len(packet.client_id)} "
             "(3.1 CONNECT payload)"
         )
     if not 0 <= packet.keep_alive <= 0xFFFF:
-        raise ValueError(f"keep alive must be 0..65535 seconds, got {packet.keep_alive}")
+        raise InvalidArgument(f"keep alive must be 0..65535 seconds, got {packet.keep_alive}")
     if packet.password is not None and packet.username is None:
-        raise ValueError("a password needs a user name (section 3.1.2.9)")
+        raise InvalidArgument("a password needs a user name (section 3.1.2.9)")
     flags = 0x02 if packet.clean_session else 0
     payload = _utf8(packet.client_id)
     if packet.will is not None:
         will = packet.will
         if will.qos not in (0, 1, 2):
-            raise ValueError(f"will QoS must be 0..2, got {will.qos!r}")
+            raise InvalidArgument(f"will QoS must be 0..2, got {will.qos!r}")
         flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
         payload += _utf8(validate_topic_name(will.topic)) + _binary(will.payload)
     if packet.username is not None:
@@ -237,7 +278,7 @@ def _encode_connect(packet: Connect) -> bytes:
 
 
 class _Cursor:
-    """Reads fields from one frame body, raising MalformedPacket when one is cut short."""
+    """Reads fields from one frame body, raising MalformedFrame when one is cut short."""
 
     __slots__ = ("buf", "end", "kind", "pos")
 
@@ -249,7 +290,7 @@ class _Cursor:
 
     def _need(self, count: int, what: str) -> None:
         if self.pos + count > self.end:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 f"{self.kind}: {what} runs past the end of the packet "
                 "(truncated field, section 2.2.3)"
             )
@@ -269,7 +310,7 @@ class _Cursor:
     def packet_id(self) -> int:
         value = self.u16("the packet identifier")
         if value == 0:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 f"{self.kind}: packet identifier 0 is not allowed (section 2.3.1)"
             )
         return value
@@ -294,7 +335,7 @@ class _Cursor:
 
     def finish(self) -> None:
         if self.pos != self.end:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 f"{self.kind}: {self.end - self.pos} unexpected bytes after the last field "
                 "(the remaining length must equal the length of the fields, section 2.2.3)"
             )
@@ -305,9 +346,9 @@ def decode_utf8(data: bytes, what: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MalformedPacket(f"{what} is not well-formed UTF-8 (section 1.5.3): {exc}") from None
+        raise MalformedFrame(f"{what} is not well-formed UTF-8 (section 1.5.3): {exc}") from None
     if "\x00" in text:
-        raise MalformedPacket(f"{what} contains U+0000 (section 1.5.3)")
+        raise MalformedFrame(f"{what} contains U+0000 (section 1.5.3)")
     return text
 
 
@@ -320,13 +361,13 @@ def check_flags(first_byte: int, level: int) -> None:
     kind = first_byte >> 4
     flags = first_byte & 0x0F
     if kind == 0 or kind == 15:
-        raise MalformedPacket(f"packet type {kind} is reserved (section 2.2.1)")
+        raise MalformedFrame(f"packet type {kind} is reserved (section 2.2.1)")
     expected = _FLAGS_3_1_1[kind]
     if flags == expected:
         return
     if level == ProtocolLevel.MQTT_3_1 and kind in _QOS1_STYLE and flags == 0x0A:
         return
-    raise MalformedPacket(
+    raise MalformedFrame(
         f"{_PACKET_NAMES[kind]} has flags {flags:#06b}; they must be {expected:#06b} "
         "(section 2.2.2, table 2.2)"
     )
@@ -341,30 +382,30 @@ def decode_publish(
     one per connection: most streams repeat a few topics)."""
     qos = (flags >> 1) & 0x03
     if qos == 3:
-        raise MalformedPacket(
+        raise MalformedFrame(
             "PUBLISH with QoS 3: both QoS bits set is not allowed (section 3.3.1.2)"
         )
     if end - start < 2:
-        raise MalformedPacket(
+        raise MalformedFrame(
             "PUBLISH: the topic name length runs past the end of the packet (section 3.3.2)"
         )
     topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1])
     if qos:
         payload_start = topic_end + 2
         if payload_start > end:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 "PUBLISH: the topic name or packet identifier runs past the end of the packet "
                 "(section 3.3.2)"
             )
         packet_id = (buf[topic_end] << 8) | buf[topic_end + 1]
         if packet_id == 0:
-            raise MalformedPacket("PUBLISH: packet identifier 0 is not allowed (section 2.3.1)")
+            raise MalformedFrame("PUBLISH: packet identifier 0 is not allowed (section 2.3.1)")
     else:
         if flags & 0x08:
-            raise MalformedPacket("PUBLISH: DUP must be 0 when QoS is 0 (section 3.3.1.1)")
+            raise MalformedFrame("PUBLISH: DUP must be 0 when QoS is 0 (section 3.3.1.1)")
         payload_start = topic_end
         if payload_start > end:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 "PUBLISH: the topic name runs past the end of the packet (section 3.3.2)"
             )
         packet_id = None
@@ -373,11 +414,13 @@ def decode_publish(
     if topic is None:
         # Byte values, not one-byte needles: 0x2B '+', 0x23 '#', 0 U+0000 (sections 3.3.2.1, 1.5.3).
         if not raw_topic or 0x2B in raw_topic or 0x23 in raw_topic or 0 in raw_topic:
-            validate_topic_name(decode_utf8(bytes(raw_topic), "PUBLISH topic name"))
+            _received_topic(
+                validate_topic_name, decode_utf8(bytes(raw_topic), "PUBLISH topic name")
+            )
         try:
             topic = str(raw_topic, "utf-8")
         except UnicodeDecodeError as exc:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 f"PUBLISH topic name is not well-formed UTF-8 (section 1.5.3): {exc}"
             ) from None
         if topics is not None:
@@ -406,7 +449,7 @@ def decode_packet(first_byte: int, body: bytes, level: int = ProtocolLevel.MQTT_
         PacketType.UNSUBACK,
     ):
         if len(body) != 2:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 f"{name} must have remaining length 2, got {len(body)} "
                 f"(section {_SECTIONS[kind]}.1)"
             )
@@ -414,7 +457,7 @@ def decode_packet(first_byte: int, body: bytes, level: int = ProtocolLevel.MQTT_
         packet = _ACK_TYPES[kind](packet_id)
     elif kind in (PacketType.PINGREQ, PacketType.PINGRESP, PacketType.DISCONNECT):
         if body:
-            raise MalformedPacket(
+            raise MalformedFrame(
                 f"{name} must have remaining length 0, got {len(body)} "
                 f"(section {_SECTIONS[kind]}.1)"
             )
@@ -429,22 +472,22 @@ def decode_packet(first_byte: int, body: bytes, level: int = ProtocolLevel.MQTT_
             _validate_filter(topic_filter)
             requested = cursor.u8("requested QoS")
             if requested > 2:
-                raise MalformedPacket(
+                raise MalformedFrame(
                     f"SUBSCRIBE requested QoS byte {requested:#04x} is not 0, 1 or 2 "
                     "(section 3.8.3.1)"
                 )
             subscriptions.append((topic_filter, requested))
         if not subscriptions:
-            raise MalformedPacket("SUBSCRIBE must contain at least one topic filter (3.8.3)")
+            raise MalformedFrame("SUBSCRIBE must contain at least one topic filter (3.8.3)")
         packet = Subscribe(packet_id, subscriptions)
     elif kind == PacketType.SUBACK:
         packet_id = cursor.packet_id()
         codes = list(cursor.rest())
         if not codes:
-            raise MalformedPacket("SUBACK must contain at least one return code (section 3.9.3)")
+            raise MalformedFrame("SUBACK must contain at least one return code (section 3.9.3)")
         for code in codes:
             if code not in (0, 1, 2, SUBACK_FAILURE):
-                raise MalformedPacket(
+                raise MalformedFrame(
                     f"SUBACK return code {code:#04x} is not 0x00, 0x01, 0x02 or 0x80 "
                     "(section 3.9.3)"
                 )
@@ -457,12 +500,12 @@ def decode_packet(first_byte: int, body: bytes, level: int = ProtocolLevel.MQTT_
             _validate_filter(topic_filter)
             topics.append(topic_filter)
         if not topics:
-            raise MalformedPacket("UNSUBSCRIBE must contain at least one topic filter (3.10.3)")
+            raise MalformedFrame("UNSUBSCRIBE must contain at least one topic filter (3.10.3)")
         packet = Unsubscribe(packet_id, topics)
     elif kind == PacketType.CONNECT:
         packet = _decode_connect(cursor)
     else:  # pragma: no cover - check_flags rejects types 0 and 15
-        raise MalformedPacket(f"packet type {kind} is reserved (section 2.2.1)")
+        raise MalformedFrame(f"packet type {kind} is reserved (section 2.2.1)")
     cursor.finish()
     return packet
 
@@ -484,34 +527,40 @@ _EMPTY_TYPES: dict[int, type] = {
 }
 
 
-def _validate_filter(topic_filter: str) -> None:
+def _received_topic(validate: Callable[[str], str], topic: str, prefix: str = "") -> None:
+    """Check a topic read from the peer with a validator of :mod:`.topics`: its verdict on the
+    peer's bytes is a :class:`MalformedFrame`, with the same message."""
     try:
-        validate_topic_filter(topic_filter)
-    except MalformedPacket as exc:
-        raise MalformedPacket(f"SUBSCRIBE/UNSUBSCRIBE: {exc}") from None
+        validate(topic)
+    except InvalidTopic as exc:
+        raise MalformedFrame(f"{prefix}{exc}") from None
+
+
+def _validate_filter(topic_filter: str) -> None:
+    _received_topic(validate_topic_filter, topic_filter, "SUBSCRIBE/UNSUBSCRIBE: ")
 
 
 def _decode_connack(cursor: _Cursor, level: int) -> Connack:
     if cursor.end != 2:
-        raise MalformedPacket(
+        raise MalformedFrame(
             f"CONNACK must have remaining length 2, got {cursor.end} (section 3.2.1)"
         )
     ack_flags = cursor.u8("acknowledge flags")
     return_code = cursor.u8("return code")
     if return_code > 5:
-        raise MalformedPacket(
+        raise MalformedFrame(
             f"CONNACK return code {return_code} is not one of 0-5 (section 3.2.2.3, table 3.1)"
         )
     if level == ProtocolLevel.MQTT_3_1:
         return Connack(False, return_code)  # 3.1: the first byte is reserved and unused
     if ack_flags & 0xFE:
-        raise MalformedPacket(
+        raise MalformedFrame(
             f"CONNACK acknowledge flags {ack_flags:#04x}: bits 7-1 are reserved and must be 0 "
             "(section 3.2.2.1)"
         )
     session_present = bool(ack_flags & 1)
     if session_present and return_code:
-        raise MalformedPacket(
+        raise MalformedFrame(
             "CONNACK with a non-zero return code must have session present 0 (section 3.2.2.2)"
         )
     return Connack(session_present, return_code)
@@ -521,36 +570,36 @@ def _decode_connect(cursor: _Cursor) -> Connect:
     name = cursor.utf8("protocol name")
     level = cursor.u8("protocol level")
     if name not in ("MQTT", "MQIsdp"):
-        raise MalformedPacket(
+        raise MalformedFrame(
             f"CONNECT protocol name {name!r} is neither 'MQTT' (3.1.1) nor 'MQIsdp' (3.1) "
             "(section 3.1.2.1)"
         )
     if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
-        raise MalformedPacket(
+        raise MalformedFrame(
             f"CONNECT protocol level {level} is neither 3 (3.1) nor 4 (3.1.1) (section 3.1.2.2)"
         )
     flags = cursor.u8("connect flags")
     if flags & 0x01:
-        raise MalformedPacket("CONNECT flags: the reserved bit 0 must be 0 (section 3.1.2.3)")
+        raise MalformedFrame("CONNECT flags: the reserved bit 0 must be 0 (section 3.1.2.3)")
     will_flag = bool(flags & 0x04)
     will_qos = (flags >> 3) & 0x03
     will_retain = bool(flags & 0x20)
     if will_qos == 3:
-        raise MalformedPacket("CONNECT flags: will QoS 3 is not allowed (section 3.1.2.6)")
+        raise MalformedFrame("CONNECT flags: will QoS 3 is not allowed (section 3.1.2.6)")
     if not will_flag and (will_qos or will_retain):
-        raise MalformedPacket(
+        raise MalformedFrame(
             "CONNECT flags: will QoS and will retain must be 0 without a will (section 3.1.2.6)"
         )
     has_password = bool(flags & 0x40)
     has_username = bool(flags & 0x80)
     if has_password and not has_username:
-        raise MalformedPacket("CONNECT flags: a password needs a user name (section 3.1.2.9)")
+        raise MalformedFrame("CONNECT flags: a password needs a user name (section 3.1.2.9)")
     keep_alive = cursor.u16("keep alive")
     client_id = cursor.utf8("client identifier")
     will = None
     if will_flag:
         will_topic = cursor.utf8("will topic")
-        validate_topic_name(will_topic)
+        _received_topic(validate_topic_name, will_topic)
         will = Will(will_topic, cursor.binary("will message"), will_qos, will_retain)
     username = cursor.utf8("user name") if has_username else None
     password = cursor.binary("password") if has_password else None

@@ -8,24 +8,28 @@ and joined once, so a 256 MB payload arriving in 64 KB reads costs linear time.
 from __future__ import annotations
 
 from .codec import (
+    ACK_FIRST_BYTES,
     MAX_REMAINING_LENGTH,
     check_flags,
     decode_packet,
     decode_publish,
     decode_remaining_length,
 )
-from .errors import MalformedPacket, PacketTooLarge
-from .packets import Packet, ProtocolLevel, Pubrel
+from .errors import InvalidArgument, MalformedFrame, PacketTooLarge
+from .packets import Packet, PacketType, ProtocolLevel, Pubrel
 
 LARGE_FRAME = 1 << 16
+
+_PUBREL = ACK_FIRST_BYTES[PacketType.PUBREL]
 
 
 class StreamDecoder:
     """Incremental MQTT frame decoder for one network connection.
 
     ``feed(data)`` returns every packet completed by ``data``. On a malformed frame it raises
-    :class:`MalformedPacket` whose ``packets`` attribute holds the packets decoded before the
-    bad frame in the same call; the decoder is then unusable (the connection must close).
+    :class:`MalformedFrame` whose ``packets`` attribute holds the packets decoded before the
+    bad frame in the same call; the decoder is then unusable (the connection must close), and
+    a later ``feed`` raises that violation again.
     """
 
     __slots__ = (
@@ -45,14 +49,14 @@ class StreamDecoder:
         max_packet_size: int = MAX_REMAINING_LENGTH,
     ) -> None:
         if not 0 < max_packet_size <= MAX_REMAINING_LENGTH:
-            raise ValueError(f"max_packet_size must be in 1..{MAX_REMAINING_LENGTH}")
+            raise InvalidArgument(f"max_packet_size must be in 1..{MAX_REMAINING_LENGTH}")
         self.level = level
         self.max_packet_size = max_packet_size
         self._rest = b""
         self._parts: list[bytes] = []
         self._have = 0
         self._need = 0
-        self._failed: MalformedPacket | None = None
+        self._failed: MalformedFrame | None = None
         self._topics: dict[bytes, str] = {}
 
     @property
@@ -63,7 +67,7 @@ class StreamDecoder:
     def feed(self, data: bytes) -> list[Packet]:
         """Add received bytes; return the packets they complete, in order."""
         if self._failed is not None:
-            raise MalformedPacket(f"the stream already failed: {self._failed}")
+            raise MalformedFrame(f"the stream already failed: {self._failed}")
         if type(data) is not bytes:
             # A memoryview cannot be concatenated, and a bytearray the caller reuses for its
             # next read must not be kept: take an immutable copy.
@@ -117,14 +121,14 @@ class StreamDecoder:
                     break
                 if first & 0xF0 == 0x30:
                     packets.append(decode_publish(first & 0x0F, buf, start, end, topics))
-                elif first == 0x62 and length == 2 and (buf[start] or buf[start + 1]):
+                elif first == _PUBREL and length == 2 and (buf[start] or buf[start + 1]):
                     # PUBREL with the flags, length and nonzero packet id that section 3.6.1
                     # and 2.3.1 require: what decode_packet would build, without its checks.
                     packets.append(Pubrel(buf[start] << 8 | buf[start + 1]))
                 else:
                     packets.append(decode_packet(first, buf[start:end], level))
                 pos = end
-        except MalformedPacket as exc:
+        except MalformedFrame as exc:
             self._failed = exc
             self._rest = b""
             exc.packets = packets
@@ -136,7 +140,7 @@ class StreamDecoder:
         """Reject a bad first byte before waiting for the rest of its frame."""
         if first & 0xF0 == 0x30:
             if first & 0x06 == 0x06:
-                raise MalformedPacket(
+                raise MalformedFrame(
                     "PUBLISH with QoS 3: both QoS bits set is not allowed (section 3.3.1.2)"
                 )
         else:

@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from .errors import (
     ConnectionLost,
     ConnectionRefused,
+    InvalidArgument,
     KeepAliveTimeout,
     MqttError,
     RepeatedProtocolViolation,
@@ -39,6 +41,8 @@ from .session import (
 )
 
 log = logging.getLogger(__name__)
+
+_Awaited = TypeVar("_Awaited", Connected, Subscribed)
 
 DISCONNECT_DRAIN = 0.5
 """Seconds ``disconnect`` waits for the broker to close the connection after DISCONNECT."""
@@ -65,7 +69,8 @@ class BrokerAddress:
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
-        """Parse a broker URL; ValueError names what is wrong and what is accepted.
+        """Parse a broker URL; InvalidArgument (a ValueError) names what is wrong and what
+        is accepted.
 
         Credentials in the URL (``tcp://user:secret@host``) are refused, and error messages
         never repeat them."""
@@ -73,24 +78,24 @@ class BrokerAddress:
         shown = url
         if "@" in parts.netloc:
             shown = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
-            raise ValueError(
+            raise InvalidArgument(
                 f"broker URL {shown!r} carries credentials; give them as the user name and "
                 "password settings instead (they are never shown or logged)"
             )
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
-            raise ValueError(
+            raise InvalidArgument(
                 f"broker URL {shown!r}: scheme {scheme!r} is not supported; "
                 "use tcp://host:port, ssl://host:port or mqtts://host:port"
             )
         try:
             port = parts.port or DEFAULT_PORTS[scheme]
         except ValueError:
-            raise ValueError(
+            raise InvalidArgument(
                 f"broker URL {shown!r}: the port is not a number in 1..65535"
             ) from None
         if not parts.hostname:
-            raise ValueError(f"broker URL {shown!r} has no host name")
+            raise InvalidArgument(f"broker URL {shown!r} has no host name")
         return cls(parts.hostname, port, scheme in TLS_SCHEMES)
 
     def __str__(self) -> str:
@@ -231,7 +236,6 @@ class MqttClient:
                 raise ConnectionLost(
                     f"{exc} before CONNACK; {self._closed_before_connack_causes()}"
                 ) from exc.__cause__
-            assert isinstance(connected, Connected)
             if connected.session_lost:
                 log.warning(
                     "the broker had no session for client %r although one was expected: "
@@ -244,7 +248,6 @@ class MqttClient:
                 self.session.subscribe(self.subscriptions, self.clock())
                 self.flush()
                 subscribed = self._wait_for(Subscribed, deadline, "SUBACK")
-                assert isinstance(subscribed, Subscribed)
                 if subscribed.refused:
                     raise SubscriptionRefused(subscribed.refused)
         except BaseException:
@@ -367,7 +370,7 @@ class MqttClient:
             + self._client_certificate_hint(cause)
         )
 
-    def _wait_for(self, kind: type, deadline: float, what: str) -> object:
+    def _wait_for(self, kind: type[_Awaited], deadline: float, what: str) -> _Awaited:
         while True:
             remaining = deadline - self.clock()
             if remaining <= 0:

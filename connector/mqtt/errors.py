@@ -1,7 +1,19 @@
-"""Error types of the MQTT layer.
+"""Error types of the MQTT layer, in two families that say who broke a rule.
 
-Every malformed frame raises :class:`MalformedPacket` whose message names the rule broken and
-the spec section (MQTT 3.1.1, OASIS Standard, unless it says 3.1).
+* :class:`PeerViolation`: the peer (the broker) broke the protocol. Bytes that break the
+  packet format raise :class:`MalformedFrame`; the connection that carried them must be
+  closed (3.1.1 section 4.8). A session turns a violation into a ``ProtocolViolation`` event
+  and raises :class:`RepeatedProtocolViolation` only when reconnecting keeps failing.
+* :class:`UsageError`: the caller misused the API, and no connection is at fault: an argument
+  the standard or the API refuses (:class:`InvalidArgument`, also a ``ValueError``;
+  :class:`InvalidTopic` for a topic name or filter), or a call the session's state does not
+  allow (:class:`ProtocolError`).
+
+:class:`MalformedPacket` is the packet format broken, by either side: a ``MalformedFrame`` is
+one received, an ``InvalidTopic`` one the caller asked to send. Every message names the rule
+and its section of the MQTT 3.1.1 standard (the 3.1 text where the versions differ). The
+other errors (a refused connection or subscription, a lost connection, a silent broker) are
+outcomes of the network and the broker's configuration, in neither family.
 """
 
 from __future__ import annotations
@@ -17,26 +29,34 @@ class MqttError(Exception):
     """Base class of every error raised by :mod:`connector.mqtt`."""
 
 
-class MalformedPacket(MqttError):
-    """Bytes on the wire that break the MQTT packet format.
+class PeerViolation(MqttError):
+    """The peer broke the MQTT protocol; the connection must be closed (section 4.8)."""
 
-    The connection that produced them must be closed (3.1.1 section 4.8: on a protocol
-    violation the receiver closes the Network Connection). When raised by the stream decoder,
-    ``packets`` holds the well-formed packets that preceded the bad frame in the same read.
+
+class UsageError(MqttError):
+    """The caller misused the API; the connection and the peer are not at fault."""
+
+
+class MalformedPacket(MqttError):
+    """A packet that breaks the packet format, received (:class:`MalformedFrame`) or to be
+    sent (:class:`InvalidTopic`); the message names the rule and its section."""
+
+
+class MalformedFrame(MalformedPacket, PeerViolation):
+    """Bytes received that break the packet format.
+
+    When raised by the stream decoder, ``packets`` holds the well-formed packets that
+    preceded the bad frame in the same read.
     """
 
     packets: Sequence[Packet] = ()
 
 
-class PacketTooLarge(MalformedPacket):
+class PacketTooLarge(MalformedFrame):
     """A packet whose Remaining Length is above the configured maximum."""
 
 
-class ProtocolError(MqttError):
-    """A well-formed packet that is not allowed in the current session state."""
-
-
-class RepeatedProtocolViolation(ProtocolError):
+class RepeatedProtocolViolation(PeerViolation):
     """The broker broke the protocol on ``count`` connections in a row with no message or
     release delivered in between: reconnecting again would not help, so the client gives up.
 
@@ -52,6 +72,19 @@ class RepeatedProtocolViolation(ProtocolError):
             f"{broker or 'the broker'} broke the MQTT protocol {count} times in a row without "
             f"delivering a message in between; giving up. Last violation: {reason}"
         )
+
+
+class InvalidArgument(UsageError, ValueError):
+    """An argument that the standard or the API refuses (a ``ValueError`` too)."""
+
+
+class InvalidTopic(InvalidArgument, MalformedPacket):
+    """A topic name or filter given by the caller that breaks section 4.7 (or 1.5.3)."""
+
+
+class ProtocolError(UsageError):
+    """A call the session's state does not allow (e.g. ``publish`` before CONNACK), or one
+    past the protocol's limits (every packet identifier in use, section 2.3.1)."""
 
 
 class ConnectionRefused(MqttError):

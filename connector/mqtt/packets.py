@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from .errors import InvalidArgument
+
 
 class PacketType(IntEnum):
     """Control packet type: the high nibble of the fixed header's first byte (section 2.2.1)."""
@@ -41,7 +43,8 @@ class ProtocolLevel(IntEnum):
 
     @classmethod
     def parse(cls, text: str) -> ProtocolLevel:
-        """``"3.1"`` or ``"3.1.1"`` (also ``"3"``/``"4"``) to a level; ValueError otherwise."""
+        """``"3.1"`` or ``"3.1.1"`` (also ``"3"``/``"4"``) to a level; InvalidArgument (a
+        ValueError) otherwise."""
         names = {
             "3.1": cls.MQTT_3_1,
             "3": cls.MQTT_3_1,
@@ -51,7 +54,7 @@ class ProtocolLevel(IntEnum):
         try:
             return names[str(text).strip()]
         except KeyError:
-            raise ValueError(f"unsupported MQTT version {text!r}: use 3.1 or 3.1.1") from None
+            raise InvalidArgument(f"unsupported MQTT version {text!r}: use 3.1 or 3.1.1") from None
 
     def __str__(self) -> str:
         return "3.1" if self is ProtocolLevel.MQTT_3_1 else "3.1.1"

@@ -23,26 +23,49 @@ content differs from the message stored with its id is a new message. Nothing is
 withheld because its topic and payload equal an earlier message's. Rules the broker breaks on
 the way (:class:`BrokerFault`) are counted in ``faults`` and logged once per connection; the
 message is delivered, so nothing is lost.
+
+An inbound QoS 2 exchange has one state from the caller's ``ack`` to PUBCOMP
+(:mod:`connector.mqtt.exchanges`: stored, PUBREC held or sent, releasing); until ``ack`` its
+message is one of the connection's deliveries. The frames the session writes come from the
+codec, acknowledgements included (``encode_acks``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from struct import Struct
 
-from .codec import MAX_REMAINING_LENGTH, encode, encode_publish
+from .codec import (
+    ACK_WORDS,
+    MAX_REMAINING_LENGTH,
+    encode,
+    encode_ack,
+    encode_acks,
+    encode_publish,
+)
 from .decoder import StreamDecoder
 from .errors import (
     CONNACK_ERRORS,
     ConnectionRefused,
+    InvalidArgument,
     KeepAliveTimeout,
-    MalformedPacket,
+    MalformedFrame,
     ProtocolError,
     RepeatedProtocolViolation,
+)
+from .exchanges import (
+    PUBREC_HELD,
+    PUBREC_SENT,
+    RELEASING,
+    RELEASING_IN_WINDOW,
+    RESEND_PUBREC_HELD,
+    RESEND_PUBREC_SENT,
+    STORED,
+    Exchange,
+    Exchanges,
 )
 from .packets import (
     SUBACK_FAILURE,
@@ -50,6 +73,7 @@ from .packets import (
     Connect,
     Disconnect,
     Packet,
+    PacketType,
     Pingreq,
     Pingresp,
     ProtocolLevel,
@@ -68,11 +92,10 @@ from .topics import validate_topic_filter, validate_topic_name
 
 log = logging.getLogger(__name__)
 
-_ACK_WORD = Struct(">I")
-_PUBACK = 0x40020000
-_PUBREC = 0x50020000
-_PUBREL = 0x62020000
-_PUBCOMP = 0x70020000
+# Acknowledgement words of the codec (``ACK_WORDS[kind] | packet_id``), for the hot path.
+_PUBACK = ACK_WORDS[PacketType.PUBACK]
+_PUBREC = ACK_WORDS[PacketType.PUBREC]
+_PUBCOMP = ACK_WORDS[PacketType.PUBCOMP]
 
 
 @dataclass(slots=True)
@@ -97,22 +120,24 @@ class SessionConfig:
 
     def __post_init__(self) -> None:
         if self.level == ProtocolLevel.MQTT_3_1 and not 1 <= len(self.client_id) <= 23:
-            raise ValueError(
+            raise InvalidArgument(
                 f"MQTT 3.1 needs a client id of 1 to 23 characters; {self.client_id!r} has "
                 f"{len(self.client_id)}"
             )
         if not self.client_id and not self.clean_session:
-            raise ValueError("an empty client id needs clean_session=True (3.1.1 section 3.1.3.1)")
+            raise InvalidArgument(
+                "an empty client id needs clean_session=True (3.1.1 section 3.1.3.1)"
+            )
         if not 0 <= self.keep_alive <= 0xFFFF:
-            raise ValueError(f"keep alive must be 0..65535 seconds, got {self.keep_alive}")
+            raise InvalidArgument(f"keep alive must be 0..65535 seconds, got {self.keep_alive}")
         if self.password is not None and self.username is None:
-            raise ValueError("a password needs a user name (section 3.1.2.9)")
+            raise InvalidArgument("a password needs a user name (section 3.1.2.9)")
         if self.max_violations_in_a_row < 1:
-            raise ValueError(
+            raise InvalidArgument(
                 f"max_violations_in_a_row must be >= 1, got {self.max_violations_in_a_row}"
             )
         if self.pubrec_window < 0:
-            raise ValueError(f"pubrec_window must be >= 0, got {self.pubrec_window}")
+            raise InvalidArgument(f"pubrec_window must be >= 0, got {self.pubrec_window}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,21 +267,6 @@ _FAULT_TEXT = {
 }
 
 
-class Qos2(Enum):
-    """Where an inbound QoS 2 exchange stands before its PUBREL (section 4.3.3, method B)."""
-
-    RECEIVED = "received"
-    """Delivered to the caller, not yet stored (``ack`` not called)."""
-    RECORDED = "recorded"
-    """Stored: PUBREC sent, or waiting for room in the window, or owed to the next
-    connection; a PUBLISH with this id is the resend until the PUBREL arrives."""
-
-
-# Module-level names for the hot path: an enum member looked up on its class costs ~65 ns.
-_RECEIVED = Qos2.RECEIVED
-_RECORDED = Qos2.RECORDED
-
-
 class State(Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
@@ -289,12 +299,12 @@ class ClientSession:
         """Whether a PUBLISH equals the message the caller stored with its packet id (None:
         unknown). Tells a resend of a pending QoS 2 id from another message that a faulty
         broker gave the same id; without it a pending id's PUBLISH is taken as the resend."""
-        self._qos2_in: dict[int, Qos2] = {}
-        """Inbound QoS 2 exchanges before their PUBREL: one state per packet id."""
-        self._releasing: set[int] = set()
-        """QoS 2 ids whose PUBREL arrived and whose PUBCOMP waits for ``complete``."""
+        self._exchanges = Exchanges()
+        """Inbound QoS 2 exchanges from the caller's ``ack`` to PUBCOMP: one state per id."""
         self._unacked: dict[int, Publish] = {}
-        """QoS 1 messages stored on an earlier connection whose PUBACK was never written."""
+        """QoS 1 messages stored on an earlier connection whose PUBACK was never written: by
+        message, apart from the QoS 2 exchanges, since a resend is told by its content, and a
+        broker past 65,535 messages in flight may give a QoS 1 and a QoS 2 message one id."""
         self._lost: dict[int, Publish] = {}
         """Deliveries of connections that are gone, not yet acknowledged by the caller."""
         self.faults: Counter[str] = Counter()
@@ -309,23 +319,16 @@ class ClientSession:
         self._ids_here: set[int] = set()
         """Packet ids delivered on this connection, kept while the broker has no earlier
         session (the DUP=1-on-first-delivery check)."""
-        self._qos2_here: set[int] = set()
-        """QoS 2 ids first delivered on the current connection whose PUBCOMP is not sent."""
-        self._pubrec_sent: set[int] = set()
-        """QoS 2 ids answered with PUBREC on the current connection, PUBCOMP not yet sent."""
-        self._pubrec_held: OrderedDict[int, None] = OrderedDict()
-        """Recorded QoS 2 ids whose PUBREC waits for room in the window, oldest first (an
-        OrderedDict: taking the oldest of a plain dict rescans the slots already taken)."""
-        self.pubrecs_held = 0
-        """PUBRECs that had to wait for room in the window (all connections)."""
         self._inbound: dict[int, Publish] = {}
         """QoS 1/2 messages delivered on the current connection and not yet acknowledged."""
         self._inbound_later: dict[int, deque[Publish]] = {}
         """Further QoS 1 resends (DUP=1) of an id still pending in ``_inbound``, oldest first."""
         self.shared_id_resends = 0
         """Resends on this connection that shared a pending packet id (see ``_on_publish``)."""
-        self._outbound: dict[int, Publish] = {}
-        self._outbound_released: set[int] = set()
+        self._outbound: dict[int, Publish | None] = {}
+        """Outbound QoS 1/2 exchanges by id: the message until PUBACK or PUBREC (resent with
+        DUP=1 on a new connection, section 4.4), then None for a QoS 2 one until PUBCOMP: its
+        PUBREL went out and the message is discarded (section 4.3.3, method A)."""
         self._subscribing: dict[int, list[str]] = {}
         self._unsubscribing: set[int] = set()
         self._next_id = 1
@@ -380,12 +383,9 @@ class ClientSession:
         whose PUBACK was never written keeps its id reserved for the broker's resend."""
         self._out = []
         self._lost.update(self._inbound)
-        self._qos2_in = {pid: st for pid, st in self._qos2_in.items() if st is _RECORDED}
-        self._qos2_here = set()
+        self._exchanges.carry_over()
         self._ids_here = set()
         self._faults_logged = set()
-        self._pubrec_sent = set()
-        self._pubrec_held = OrderedDict()
         self._inbound.clear()
         self._inbound_later.clear()
         self.shared_id_resends = 0
@@ -432,11 +432,11 @@ class ClientSession:
         """Queue SUBSCRIBE for (filter, qos) pairs; returns its packet id."""
         self._require_connected("subscribe")
         if not subscriptions:
-            raise ValueError("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
+            raise InvalidArgument("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
         for topic_filter, qos in subscriptions:
             validate_topic_filter(topic_filter)
             if qos not in (0, 1, 2):
-                raise ValueError(f"QoS must be 0, 1 or 2, got {qos!r}")
+                raise InvalidArgument(f"QoS must be 0, 1 or 2, got {qos!r}")
         pid = self._allocate_id()
         self._subscribing[pid] = [f for f, _ in subscriptions]
         self.max_qos = max(self.max_qos or 0, *(qos for _, qos in subscriptions))
@@ -447,7 +447,9 @@ class ClientSession:
         """Queue UNSUBSCRIBE; returns its packet id."""
         self._require_connected("unsubscribe")
         if not filters:
-            raise ValueError("UNSUBSCRIBE needs at least one topic filter (section 3.10.3)")
+            raise InvalidArgument(
+                "UNSUBSCRIBE needs at least one topic filter (section 3.10.3)"
+            )
         for topic_filter in filters:
             validate_topic_filter(topic_filter)
         pid = self._allocate_id()
@@ -465,7 +467,7 @@ class ClientSession:
             self._send(encode_publish(topic, payload, 0, None, retain), now)
             return None
         if qos not in (1, 2):
-            raise ValueError(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
+            raise InvalidArgument(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
         pid = self._allocate_id()
         # Encode before recording, so a payload that cannot be sent leaves no state behind.
         frame = encode_publish(topic, payload, qos, pid, retain)
@@ -502,8 +504,11 @@ class ClientSession:
             for message in messages:
                 self._stored_unacknowledged(message)
             return
-        words = []
-        qos2 = self._qos2_in
+        words: list[int] = []
+        exchanges = self._exchanges
+        states = exchanges.states
+        queue = exchanges.queue
+        window = self.config.pubrec_window
         inbound = self._inbound
         later = self._inbound_later
         for message in messages:
@@ -525,10 +530,22 @@ class ClientSession:
                 del inbound[pid]
             if message.qos == 1:
                 words.append(_PUBACK | pid)
-            elif qos2.get(pid) is _RECEIVED:
-                qos2[pid] = _RECORDED
-                self._pubrec(pid, words)
-        self._send_words(words, now)
+                continue
+            # A state here: a release of the id is not complete yet (a broker reused the id
+            # before PUBCOMP; the new exchange takes over the release and its room in the
+            # window), or the id was restored meanwhile (its resend gets the PUBREC).
+            state = states.get(pid)
+            if state is None or state is RELEASING:
+                # Exchanges.has_room, inlined: one call less per message
+                if not window or (not queue and exchanges.room_taken < window):
+                    exchanges.move(pid, PUBREC_SENT)
+                    words.append(_PUBREC | pid)
+                else:
+                    exchanges.move(pid, PUBREC_HELD)
+            elif state is RELEASING_IN_WINDOW:
+                exchanges.move(pid, PUBREC_SENT)
+                words.append(_PUBREC | pid)
+        self._send_acks(words, now)
 
     def acks_not_written(self, messages: Iterable[Publish]) -> None:
         """The write that carried the acknowledgements of ``messages`` (queued by
@@ -555,7 +572,7 @@ class ClientSession:
         else:
             return
         if message.qos == 2:
-            self._qos2_in[pid] = _RECORDED
+            self._exchanges.move(pid, STORED)
         else:
             self._unacked[pid] = message
 
@@ -564,24 +581,30 @@ class ClientSession:
         """QoS 2 exchanges of the current connection answered with PUBREC whose PUBCOMP is
         not sent yet: the PUBRELs the broker owes, plus those received and not yet completed
         (at most ``pubrec_window`` when the window is on)."""
-        return len(self._pubrec_sent)
+        return self._exchanges.room_taken
 
-    def _pubrec(self, pid: int, words: list[int]) -> None:
-        """Add PUBREC for recorded ``pid`` to ``words``, or hold it while the window is full."""
-        window = self.config.pubrec_window
-        if pid in self._pubrec_sent:
-            words.append(_PUBREC | pid)  # the same exchange again: no new room taken
-        elif window and (self._pubrec_held or len(self._pubrec_sent) >= window):
-            if pid not in self._pubrec_held:
-                self._pubrec_held[pid] = None
-                self.pubrecs_held += 1
-        else:
-            self._pubrec_sent.add(pid)
+    @property
+    def pubrecs_held(self) -> int:
+        """PUBRECs that had to wait for room in the window (all connections)."""
+        return self._exchanges.pubrecs_held
+
+    def _answer_resend(self, pid: int, state: Exchange, words: list[int]) -> None:
+        """Add PUBREC for the resend of stored exchange ``pid`` to ``words``: again when this
+        connection sent it (no new room taken), in its turn when it waits for room; a STORED
+        one takes room in the window, or waits for it."""
+        if state.room:
             words.append(_PUBREC | pid)
+        elif state is STORED:
+            exchanges = self._exchanges
+            if exchanges.has_room(self.config.pubrec_window):
+                exchanges.move(pid, RESEND_PUBREC_SENT)
+                words.append(_PUBREC | pid)
+            else:
+                exchanges.move(pid, RESEND_PUBREC_HELD)
 
-    def _send_words(self, words: list[int], now: float) -> None:
+    def _send_acks(self, words: list[int], now: float) -> None:
         if words:
-            self._send(Struct(f">{len(words)}I").pack(*words), now)
+            self._send(encode_acks(words), now)
 
     def _pop_later(self, pid: int, message: Publish) -> Publish | None:
         """Take ``message`` from the later resends of ``pid``; None when it is not one."""
@@ -613,47 +636,46 @@ class ClientSession:
         The bytes are those of one ``complete`` call per id, in the same order: each id's
         PUBCOMP, then the PUBRECs its freed room in the window lets out, oldest first (section
         4.3.3; section 4.6: PUBRECs in the order their PUBLISH packets arrived)."""
+        exchanges = self._exchanges
+        states = exchanges.states
         if self.state is not State.CONNECTED:
             for pid in packet_ids:
-                self._finish_qos2(pid)
+                state = states.get(pid)
+                if state is not None and state.released:
+                    exchanges.move(pid, None)
             return
-        sent = self._pubrec_sent
-        held = self._pubrec_held
+        queue = exchanges.queue
         window = self.config.pubrec_window
         words: list[int] = []
         for pid in packet_ids:
-            self._finish_qos2(pid)
+            # An exchange not released (one a faulty broker opened on the id before this
+            # PUBCOMP, stored first) keeps its state.
+            state = states.get(pid)
+            if state is not None and state.released:
+                exchanges.move(pid, None)
             words.append(_PUBCOMP | pid)
-            while held and len(sent) < window:
-                free, _ = held.popitem(last=False)
-                sent.add(free)
+            while queue and exchanges.room_taken < window:
+                free = next(iter(queue))
+                exchanges.move(free, PUBREC_SENT if states[free].here else RESEND_PUBREC_SENT)
                 words.append(_PUBREC | free)
-        self._send_words(words, now)
-
-    def _finish_qos2(self, packet_id: int) -> None:
-        """The released QoS 2 exchange ``packet_id`` is complete (PUBCOMP sent or owed to a
-        connection that is gone). A newer exchange that a faulty broker opened with the same
-        id before this PUBCOMP keeps its state."""
-        self._releasing.discard(packet_id)
-        self._pubrec_sent.discard(packet_id)
-        if packet_id not in self._qos2_in:
-            self._qos2_here.discard(packet_id)
-            self._pubrec_held.pop(packet_id, None)
+        self._send_acks(words, now)
 
     # ---------------------------------------------------------------- QoS 2 state export
 
     def export_qos2_pending(self) -> set[int]:
         """Packet ids of stored QoS 2 messages whose PUBREL has not arrived, plus those whose
         PUBREL arrived and whose PUBCOMP is not sent yet."""
-        recorded = {pid for pid, st in self._qos2_in.items() if st is _RECORDED}
-        return recorded | self._releasing
+        return set(self._exchanges.states)
 
     def restore_qos2_pending(self, packet_ids: Iterable[int]) -> None:
-        """Restore pending QoS 2 ids saved by ``export_qos2_pending`` (e.g. after a restart)."""
+        """Restore pending QoS 2 ids saved by ``export_qos2_pending`` (e.g. after a restart);
+        an id whose exchange the session knows already keeps its state."""
+        exchanges = self._exchanges
         for pid in packet_ids:
             if not 1 <= pid <= 0xFFFF:
-                raise ValueError(f"invalid packet id {pid}")
-            self._qos2_in[pid] = _RECORDED
+                raise InvalidArgument(f"invalid packet id {pid}")
+            if pid not in exchanges.states:
+                exchanges.move(pid, STORED)
 
     # ---------------------------------------------------------------- time
 
@@ -714,7 +736,7 @@ class ClientSession:
         violation: str | None = None
         try:
             packets = self._decoder.feed(data)
-        except MalformedPacket as exc:
+        except MalformedFrame as exc:
             packets = list(exc.packets)
             violation = str(exc)
         events: list[Event] = []
@@ -767,9 +789,8 @@ class ClientSession:
         if isinstance(packet, Publish):  # e.g. in the same read as CONNACK
             return self._on_publish(packet, events, now)
         elif isinstance(packet, Puback | Pubcomp):
-            pending = self._outbound.get(packet.packet_id)
             expected_qos = 1 if isinstance(packet, Puback) else 2
-            if pending is None or pending.qos != expected_qos:
+            if self._outbound_qos(packet.packet_id) != expected_qos:
                 log.warning(
                     "ignoring %s for packet id %d, which has no QoS %d publish in flight",
                     type(packet).__name__.upper(),
@@ -778,17 +799,15 @@ class ClientSession:
                 )
                 return None
             del self._outbound[packet.packet_id]
-            self._outbound_released.discard(packet.packet_id)
             events.append(PublishDone(packet.packet_id))
         elif isinstance(packet, Pubrec):
-            pending = self._outbound.get(packet.packet_id)
-            if pending is None or pending.qos != 2:
+            if self._outbound_qos(packet.packet_id) != 2:
                 log.warning(
                     "ignoring PUBREC for packet id %d: no QoS 2 publish in flight", packet.packet_id
                 )
                 return None
-            self._outbound_released.add(packet.packet_id)
-            self._send(_ACK_WORD.pack(_PUBREL | packet.packet_id), now)
+            self._outbound[packet.packet_id] = None
+            self._send(encode_ack(PacketType.PUBREL, packet.packet_id), now)
         elif isinstance(packet, Pubrel):
             self._on_pubrel(packet.packet_id, events, now)
         elif isinstance(packet, Suback):
@@ -823,20 +842,26 @@ class ClientSession:
             )
         return None
 
+    def _outbound_qos(self, packet_id: int) -> int | None:
+        """The QoS of the outbound exchange in flight on ``packet_id`` (None: none)."""
+        if packet_id not in self._outbound:
+            return None
+        message = self._outbound[packet_id]
+        return 2 if message is None else message.qos
+
     def _on_pubrel(self, packet_id: int, events: list[Event], now: float) -> None:
         """PUBREL (section 3.6): a stored id is released once the caller persists that and
         calls ``complete``; from here on a PUBLISH with the id is new ([MQTT-4.3.3-1]). An
         unknown id gets PUBCOMP at once so the broker can free it (section 4.3.3); a PUBREL
         again before ``complete`` is released again (its PUBCOMP too waits for the store)."""
-        if self._qos2_in.get(packet_id) is _RECORDED:
-            del self._qos2_in[packet_id]
-            self._releasing.add(packet_id)
-            events.append(Released(packet_id))
-        elif packet_id in self._releasing:
-            events.append(Released(packet_id))
-        else:
-            self._finish_qos2(packet_id)
-            self._send(_ACK_WORD.pack(_PUBCOMP | packet_id), now)
+        exchanges = self._exchanges
+        state = exchanges.states.get(packet_id)
+        if state is None:
+            self._send(encode_ack(PacketType.PUBCOMP, packet_id), now)
+            return
+        if not state.released:
+            exchanges.move(packet_id, RELEASING_IN_WINDOW if state.room else RELEASING)
+        events.append(Released(packet_id))
 
     def _fault(self, fault: BrokerFault, packet: Publish) -> None:
         """Count a broker fault; log it once per connection and kind."""
@@ -877,28 +902,27 @@ class ClientSession:
         if packet.dup and not self._session_present and pid not in self._ids_here:
             self._fault(BrokerFault.DUP_ON_FIRST_DELIVERY, packet)
         if qos == 2:
-            state = self._qos2_in.get(pid)
-            if state is not None:
-                here = pid in self._qos2_here
-                if state is _RECEIVED:
-                    pending = self._inbound.get(pid)
-                    if pending is not None and not _same_content(pending, packet):
-                        return _reused(packet)
-                    self.redeliveries += 1  # its ack comes with the first copy's
-                    return None
-                if here and not packet.dup:
+            pending = self._inbound.get(pid)
+            if pending is not None and pending.qos == 2:  # delivered, not stored yet
+                if not _same_content(pending, packet):
                     return _reused(packet)
-                if self._same_as_stored(packet):
+                self.redeliveries += 1  # its ack comes with the first copy's
+                return None
+            state = self._exchanges.states.get(pid)
+            if state is not None:
+                if state.released:
+                    self._fault(BrokerFault.ID_REUSED_BEFORE_PUBCOMP, packet)
+                elif state.here and not packet.dup:
+                    return _reused(packet)
+                elif self._same_as_stored(packet):
                     self.redeliveries += 1
                     words: list[int] = []
-                    self._pubrec(pid, words)
-                    self._send_words(words, now)
+                    self._answer_resend(pid, state, words)
+                    self._send_acks(words, now)
                     return None
-                self._fault(BrokerFault.PENDING_ID_REUSED, packet)
-            elif pid in self._releasing:
-                self._fault(BrokerFault.ID_REUSED_BEFORE_PUBCOMP, packet)
-            self._qos2_in[pid] = _RECEIVED
-            self._qos2_here.add(pid)
+                else:
+                    self._fault(BrokerFault.PENDING_ID_REUSED, packet)
+                    self._exchanges.move(pid, None)  # the new message takes the id
         else:
             pending = self._inbound.get(pid)
             if pending is None:
@@ -906,7 +930,7 @@ class ClientSession:
                 if stored is not None:
                     if _same_content(stored, packet):
                         self.redeliveries += 1
-                        self._send(_ACK_WORD.pack(_PUBACK | pid), now)
+                        self._send(encode_ack(PacketType.PUBACK, pid), now)
                         return None
                     self._fault(BrokerFault.PENDING_ID_REUSED, packet)
             elif not packet.dup and not _same_content(pending, packet):
@@ -951,16 +975,15 @@ class ClientSession:
             # Section 3.2.2.2: without a session present the broker holds no QoS 2 state for
             # us and will send no PUBREL for ids we still hold, nor resend anything: forget
             # them.
-            forgotten = tuple(sorted(self._qos2_in))
-            self._qos2_in.clear()
+            forgotten = self._exchanges.forget_stored()
             self._unacked.clear()
             self._lost.clear()
         self.expect_session_present = not self.config.clean_session
         events.append(Connected(packet.session_present, lost, forgotten))
         # Section 4.4: resend unacknowledged PUBLISH (DUP=1) and PUBREL, original ids, in order.
         for pid, message in self._outbound.items():
-            if pid in self._outbound_released:
-                self._send(_ACK_WORD.pack(_PUBREL | pid), now)
+            if message is None:
+                self._send(encode_ack(PacketType.PUBREL, pid), now)
             else:
                 self._send(
                     encode_publish(

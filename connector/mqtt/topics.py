@@ -3,29 +3,32 @@
 A topic name (in PUBLISH) never holds wildcards; a topic filter (in SUBSCRIBE) may hold ``+``
 as a whole level and ``#`` as the whole last level. Both are non-empty UTF-8 without U+0000,
 at most 65535 bytes encoded.
+
+The validators check what the caller gives (:class:`~connector.mqtt.errors.InvalidTopic`);
+the codec's readers turn their verdict on a received topic into a ``MalformedFrame``.
 """
 
 from __future__ import annotations
 
-from .errors import MalformedPacket
+from .errors import InvalidTopic
 
 MAX_STRING_BYTES = 65535
 
 
 def _check_common(text: str, what: str) -> None:
     if not text:
-        raise MalformedPacket(f"{what} must be at least one character long (section 4.7.3)")
+        raise InvalidTopic(f"{what} must be at least one character long (section 4.7.3)")
     if "\x00" in text:
-        raise MalformedPacket(f"{what} must not contain U+0000 (section 1.5.3)")
+        raise InvalidTopic(f"{what} must not contain U+0000 (section 1.5.3)")
     if len(text.encode("utf-8", "surrogatepass")) > MAX_STRING_BYTES:
-        raise MalformedPacket(f"{what} is longer than 65535 bytes in UTF-8 (section 1.5.3)")
+        raise InvalidTopic(f"{what} is longer than 65535 bytes in UTF-8 (section 1.5.3)")
 
 
 def validate_topic_name(topic: str) -> str:
-    """Return ``topic`` if it is a valid topic name, else raise MalformedPacket (4.7.3, 3.3.2.1)."""
+    """Return ``topic`` if it is a valid topic name, else raise InvalidTopic (4.7.3, 3.3.2.1)."""
     _check_common(topic, "a topic name")
     if "+" in topic or "#" in topic:
-        raise MalformedPacket(
+        raise InvalidTopic(
             f"the topic name {topic!r} contains a wildcard; a PUBLISH topic must not "
             "(section 3.3.2.1)"
         )
@@ -33,17 +36,17 @@ def validate_topic_name(topic: str) -> str:
 
 
 def validate_topic_filter(topic_filter: str) -> str:
-    """Return ``topic_filter`` if valid, else raise MalformedPacket (section 4.7.1)."""
+    """Return ``topic_filter`` if valid, else raise InvalidTopic (section 4.7.1)."""
     _check_common(topic_filter, "a topic filter")
     levels = topic_filter.split("/")
     for index, level in enumerate(levels):
         if "#" in level and (level != "#" or index != len(levels) - 1):
-            raise MalformedPacket(
+            raise InvalidTopic(
                 f"in topic filter {topic_filter!r}, '#' must be the whole last level "
                 "(section 4.7.1.2)"
             )
         if "+" in level and level != "+":
-            raise MalformedPacket(
+            raise InvalidTopic(
                 f"in topic filter {topic_filter!r}, '+' must occupy a whole level (section 4.7.1.3)"
             )
     return topic_filter

@@ -1,8 +1,10 @@
 """The PySpark data source ``mqtt``: options, schema, stream reader and the receiver thread.
 
-The names below are imported on first use (PEP 562): a receiver process
+The data source's names are imported on first use (PEP 562): a receiver process
 (:mod:`connector.source.shard_worker`) needs the receiver and the WAL, not PySpark and pyarrow,
-which the data source and the reader bring in.
+which the data source and the reader bring in. ``DataLossError`` is the WAL's
+:class:`~connector.wal.errors.WalDataLossError`, the one error for offsets that are not stored
+(``failOnDataLoss``).
 """
 
 from __future__ import annotations
@@ -10,15 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from connector.wal.errors import WalDataLossError as DataLossError
+
 if TYPE_CHECKING:
     from .datasource import MqttDataSource
     from .options import InvalidOptionError, SourceOptions
-    from .reader import DataLossError
 
 __all__ = ["DataLossError", "InvalidOptionError", "MqttDataSource", "SourceOptions"]
 
 _MODULES = {
-    "DataLossError": "reader",
     "InvalidOptionError": "options",
     "MqttDataSource": "datasource",
     "SourceOptions": "options",

@@ -75,7 +75,7 @@ class Option:
             "filters": "topic filters, comma-separated",
             "text": "text",
             "secret": "text (secret)",
-            "path": "directory",
+            "path": "directory or URI",
             "file": "file",
             "bool": "`true` \\| `false`",
         }[self.kind]
@@ -120,7 +120,9 @@ OPTIONS: Mapping[str, Option] = {
         Option("connectTimeout", "seconds", "seconds for TCP, TLS and CONNACK",
                default="30", low=0.001),
         Option("walPath", "path",
-               "the write-ahead log directory (the ingest job puts it in the checkpoint)",
+               "where the write-ahead log lives: a local directory (the ingest job puts it in "
+               "the checkpoint) or shared storage, `s3://`, `gs://`, `abfs://`, `hdfs://`, "
+               "`/Volumes/...` (docs/wal-storage.md)",
                shown="`$MQTT_WAL_ROOT/<clientId>` or `~/.cache/spark-mqtt-wal/<clientId>`"),
         Option("maxMessagesPerTrigger", "int",
                "admission control: at most this many rows per micro-batch", low=1),
@@ -153,9 +155,11 @@ OPTIONS: Mapping[str, Option] = {
                "steady traffic there is none) and then takes what the WAL holds",
                default="60", low=0.01),
         Option("partitionData", "choice",
-               "`inline`: records travel inside the partitions (any cluster); `wal`: tasks read "
-               "the WAL files (executors must see the driver's disk: local mode, shared volume)",
-               default="inline", choices=("inline", "wal")),
+               "`inline`: records travel inside the partitions, through the driver (any "
+               "cluster); `wal`: tasks read the WAL themselves (a WAL on shared storage, or "
+               "executors that see the driver's disk: local mode, a shared volume)",
+               choices=("inline", "wal"),
+               shown="`wal` for a WAL on shared storage, else `inline`"),
         Option("recordsPerPartition", "int",
                "split a batch into the fewest near-equal partitions (tasks) of at most this "
                "many records: a batch of up to 100,000 is one task, since a second task on the "

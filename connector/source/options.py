@@ -21,13 +21,10 @@ from connector.mqtt.driver import BrokerAddress, TlsOptions
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.topics import validate_topic_filter
-from connector.source.option_table import KNOWN_OPTIONS as KNOWN_OPTIONS
 from connector.source.option_table import OPTIONS, Option, canonical_name
 from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION
+from connector.wal.location import WalLocationError, parse_location
 
-PARTITION_DATA_MODES = OPTIONS["partitionData"].choices
-SHARD_MODES = OPTIONS["shardBy"].choices
-"""How several receivers split the load: MQTT shared subscriptions, or disjoint filter lists."""
 SHARE_PREFIX = "$share/"
 
 
@@ -151,7 +148,7 @@ class SourceOptions:
     max_backlog_messages: int = _default("maxBacklogMessages")
     available_now_idle_timeout: float = _default("availableNowIdleTimeout")
     available_now_max_wait: float = _default("availableNowMaxWait")
-    partition_data: str = _default("partitionData")
+    partition_data: str = "inline"
     records_per_partition: int = _default("recordsPerPartition")
     tls: TlsOptions | None = None
     receivers: int = _default("receivers")
@@ -183,6 +180,11 @@ class SourceOptions:
         version = _typed(opts, "mqttVersion")
         clean = _typed(opts, "cleanSession")
         wal_path = opts.get("walPath") or ""
+        if wal_path:
+            try:
+                parse_location(wal_path)
+            except WalLocationError as exc:
+                raise InvalidOptionError(f"option 'walPath': {exc}") from None
         client_id = opts.get("clientId") or default_client_id(str(broker), topics, wal_path)
         one = OPTIONS["receivers"].default or "1"
         several = opts.get("receivers", one).strip() != one
@@ -240,7 +242,9 @@ class SourceOptions:
                 f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
                 f"'maxMessagesPerTrigger' ({max_messages})"
             )
-        partition_data = _typed(opts, "partitionData")
+        partition_data = _typed(opts, "partitionData") or (
+            "wal" if parse_location(wal_path).objects else "inline"
+        )
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
         return cls(
             broker=broker,

@@ -4,7 +4,8 @@ With one receiver, offsets are ``{"wal": <WAL identity>, "offset": <sequence num
 batch [a, b) is the WAL records a <= offset < b. With ``receivers`` = N > 1 an offset holds one
 such position per shard (``{"shards": [...]}``, see :mod:`.shards`) and a batch is one range
 per shard. The identity lets a checkpoint detect a wiped or foreign WAL, handled by
-``failOnDataLoss`` (per shard) like the Kafka source.
+``failOnDataLoss`` (per shard) like the Kafka source, unless the checkpoint's position is final
+(:class:`.shards.Position`: a ``Trigger.AvailableNow`` run left nothing behind in that WAL).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from connector.wal import WalDataLossError, WalReader, decode_blob, encode_range
+from connector.wal import WalDataLossError, decode_blob
+from connector.wal.opening import open_reader, read_range_blob
 
 from .options import SourceOptions
 from .receiver import sum_delivery
@@ -60,10 +62,6 @@ def in_source_runner() -> bool:
         getattr(spec, "name", None) == SOURCE_RUNNER_MODULE
         and threading.current_thread() is threading.main_thread()
     )
-
-
-class DataLossError(RuntimeError):
-    """The checkpoint refers to WAL records that no longer exist (``failOnDataLoss``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +106,9 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._shards: Sequence[LocalShard | ShardProcess] | None = None
         self._targets: list[int] | None = None
+        """``Trigger.AvailableNow``: each shard's offset when its receiver froze."""
+        self._handed_over: set[tuple[int, str | None]] = set()
+        """(shard, old WAL) pairs whose final position ``_resolve`` took over (logged once)."""
         self._last_batch_at: float | None = None
         self._settled = False
         self._sigterm_handled = False
@@ -120,6 +121,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "options": None,
             "_shards": None,
             "_targets": None,
+            "_handed_over": set(),
             "_last_batch_at": None,
             "_settled": False,
             "_sigterm_handled": False,
@@ -157,10 +159,25 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return f"{shard.wal_path} (receiver {shard.index})"
 
     def _resolve(self, shard: LocalShard | ShardProcess, at: Position, status: ShardStatus) -> int:
-        """The position ``at`` names in the shard's WAL, applying the data-loss policy."""
+        """The position ``at`` names in the shard's WAL, applying the data-loss policy; a
+        final position in another WAL hands over to this one (:class:`.shards.Position`)."""
         value = at.offset
         where = self._where(shard)
         problem = None
+        if at.final and at.wal != shard.identity:
+            if (shard.index, at.wal) not in self._handed_over:
+                self._handed_over.add((shard.index, at.wal))
+                log.info(
+                    "%s holds WAL %r, not WAL %r of the checkpoint: its position %d there is "
+                    "final (that WAL stored nothing past it, and every message it acknowledged "
+                    "is in a committed batch), so nothing is lost; continuing from offset %d",
+                    where,
+                    shard.identity,
+                    at.wal,
+                    at.offset,
+                    status.first,
+                )
+            return status.first
         if at.wal != shard.identity:
             problem = (
                 f"the checkpoint's offsets belong to WAL {at.wal!r} but {where} holds WAL "
@@ -175,16 +192,22 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             value = status.first
         elif value > status.next:
-            raise DataLossError(
+            raise WalDataLossError(
+                shard.wal_path,
+                status.next,
+                value,
                 f"the checkpoint is at WAL offset {value} but {where} ends at {status.next}: "
                 "the WAL lost records the query already saw; restore the WAL or start the query "
-                "with a new checkpoint"
+                "with a new checkpoint",
             )
         if problem is not None:
             if self.options.fail_on_data_loss:
-                raise DataLossError(
+                raise WalDataLossError(
+                    shard.wal_path,
+                    at.offset,
+                    status.first if at.wal == shard.identity else None,
                     problem + ". Set option failOnDataLoss=false to continue from the WAL's "
-                    "oldest record."
+                    "oldest record.",
                 )
             log.warning("possible data loss: %s; continuing from offset %d", problem, value)
         return value
@@ -243,9 +266,14 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             highs = firsts
         elif sum(highs) > sum(firsts):
             self._last_batch_at = time.monotonic()
-        return encode_offset(
-            [Position(s.identity, h) for s, h in zip(self.shards, highs, strict=True)]
-        )
+        targets = self._targets
+        ends = [
+            Position(s.identity, h, final=targets is not None and h == targets[i])
+            for i, (s, h) in enumerate(zip(self.shards, highs, strict=True))
+        ]
+        if all((e.wal, e.offset) == (a.wal, a.offset) for e, a in zip(ends, starts, strict=True)):
+            return encode_offset(starts)  # nothing new: no batch (a flag alone is no new data)
+        return encode_offset(ends)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_messages_per_trigger:
@@ -264,14 +292,20 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Wait until the broker's queue for every receiver's session is drained (no message
-        for ``availableNowIdleTimeout``), at most ``availableNowMaxWait``, then fix one target
-        per shard: with steady traffic there is no drained moment, and the run takes what
-        arrived by then. Receiver processes wait in parallel."""
-        statuses = self._wait_idle(
-            self.options.available_now_idle_timeout, self.options.available_now_max_wait
-        )
+        for ``availableNowIdleTimeout``), at most ``availableNowMaxWait``, then freeze every
+        receiver (``Receiver.freeze``: it stores and acknowledges nothing more, and
+        disconnects) and take its WAL's next offset as the shard's target. With steady
+        traffic there is no drained moment: the run takes what was stored by then, and the
+        broker keeps the rest for the next run. The batch that reaches a shard's target ends
+        at a final position (:class:`.shards.Position`). Receiver processes wait and freeze
+        in parallel."""
+        options = self.options
+        self._wait_idle(options.available_now_idle_timeout, options.available_now_max_wait)
+        for shard in self.shards:
+            shard.begin_freeze()
+        statuses = [shard.end_freeze() for shard in self.shards]
         self._targets = [status.next for status in statuses]
-        log.info("Trigger.AvailableNow: reading up to WAL offset(s) %s", self._targets)
+        log.info("Trigger.AvailableNow: receivers frozen at WAL offset(s) %s", self._targets)
 
     def _wait_idle(self, idle: float, timeout: float) -> list[ShardStatus]:
         """Every shard's status once its receiver went ``idle`` seconds without a message (or
@@ -290,9 +324,12 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             shard.check()
             first = self._resolve(shard, starts[index], shard.status())
             if ends[index].wal != shard.identity:
-                raise DataLossError(
-                    f"end offset {end} does not belong to WAL {shard.identity!r} of "
-                    f"{self._where(shard)}"
+                raise WalDataLossError(
+                    shard.wal_path,
+                    starts[index].offset,
+                    ends[index].offset,
+                    f"the batch's end offset belongs to WAL {ends[index].wal!r} but "
+                    f"{self._where(shard)} holds WAL {shard.identity!r}",
                 )
             path = shard.wal_path
             parts.extend(
@@ -301,7 +338,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     shard.identity,
                     a,
                     b,
-                    encode_range(path, a, b) if inline else None,
+                    read_range_blob(path, a, b) if inline else None,
                     index,
                 )
                 for a, b in split_range(
@@ -315,7 +352,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if partition.blob is not None:
             columns = decode_blob(partition.blob)
         else:
-            reader = WalReader(partition.wal_path)
+            reader = open_reader(partition.wal_path)
             if reader.identity != partition.identity:
                 raise WalDataLossError(
                     partition.wal_path,

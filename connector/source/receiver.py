@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 from connector.mqtt.driver import MqttClient, Read
 from connector.mqtt.packets import Publish
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
-from connector.wal import RecordTuple, WalLockedError, WalWriter, record_digest
+from connector.wal import RecordTuple, WalLockedError, record_digest
+from connector.wal.opening import AnyWalWriter, open_writer, read_sidecar, write_sidecar
 
 from .options import SourceOptions
 
@@ -34,27 +34,30 @@ log = logging.getLogger(__name__)
 SUBSCRIPTIONS_FILE = "subscriptions.json"
 
 
+STOP_JOIN_SECONDS = 30.0
+"""How long ``stop`` waits for the receiver loop to end before it disconnects anyway."""
+
 LOCK_WAIT_SECONDS = 15.0
 """How long a starting query waits for the WAL lock of a query that is still shutting down."""
 
 
-def _open_wal(path: str) -> WalWriter:
+def _open_wal(path: str) -> AnyWalWriter:
     """Open the WAL, waiting briefly while a stopping query's process still holds the lock
     (Spark ends the old source process asynchronously after ``query.stop()``)."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
         try:
-            return WalWriter.open(path)
+            return open_writer(path)
         except WalLockedError:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.2)
 
 
-def _join_read(client: MqttClient, read: Read, timeout: float) -> Read:
+def _join_read(poll: Callable[[float], Read], read: Read, timeout: float) -> Read:
     """Read once more on the same connection and add what came to ``read`` (its messages
     and releases are then stored and acknowledged with it); returns that read."""
-    more = client.poll(timeout)
+    more = poll(timeout)
     read.messages.extend(more.messages)
     read.released.extend(more.released)
     return more
@@ -68,10 +71,12 @@ RELEASE_GATHER_WAIT = 0.001
 """The longest a read of releases waits for more before its append and PUBCOMPs."""
 
 
-def _gather_releases(client: MqttClient, read: Read) -> bool:
+def _gather_releases(
+    client: MqttClient, read: Read, poll: Callable[[float], Read] | None = None
+) -> bool:
     """Join further reads to ``read`` (releases only so far) while many PUBRELs are still
-    owed, so that one append, one fsync and one write complete them together. Returns whether
-    it waited.
+    owed, so that one append, one fsync and one write complete them together; ``poll`` reads
+    (default ``client.poll``). Returns whether it waited.
 
     Each release is persisted before its PUBCOMP (docs/architecture.md, decision 3: after
     PUBCOMP the broker may reuse the id), so every read of releases costs an fsync.
@@ -88,7 +93,7 @@ def _gather_releases(client: MqttClient, read: Read) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        _join_read(client, read, left)
+        _join_read(poll or client.poll, read, left)
     return True
 
 
@@ -149,16 +154,23 @@ def sum_delivery(counters: list[dict]) -> dict:
 
 
 class Receiver:
-    """Owns the WAL writer and the MQTT client of one ``mqtt`` stream."""
+    """Owns the WAL writer and the MQTT client of one ``mqtt`` stream.
 
-    def __init__(self, options: SourceOptions) -> None:
+    ``drop_retained``: PUBLISHes flagged retained are acknowledged as they are read and never
+    stored (a shard that leaves them to another: :func:`.shards.drops_retained`).
+    """
+
+    def __init__(self, options: SourceOptions, *, drop_retained: bool = False) -> None:
         self.options = options
+        self.drop_retained = drop_retained
         self.wal = _open_wal(options.wal_path)
         self.error: BaseException | None = None
         self.committed = self.wal.first_offset
         self.last_activity = time.monotonic()
         self._storing = False
         """A read that brought messages is being stored and acknowledged (``wait_idle``)."""
+        self.frozen = False
+        """``freeze`` ended the loop: the WAL takes nothing more."""
         self._duplicates_logged = -1
         """``stats.connections`` when possible duplicates were last logged."""
         self._cond = threading.Condition()
@@ -202,15 +214,44 @@ class Receiver:
 
     def stop(self) -> None:
         """Stop receiving, send DISCONNECT (never UNSUBSCRIBE), release the WAL."""
-        self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._end_loop(STOP_JOIN_SECONDS)
         try:
             self.client.disconnect()
         finally:
             self.wal.close()
+
+    def freeze(self) -> int:
+        """Stop taking messages for good and return the WAL's next offset: nothing is stored
+        or acknowledged past it (the end of a ``Trigger.AvailableNow`` run).
+
+        The loop ends after the read in hand is made durable and acknowledged; then the
+        client sends DISCONNECT and closes, dropping unacknowledged what the socket still
+        holds (``MqttClient.disconnect``). The broker keeps a persistent session's
+        unacknowledged QoS 1 and 2 messages and sends them on the next connection (MQTT
+        3.1.1 sections 3.1.2.4 and 4.4); QoS 0 messages in flight are lost, as QoS 0 allows.
+        The WAL stays open for Spark's reads and commits until ``stop``. Raises the
+        receiver's error, if any, or when the loop does not end in time."""
+        client = self.client
+        timeout = max(STOP_JOIN_SECONDS, 2 * (client.write_stall_timeout + client.connect_timeout))
+        if not self._end_loop(timeout):
+            raise RuntimeError(
+                f"the MQTT receiver did not stop taking messages within {timeout:.0f} s"
+            )
+        self.check()
+        self.frozen = True
+        client.disconnect()
+        return self.wal.next_offset
+
+    def _end_loop(self, timeout: float) -> bool:
+        """Ask the receiver loop to end and wait up to ``timeout`` s; whether it ended (a
+        loop ends only between reads: the read in hand is stored and acknowledged first)."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _matches_stored(self, message: Publish) -> bool | None:
         """Whether ``message`` equals the latest message stored with its packet id (None:
@@ -241,10 +282,10 @@ class Receiver:
         """With a session present the driver does not subscribe again (that would make the
         broker resend retained messages on every restart). Filters added to the options since
         the session was made are subscribed here; the set lives in the WAL directory."""
-        record = Path(self.options.wal_path) / SUBSCRIPTIONS_FILE
         wanted = {topic: self.options.qos for topic in self.options.topics}
         try:
-            known = json.loads(record.read_text()) if record.exists() else None
+            raw = read_sidecar(self.options.wal_path, SUBSCRIPTIONS_FILE)
+            known = None if raw is None else json.loads(raw)
         except (OSError, ValueError):
             known = None
         if connected.session_present and known is not None:
@@ -264,18 +305,16 @@ class Receiver:
             # A session we know nothing about (e.g. a new WAL): make sure the filters exist.
             self.client.session.subscribe(list(wanted.items()), self.client.clock())
             self.client.flush()
-        tmp = record.with_suffix(".tmp")
-        # Owner-only, like every file of the WAL directory.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(wanted, sort_keys=True))
-        os.replace(tmp, record)
+        write_sidecar(
+            self.options.wal_path, SUBSCRIPTIONS_FILE, json.dumps(wanted, sort_keys=True).encode()
+        )
 
     def committed_to(self, offset: int) -> None:
         """Spark committed everything below ``offset``: free the WAL and lift backpressure."""
         with self._cond:
             self.committed = max(self.committed, offset)
             self._cond.notify_all()
+        self.check()  # a failed receiver reports its own error, not the writer's refusal
         self.wal.truncate_before(self.committed)
 
     def check(self) -> None:
@@ -285,7 +324,8 @@ class Receiver:
 
     def wait_idle(self, idle: float, timeout: float | None = None) -> None:
         """Block until nothing arrived for ``idle`` seconds (the broker's queue is drained), or
-        until the backlog bound pauses the receiver (the rest waits for the next run).
+        until the backlog bound pauses the receiver (the rest waits for the next run), or at
+        once when ``freeze`` ended the loop.
 
         A read whose messages are still being stored counts as arriving: the quiet time starts
         once they are acknowledged, so a slow append (large payloads, a slow disk) is not taken
@@ -296,7 +336,7 @@ class Receiver:
                 self.check()
                 now = time.monotonic()
                 quiet_for = now - self.last_activity
-                if (quiet_for >= idle and not self._storing) or self._backlogged():
+                if (quiet_for >= idle and not self._storing) or self._backlogged() or self.frozen:
                     return
                 if deadline is not None and now >= deadline:
                     return
@@ -335,19 +375,33 @@ class Receiver:
     def _read(self) -> Read | None:
         """One socket read (a read of QoS 2 releases alone may join more reads, see
         ``_gather_releases``); None when it brought nothing to store."""
-        read = self.client.poll(0.2)
+        read = self._poll(0.2)
         if read.messages:
             self._storing = True
         elif not read.released:
             return None
-        elif _gather_releases(self.client, read):
+        elif _gather_releases(self.client, read, self._poll):
             self.stats.release_reads_gathered += 1
+        return read
+
+    def _poll(self, timeout: float) -> Read:
+        """One socket read; with ``drop_retained`` its retained PUBLISHes are acknowledged at
+        once and left out. They are never stored, so acknowledging them first is safe; a QoS 2
+        one's PUBREL then releases an id the WAL never held."""
+        read = self.client.poll(timeout)
+        if self.drop_retained:
+            retained = [m for m in read.messages if m.retain]
+            if retained:
+                self.client.acknowledge(retained)
+                read.messages = [m for m in read.messages if not m.retain]
+                log.debug("dropped %d retained message(s) another shard stores", len(retained))
         return read
 
     def _persist_then_ack(self, read: Read) -> None:
         """Acknowledge only what is durable: the read's messages and QoS 2 releases are
         appended with one fsync, then acknowledged in one write (PUBCOMP, PUBACK, PUBREC).
-        The only caller of ``MqttClient.acknowledge``."""
+        The only caller of ``MqttClient.acknowledge`` but for the retained messages ``_poll``
+        drops."""
         messages = read.messages
         now_us = time.time_ns() // 1000
         if any(m.dup or m.qos == 2 for m in messages):

@@ -1,7 +1,9 @@
 """What the stream reader drives: one handle per shard, in-process or a receiver process.
 
 Both kinds answer the same questions (:class:`ShardStatus`: WAL identity, first and next
-offset, commit point, error) and take the same orders (commit, wait until idle, stop).
+offset, commit point, error) and take the same orders (commit, wait until idle, freeze, stop).
+Waiting and freezing are split into ``begin_*`` and ``end_*`` so that receiver processes do
+them in parallel.
 ``LocalShard`` wraps the receiver thread of a single-receiver query; ``ShardProcess`` talks to
 a :mod:`connector.source.shard_worker` process over two pipes.
 """
@@ -46,6 +48,8 @@ class ShardStatus:
     error: str | None = None
     delivery: dict = field(default_factory=dict)
     """The receiver's delivery counters (``ReceiverStats.as_dict``)."""
+    frozen: bool = False
+    """The receiver stopped taking messages (``Receiver.freeze``): ``next`` no longer moves."""
 
 
 class LocalShard:
@@ -66,6 +70,7 @@ class LocalShard:
             wal.next_offset,
             self.receiver.committed,
             delivery=self.receiver.stats.as_dict(),
+            frozen=self.receiver.frozen,
         )
 
     def check(self) -> None:
@@ -80,6 +85,13 @@ class LocalShard:
 
     def end_wait_idle(self) -> ShardStatus:
         self.check()
+        return self.status()
+
+    def begin_freeze(self) -> None:
+        self.receiver.freeze()
+
+    def end_freeze(self) -> ShardStatus:
+        """The frozen shard's status: its ``next`` is the offset nothing is stored past."""
         return self.status()
 
     def stop(self) -> None:
@@ -158,6 +170,7 @@ class ShardProcess:
             reply["committed"],
             reply["error"],
             reply.get("delivery") or {},
+            bool(reply.get("frozen")),
         )
         self._last = status
         return status
@@ -196,6 +209,22 @@ class ShardProcess:
         status = self._status(self._reply(self._wait_timeout))
         if status.error is not None:
             raise ShardFailed(f"the MQTT {self.name} failed: {status.error}")
+        return status
+
+    def begin_freeze(self) -> None:
+        """Ask the worker to freeze its receiver (``end_freeze`` takes the answer)."""
+        try:
+            self._out.send({"op": "freeze"})
+        except OSError as exc:
+            raise ShardFailed(f"MQTT {self.name} is gone: {exc}") from None
+
+    def end_freeze(self) -> ShardStatus:
+        """The frozen shard's status: its ``next`` is the offset nothing is stored past.
+        The worker bounds the freeze itself (``Receiver.freeze``), by the connection's
+        timeouts."""
+        status = self._status(self._reply(None))
+        if status.error is not None or not status.frozen:
+            raise ShardFailed(f"the MQTT {self.name} failed: {status.error or 'not frozen'}")
         return status
 
     def stop(self) -> None:

@@ -11,6 +11,9 @@ one at a time, each answered with a status:
   lifts backpressure);
 * ``{"op": "wait_idle", "idle": s, "timeout": s}``: returns once nothing arrived for ``idle``
   seconds, the backlog bound pauses the receiver, or ``timeout`` passed;
+* ``{"op": "freeze"}``: stop taking messages for good (``Receiver.freeze``: the read in hand
+  is stored and acknowledged, then DISCONNECT); the status's ``next`` is the offset nothing is
+  stored past, and the WAL stays open for commits;
 * ``{"op": "stop"}``: DISCONNECT, close the WAL, exit.
 
 The worker dies with its parent: end of file on the request pipe (the parent exited or was
@@ -27,8 +30,6 @@ import signal
 import sys
 import time
 from multiprocessing.connection import Connection
-
-from connector.mqtt.driver import MqttClient, Read
 
 from .options import SourceOptions
 from .receiver import Receiver
@@ -61,25 +62,8 @@ def status(receiver: Receiver) -> dict:
         "quiet_for": time.monotonic() - receiver.last_activity,
         "error": None if error is None else f"{type(error).__name__}: {error}",
         "delivery": receiver.stats.as_dict(),
+        "frozen": receiver.frozen,
     }
-
-
-def drop_retained_messages(client: MqttClient) -> None:
-    """Make ``client.poll`` acknowledge and discard PUBLISHes flagged retained (see
-    :func:`connector.source.shards.drops_retained`). They are never stored, so acknowledging
-    them first is safe; a QoS 2 one's PUBREL then releases an id the WAL never held."""
-    poll = client.poll
-
-    def poll_without_retained(timeout: float | None = None) -> Read:
-        read = poll(timeout)
-        retained = [m for m in read.messages if m.retain]
-        if retained:
-            client.acknowledge(retained)
-            read.messages = [m for m in read.messages if not m.retain]
-            log.debug("dropped %d retained message(s) another shard stores", len(retained))
-        return read
-
-    client.poll = poll_without_retained  # type: ignore[method-assign]
 
 
 def serve(inbox: Connection, outbox: Connection) -> int:
@@ -95,9 +79,7 @@ def serve(inbox: Connection, outbox: Connection) -> int:
         format=f"%(asctime)s %(levelname)s mqtt shard {hello['index']}: %(name)s: %(message)s",
     )
     try:
-        receiver = Receiver(options)
-        if hello.get("drop_retained"):
-            drop_retained_messages(receiver.client)
+        receiver = Receiver(options, drop_retained=bool(hello.get("drop_retained")))
         receiver.start()
     except BaseException as exc:  # reported to the parent, which raises it in Spark
         outbox.send({"error": f"{type(exc).__name__}: {exc}"})
@@ -120,6 +102,14 @@ def serve(inbox: Connection, outbox: Connection) -> int:
                 # On failure the status carries the receiver's error.
                 with contextlib.suppress(RuntimeError):
                     receiver.wait_idle(request["idle"], timeout=request.get("timeout"))
+            elif op == "freeze":
+                try:
+                    receiver.freeze()
+                except RuntimeError as exc:  # the status carries it: not frozen, no target
+                    reply = status(receiver)
+                    reply["error"] = reply["error"] or str(exc)
+                    outbox.send(reply)
+                    continue
             outbox.send(status(receiver))
     finally:
         receiver.stop()

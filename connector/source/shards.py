@@ -9,16 +9,18 @@ themselves (``shardBy=topics``: filter k goes to shard k mod N).
 
 A Spark offset then holds one WAL position per shard, like the per-partition offsets of the
 Kafka source: ``{"shards": [{"wal": <identity>, "offset": <n>}, ...]}``. With one receiver the
-offset stays ``{"wal": <identity>, "offset": <n>}``, the format of earlier checkpoints.
+offset stays ``{"wal": <identity>, "offset": <n>}``, the format of earlier checkpoints. A
+position may add ``"final": true`` (:class:`Position`, the rule for a replaced WAL); positions
+without it are written exactly as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from connector.wal import read_identity
+from connector.wal.location import parse_location
+from connector.wal.opening import child_names, wal_identity
 
 from .options import SourceOptions
 
@@ -30,8 +32,8 @@ class ShardLayoutError(RuntimeError):
 
 
 def shard_wal_path(wal_path: str, index: int) -> str:
-    """The WAL directory of shard ``index`` under the query's ``walPath``."""
-    return str(Path(wal_path) / f"{SHARD_DIR_PREFIX}{index}")
+    """The WAL of shard ``index`` under the query's ``walPath`` (a folder or a store prefix)."""
+    return parse_location(wal_path).child(f"{SHARD_DIR_PREFIX}{index}").text
 
 
 def shard_topics(options: SourceOptions, index: int) -> tuple[str, ...]:
@@ -76,19 +78,13 @@ def drops_retained(options: SourceOptions, index: int) -> bool:
 
 def existing_shards(wal_path: str) -> list[int]:
     """Indexes of the shard WALs present under ``wal_path``, ascending."""
-    root = Path(wal_path)
     found = []
-    try:
-        entries = list(root.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    for entry in entries:
-        suffix = entry.name[len(SHARD_DIR_PREFIX) :]
+    for name in child_names(wal_path):
+        suffix = name[len(SHARD_DIR_PREFIX) :]
         if (
-            entry.name.startswith(SHARD_DIR_PREFIX)
+            name.startswith(SHARD_DIR_PREFIX)
             and suffix.isdigit()
-            and entry.is_dir()
-            and read_identity(entry) is not None
+            and wal_identity(shard_wal_path(wal_path, int(suffix))) is not None
         ):
             found.append(int(suffix))
     return sorted(found)
@@ -100,7 +96,7 @@ def check_wal_layout(options: SourceOptions) -> None:
     beyond the N - 1th (their messages, and in ``share`` mode the broker sessions that keep
     receiving a share of the traffic, would be abandoned)."""
     shards = existing_shards(options.wal_path)
-    single = read_identity(Path(options.wal_path)) is not None
+    single = wal_identity(options.wal_path) is not None
     if options.receivers == 1 and shards:
         raise ShardLayoutError(
             f"walPath {options.wal_path} holds the WALs of {max(shards) + 1} receivers "
@@ -128,17 +124,38 @@ def check_wal_layout(options: SourceOptions) -> None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Position:
-    """A position in one shard's WAL: records below ``offset`` are consumed."""
+    """A position in one shard's WAL: records below ``offset`` are consumed.
+
+    ``final``: the WAL stored nothing past ``offset`` and its receiver stopped taking messages
+    (a ``Trigger.AvailableNow`` run's end, once its receiver froze at that offset; see
+    ``MqttStreamReader.prepareForTriggerAvailableNow``). Once the batch ending at a final
+    position is committed, every message that WAL acknowledged to the broker is in the sink,
+    and the broker still holds everything after (unacknowledged, MQTT 3.1.1 section 4.4). So a
+    checkpoint whose position is final may go on with another WAL, from its first offset, with
+    nothing lost (``MqttStreamReader._resolve``; docs/delivery.md, "The end of a
+    Trigger.AvailableNow run"). A position that is not final names a WAL that may have held
+    unprocessed messages: another WAL there is data loss (``failOnDataLoss``). A run that
+    later stores into a WAL and loses it before Spark records a position in it is not seen.
+    """
 
     wal: str | None
     offset: int
+    final: bool = False
+
+
+def _encode_position(position: Position) -> dict:
+    """One position as JSON; ``final`` only when set, so other positions keep the old form."""
+    entry: dict = {"wal": position.wal, "offset": position.offset}
+    if position.final:
+        entry["final"] = True
+    return entry
 
 
 def encode_offset(positions: Sequence[Position]) -> dict:
     """The Spark offset of ``positions`` (one per shard; one shard keeps the old format)."""
     if len(positions) == 1:
-        return {"wal": positions[0].wal, "offset": positions[0].offset}
-    return {"shards": [{"wal": p.wal, "offset": p.offset} for p in positions]}
+        return _encode_position(positions[0])
+    return {"shards": [_encode_position(p) for p in positions]}
 
 
 def decode_offset(offset: Mapping, receivers: int) -> list[Position]:
@@ -158,7 +175,9 @@ def decode_offset(offset: Mapping, receivers: int) -> list[Position]:
             f"receivers={len(entries)}, or let the query drain (Trigger.AvailableNow) and start "
             "again with a new checkpoint, walPath and clientId"
         )
-    return [Position(e.get("wal"), int(e.get("offset", 0))) for e in entries]
+    return [
+        Position(e.get("wal"), int(e.get("offset", 0)), e.get("final") is True) for e in entries
+    ]
 
 
 def fair_split(available: Sequence[int], budget: int) -> list[int]:

@@ -5,7 +5,13 @@ batch) and acknowledges them to the broker only afterwards. Spark reads offset r
 :class:`WalReader` (lock-free, from any process) and, once a batch is committed, the source
 calls :meth:`WalWriter.truncate_before` to delete old segments. Offsets are gap-free: the first
 record ever appended is offset 0 and every data record takes the next one. Nothing here
-imports Spark, pyarrow or :mod:`connector.mqtt`.
+imports Spark or :mod:`connector.mqtt`; ``pyarrow.fs`` only for a WAL on shared storage.
+
+Two layouts of the format below, chosen by the WAL's location (:mod:`.location`; open either
+with :mod:`.opening`): files in a local directory (:class:`WalWriter`, :class:`WalReader`),
+and immutable parts on shared storage or a FUSE mount of it (:mod:`.objects`,
+:class:`~connector.wal.object_writer.ObjectWalWriter`,
+:class:`~connector.wal.object_reader.ObjectWalReader`).
 
 On-disk format (version 2, all integers little endian)
 ------------------------------------------------------
@@ -67,6 +73,7 @@ from .errors import (
     WalDataLossError,
     WalError,
     WalLockedError,
+    WalStoreError,
     WalWriteError,
 )
 from .identity import read_identity
@@ -85,6 +92,7 @@ __all__ = [
     "WalLockedError",
     "WalReader",
     "WalRecord",
+    "WalStoreError",
     "WalWriteError",
     "WalWriter",
     "decode_blob",

@@ -311,4 +311,3 @@ class _OpenBlock:
             self.ends,
             self.payloads,
         )
-

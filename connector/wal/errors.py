@@ -47,14 +47,30 @@ class WalWriteError(WalError):
 
 
 class WalDataLossError(WalError):
-    """Requested offsets are not stored: deleted by truncation or never written."""
+    """Offsets a reader needs are not stored: deleted by truncation, never written, or held by
+    a WAL since wiped or replaced. ``end`` None: every offset from ``start`` on (the lost WAL's
+    end is not known)."""
 
-    def __init__(self, path: str | Path, start: int, end: int, reason: str) -> None:
+    def __init__(self, path: str | Path, start: int, end: int | None, reason: str) -> None:
         self.path = str(path)
         self.missing_start = start
         self.missing_end = end
         self.reason = reason
-        super().__init__(f"WAL {self.path}: offsets [{start}, {end}) are not stored: {reason}")
+        missing = f"from {start} on" if end is None else f"[{start}, {end})"
+        super().__init__(f"WAL {self.path}: offsets {missing} are not stored: {reason}")
 
-    def __reduce__(self) -> tuple[type[WalDataLossError], tuple[str, int, int, str]]:
+    def __reduce__(self) -> tuple[type[WalDataLossError], tuple[str, int, int | None, str]]:
         return (type(self), (self.path, self.missing_start, self.missing_end, self.reason))
+
+
+class WalStoreError(WalError):
+    """The store holding a WAL on shared storage failed a read (unreachable, refused)."""
+
+    def __init__(self, path: str, action: str, reason: str) -> None:
+        self.path = path
+        self.action = action
+        self.reason = reason
+        super().__init__(f"WAL {path}: could not {action}: {reason}")
+
+    def __reduce__(self) -> tuple[type[WalStoreError], tuple[str, str, str]]:
+        return (type(self), (self.path, self.action, self.reason))

@@ -37,6 +37,12 @@ def read_meta(path: str | os.PathLike[str]) -> tuple[str, int] | None:
         raw = file.read_bytes()
     except FileNotFoundError:
         return None
+    return decode_meta(raw, file)
+
+
+def decode_meta(raw: bytes, file: str | Path) -> tuple[str, int]:
+    """``(identity, format version)`` from the bytes of a ``wal.json``; WalCorruptError
+    naming ``file`` when they are not one this version reads."""
     try:
         meta = json.loads(raw)
         identity = meta["identity"]
@@ -53,16 +59,21 @@ def read_meta(path: str | os.PathLike[str]) -> tuple[str, int] | None:
     return identity, version
 
 
-def write_identity(root: Path, identity: str, *, fsync: bool) -> None:
-    """Atomically create or replace ``wal.json`` with the current format version
-    (temporary file, fsync, rename, directory fsync)."""
+def encode_meta(identity: str) -> bytes:
+    """The bytes of a ``wal.json`` for ``identity`` at the current format version."""
     body = json.dumps(
         {"format": FORMAT_NAME, "version": FORMAT_VERSION, "identity": identity}, indent=2
     )
+    return body.encode("ascii") + b"\n"
+
+
+def write_identity(root: Path, identity: str, *, fsync: bool) -> None:
+    """Atomically create or replace ``wal.json`` with the current format version
+    (temporary file, fsync, rename, directory fsync)."""
     temp = root / (META_NAME + TEMP_SUFFIX)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, body.encode("ascii") + b"\n")
+        os.write(fd, encode_meta(identity))
         if fsync:
             os.fsync(fd)
     finally:

@@ -14,8 +14,6 @@ import zlib
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-from .blob import pack_blob
-from .columns import WalColumns
 from .decode import NEED_MORE, SEALED, DataSink, scan
 from .errors import WalCorruptError, WalDataLossError
 from .identity import read_identity
@@ -29,6 +27,7 @@ from .records import (
     MAX_RECORD_LENGTH,
 )
 from .segment import HEADER_SIZE, decode_header, index_lookup, list_segments, segment_name
+from .views import RangeReader
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ _HINT_HEAD = struct.Struct("<IIBQ")  # length, crc32, kind, (first) offset
 _SMALLEST_LENGTH = {KIND_DATA: DATA_HEAD_SIZE, KIND_BLOCK: BLOCK_HEAD_LENGTH}
 
 
-class WalReader:
+class WalReader(RangeReader):
     """Reads records of a WAL directory by offset range."""
 
     __slots__ = ("_identity", "_root")
@@ -63,28 +62,8 @@ class WalReader:
         firsts = list_segments(self._root)
         return firsts[0] if firsts else None
 
-    def read(self, start: int, end: int) -> WalColumns:
-        """Records with ``start <= offset < end`` as columns.
-
-        Raises WalDataLossError when any of those offsets is not stored and WalCorruptError
-        when stored data is damaged.
-        """
-        sink = DataSink()
-        self._collect(start, end, sink)
-        return sink.columns(start)
-
-    def encode_range(self, start: int, end: int) -> bytes:
-        """The records with ``start <= offset < end`` as one blob for :func:`decode_blob`."""
-        sink = DataSink(raw=True)
-        self._collect(start, end, sink)
-        return pack_blob(start, end - start, sink.raw or [])
-
     def _collect(self, start: int, end: int, sink: DataSink) -> None:
         """Feed every record of [start, end) to ``sink``, segment after segment."""
-        if start < 0 or end < start:
-            raise ValueError(f"invalid offset range [{start}, {end})")
-        if start == end:
-            return
         identity = self.identity
         identity_bytes = bytes.fromhex(identity) if identity is not None else None
         firsts = list_segments(self._root)

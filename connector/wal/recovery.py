@@ -27,6 +27,7 @@ import zlib
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from typing import NoReturn
 
 from .block import decode_block
 from .columns import ColumnPiece
@@ -84,7 +85,7 @@ class ActiveSegment:
 
 
 @dataclass(slots=True)
-class _Walk:
+class SegmentWalk:
     """Result of walking one segment's records."""
 
     end: int  # position after the last intact record (or of the seal)
@@ -119,27 +120,57 @@ def verify_sealed_segment(root: Path, first: int, identity: bytes, next_first: i
     file = root / segment_name(first)
     with open(file, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        decode_header(handle.read(HEADER_SIZE), file, first, identity)
-        if size < HEADER_SIZE + SEAL_RECORD_SIZE:
-            _raise_located(file, first, identity)
-        handle.seek(size - SEAL_RECORD_SIZE)
+        head = handle.read(HEADER_SIZE)
+        handle.seek(max(size - SEAL_RECORD_SIZE, 0))
         seal = handle.read(SEAL_RECORD_SIZE)
-        if frame_problem(seal, 0) is not None or seal[FRAME_SIZE] != KIND_SEAL:
-            _raise_located(file, first, identity)
-        end_offset, sealed_crc = SEAL_BODY.unpack_from(seal, FRAME_SIZE + 1)
         handle.seek(0)
-        crc, remaining = 0, size - SEAL_RECORD_SIZE
+        crc, remaining = 0, max(size - SEAL_RECORD_SIZE, 0)
         while remaining:
             chunk = handle.read(min(remaining, _CRC_CHUNK))
             crc = zlib.crc32(chunk, crc)
             remaining -= len(chunk)
-    if crc != sealed_crc:
-        _raise_located(file, first, identity)
+    if _seal_problem(head, seal, size, crc, file, first, identity):
+        _raise_located(file.read_bytes(), file, first, identity)
+    _check_continuity(seal, file.name, root / segment_name(next_first), next_first)
+
+
+def verify_sealed_data(
+    data: bytes, where: str, first: int, identity: bytes, next_first: int, next_where: str
+) -> None:
+    """The same checks as :func:`verify_sealed_segment` on a segment's bytes in memory."""
+    seal = data[-SEAL_RECORD_SIZE:]
+    crc = zlib.crc32(memoryview(data)[: max(len(data) - SEAL_RECORD_SIZE, 0)])
+    if _seal_problem(data[:HEADER_SIZE], seal, len(data), crc, where, first, identity):
+        _raise_located(data, where, first, identity)
+    _check_continuity(seal, where, next_where, next_first)
+
+
+def _seal_problem(
+    head: bytes,
+    seal: bytes,
+    size: int,
+    crc: int,
+    where: str | Path,
+    first: int,
+    identity: bytes,
+) -> bool:
+    """Whether a sealed segment's seal is missing or does not match its bytes' CRC."""
+    decode_header(head, where, first, identity)
+    if size < HEADER_SIZE + SEAL_RECORD_SIZE:
+        return True
+    if frame_problem(seal, 0) is not None or seal[FRAME_SIZE] != KIND_SEAL:
+        return True
+    return bool(SEAL_BODY.unpack_from(seal, FRAME_SIZE + 1)[1] != crc)
+
+
+def _check_continuity(seal: bytes, where: str, next_where: str | Path, next_first: int) -> None:
+    """A sealed segment's end offset must be the next segment's first offset."""
+    end_offset = SEAL_BODY.unpack_from(seal, FRAME_SIZE + 1)[0]
     if end_offset != next_first:
         raise WalCorruptError(
-            root / segment_name(next_first),
+            next_where,
             0,
-            f"gap between segments: {file.name} ends at offset {end_offset} "
+            f"gap between segments: {where} ends at offset {end_offset} "
             f"but the next segment starts at offset {next_first}",
         )
 
@@ -151,7 +182,7 @@ def recover_active_segment(
     file = root / segment_name(first)
     data = file.read_bytes()
     decode_header(data[:HEADER_SIZE], file, first, identity)
-    walk = _walk(data, file, first)
+    walk = walk_segment(data, file, first)
     size = walk.end + SEAL_RECORD_SIZE if walk.sealed else walk.end
     if size < len(data):
         reason = walk.damage or "bytes after the seal"
@@ -188,11 +219,10 @@ def _cut(file: Path, size: int, *, fsync: bool) -> None:
         os.close(fd)
 
 
-def _raise_located(file: Path, first: int, identity: bytes) -> None:
+def _raise_located(data: bytes, file: str | Path, first: int, identity: bytes) -> NoReturn:
     """Find where a sealed segment that failed its checks is damaged, and raise there."""
-    data = file.read_bytes()
     decode_header(data[:HEADER_SIZE], file, first, identity)
-    walk = _walk(data, file, first)
+    walk = walk_segment(data, file, first)
     if walk.damage is not None:
         raise WalCorruptError(file, walk.end, walk.damage)
     if not walk.sealed:
@@ -202,7 +232,7 @@ def _raise_located(file: Path, first: int, identity: bytes) -> None:
     raise WalCorruptError(file, walk.end, "segment contents do not match the seal's CRC")
 
 
-def _walk(data: bytes, file: Path, first: int) -> _Walk:
+def walk_segment(data: bytes, file: str | Path, first: int) -> SegmentWalk:
     """Walk a segment's records, stopping at the first unusable record or at the seal."""
     view = memoryview(data)
     pos = HEADER_SIZE
@@ -217,7 +247,9 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
     except (ValueError, OverflowError) as exc:
         raise WalCorruptError(file, pos, f"segment state snapshot is malformed: {exc}") from exc
     pos = stop
-    walk = _Walk(end=pos, expected=first, state=state, index=[], index_next=pos + INDEX_INTERVAL)
+    walk = SegmentWalk(
+        end=pos, expected=first, state=state, index=[], index_next=pos + INDEX_INTERVAL
+    )
     # QoS state updates of the records since the snapshot or the last release record:
     # merged into ``state`` before a release record is applied and at the end.
     digests: dict[int, int] = {}
@@ -280,7 +312,11 @@ def _walk(data: bytes, file: Path, first: int) -> _Walk:
 
 
 def _collect_block(
-    piece: ColumnPiece, digests: dict[int, int], qos2_ids: list[int], file: Path, pos: int
+    piece: ColumnPiece,
+    digests: dict[int, int],
+    qos2_ids: list[int],
+    file: str | Path,
+    pos: int,
 ) -> None:
     """Collect a data block's QoS state updates, as the writer did when encoding: the digest
     of each row with a packet id into ``digests``, the QoS 2 ones' ids into ``qos2_ids``."""

@@ -74,7 +74,7 @@ def encode_header(identity: bytes, first_offset: int) -> bytes:
     return head + struct.pack("<I", zlib.crc32(head))
 
 
-def decode_header(raw: bytes, file: Path, first_offset: int, identity: bytes | None) -> None:
+def decode_header(raw: bytes, file: str | Path, first_offset: int, identity: bytes | None) -> None:
     """Validate a segment header against its file name and the WAL identity.
 
     Raises WalCorruptError naming the file when anything disagrees.
@@ -106,6 +106,14 @@ def read_header(file: Path) -> SegmentHeader:
     stored_first = HEADER.unpack_from(raw, 0)[4] if len(raw) >= HEADER_SIZE else -1
     decode_header(raw, file, stored_first if first is None else first, None)
     return SegmentHeader(raw[12:28], stored_first)
+
+
+def read_header_bytes(raw: bytes, where: str) -> bytes:
+    """The identity in a segment's first bytes, CRC-checked; WalCorruptError naming
+    ``where`` when they are no segment header."""
+    stored_first = HEADER.unpack_from(raw, 0)[4] if len(raw) >= HEADER_SIZE else -1
+    decode_header(raw[:HEADER_SIZE], where, stored_first, None)
+    return raw[12:28]
 
 
 def fsync_dir(root: Path) -> None:

@@ -13,10 +13,7 @@ Snapshot body: ``u32 n | u32 m | n x u16 pending id | m x u16 digest id | m x u3
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable, Mapping
-
-from .records import FLAG_HAS_ID, FLAG_QOS_MASK, digest_seed
 
 _COUNTS = struct.Struct("<II")
 MAX_PACKET_ID = 0xFFFF
@@ -47,17 +44,6 @@ class QosState:
             f"QosState(pending_qos2={sorted(self.pending_qos2)}, "
             f"digests={dict(sorted(self.digests.items()))})"
         )
-
-    def apply_data(
-        self, flags: int, message_id: int, topic: bytes | memoryview, payload: bytes | memoryview
-    ) -> None:
-        """Account for one stored data record (a per-record convenience; the writer and
-        recovery collect a whole append's or segment's updates and :meth:`merge` them)."""
-        if not flags & FLAG_HAS_ID:
-            return
-        self.digests[message_id] = zlib.crc32(payload, digest_seed(topic))
-        if flags & FLAG_QOS_MASK == 2:
-            self.pending_qos2.add(message_id)
 
     def apply_release(self, message_ids: Iterable[int]) -> None:
         """Forget released QoS 2 packet ids."""

@@ -20,10 +20,9 @@ import uuid
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from .batch import AppendEncoder, SegmentWrite, segment_prefix
-from .errors import WalCorruptError, WalError, WalWriteError
+from .errors import WalCorruptError, WalWriteError
 from .identity import read_meta, write_identity
 from .lock import WalLock
 from .records import RecordTuple, encode_seal
@@ -42,13 +41,14 @@ from .segment import (
     write_all,
 )
 from .state import QosState
+from .views import WriterState
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_MAX_BYTES = 64 * 1024 * 1024
 
 
-class WalWriter:
+class WalWriter(WriterState):
     """Appends records durably to a WAL directory; one writer per directory (see WalLock)."""
 
     def __init__(
@@ -112,14 +112,7 @@ class WalWriter:
         except BaseException:
             lock.release()
             raise
-        log.info(
-            "opened WAL %s (identity %s): offsets [%d, %d) in %d segment(s)",
-            root,
-            writer.identity,
-            writer.first_offset,
-            writer.next_offset,
-            len(writer._segments),
-        )
+        writer._log_opened(root, "")
         return writer
 
     @classmethod
@@ -184,43 +177,6 @@ class WalWriter:
     def path(self) -> Path:
         """The WAL directory."""
         return self._root
-
-    @property
-    def identity(self) -> str:
-        """The WAL's random identity (uuid4 hex), stable across reopen."""
-        return self._identity
-
-    @property
-    def next_offset(self) -> int:
-        """High-water mark: the offset the next appended record gets; all below are durable."""
-        return self._next_offset
-
-    @property
-    def first_offset(self) -> int:
-        """Lowest offset still stored (== next_offset when nothing is stored)."""
-        return self._segments[0]
-
-    @property
-    def segments(self) -> tuple[int, ...]:
-        """First offsets of the segment files, oldest first."""
-        return tuple(self._segments)
-
-    @property
-    def qos2_pending(self) -> frozenset[int]:
-        """Snapshot of QoS 2 packet ids appended whose release has not been appended."""
-        return frozenset(self._state.pending_qos2)
-
-    def is_qos2_pending(self, message_id: int) -> bool:
-        """Whether a QoS 2 message with ``message_id`` is stored and not yet released."""
-        return message_id in self._state.pending_qos2
-
-    def latest_digest(self, message_id: int) -> int | None:
-        """record_digest of the latest QoS 1 or 2 record appended with ``message_id``."""
-        return self._state.digests.get(message_id)
-
-    def backlog(self, committed: int) -> int:
-        """Records appended at or above offset ``committed``."""
-        return self._next_offset - committed
 
     # ----------------------------------------------------------------------------- appending
 
@@ -322,15 +278,6 @@ class WalWriter:
                 cleanup_exc,
             )
 
-    def _check_usable(self) -> None:
-        """Refuse work after close or after a write failure."""
-        if self._closed:
-            raise WalError(f"WAL writer for {self._root} is closed")
-        if self._failure is not None:
-            raise WalWriteError(
-                f"WAL writer for {self._root} failed earlier ({self._failure}); reopen the WAL"
-            ) from self._failure
-
     # ----------------------------------------------------------------------------- truncating
 
     def truncate_before(self, offset: int) -> int:
@@ -379,17 +326,6 @@ class WalWriter:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             self._lock.release()
-
-    def __enter__(self) -> WalWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

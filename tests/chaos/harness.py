@@ -69,6 +69,11 @@ def payload_id(data: bytes) -> str:
     return data.split(b"|", 1)[0].decode(errors="replace")
 
 
+def payload_number(ident: str) -> int:
+    """The number in a payload id (``<tag>-<number>``)."""
+    return int(ident.rsplit("-", 1)[1])
+
+
 @dataclass
 class Verdict:
     """A Delta table checked against a ledger."""
@@ -135,6 +140,18 @@ class Ledger:
 def qos_of(number: int) -> int:
     """Traffic alternates QoS 1 and QoS 2 (the subscription is QoS 2)."""
     return 1 + number % 2
+
+
+def ledgers_per_qos(ledger: Ledger) -> dict[int, Ledger]:
+    """The ledger of :class:`Publisher` traffic split by the QoS each message was sent with,
+    for :func:`tests.chaos.tally.settle_per_qos`."""
+    split = {qos: Ledger() for qos in (1, 2)}
+    with ledger.lock:
+        for ident in ledger.published:
+            split[qos_of(payload_number(ident))].published.append(ident)
+        for ident in ledger.gap:
+            split[qos_of(payload_number(ident))].gap.append(ident)
+    return split
 
 
 class Publisher:

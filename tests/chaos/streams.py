@@ -1,5 +1,6 @@
 """Spark-side helpers of the chaos tests: the process holding a WAL, waiting for a failed query,
-the payloads a Delta table holds, waiting for every published message to land."""
+the payloads a Delta table holds, the messages it still lacks, waiting for every published
+message to land."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streaming_jobs.delta_log import delta_version
+from devtools.delta_log import delta_version
 from tests.chaos.harness import Ledger
 from tests.spark.streams import LAND_TIMEOUT, ensure_healthy
 from tests.waiting import wait_until
@@ -67,6 +68,11 @@ def table_payloads(spark: SparkSession, table: Path) -> list[bytes]:
     return [bytes(row["payload"]) for row in rows]
 
 
+def unlanded(spark: SparkSession, table: Path, ledger: Ledger) -> int:
+    """How many messages of ``ledger`` the table does not hold yet."""
+    return len(ledger.check(table_payloads(spark, table)).lost)
+
+
 def wait_for_every_message(
     spark: SparkSession,
     table: Path,
@@ -79,6 +85,6 @@ def wait_for_every_message(
 
     def missing() -> int:
         ensure_healthy(queries)
-        return len(ledger.check(table_payloads(spark, table)).lost)
+        return unlanded(spark, table, ledger)
 
     wait_until(lambda: missing() == 0, timeout, message=lambda: f"{missing()} not landed")

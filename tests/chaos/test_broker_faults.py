@@ -24,7 +24,7 @@ import random
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming_jobs.delta_log import delta_row_count
+from devtools.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
 from tests.chaos.harness import Ledger, Publisher, sized
 from tests.chaos.proxy import ChaosProxy

@@ -5,37 +5,20 @@ options (:func:`options`) and messages published through our own client's comman
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+from bench.common import REPO_ROOT, pub_command
 from connector.source.options import SourceOptions
 from tests.brokers import MosquittoBroker
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def publish(broker: MosquittoBroker, topic: str, qos: int, count: int, size: int = 20) -> None:
     """Publish ``count`` messages of ``size`` bytes on ``topic`` at ``qos`` with
     ``python -m connector.mqtt pub``; return when the command has finished."""
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "connector.mqtt",
-            "pub",
-            "--broker",
-            broker.url,
-            "--topic",
-            topic,
-            "--qos",
-            str(qos),
-            "--count",
-            str(count),
-            "--size",
-            str(size),
-        ],
+        pub_command(broker.url, topic, qos, count, size),
         check=True,
-        cwd=REPO,
+        cwd=REPO_ROOT,
         capture_output=True,
         timeout=60,
     )

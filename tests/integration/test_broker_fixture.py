@@ -11,7 +11,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from streaming_jobs import local_broker
+from devtools import system_tools
 from tests.brokers import BrokerError, BrokerFactory, MosquittoBroker, Pki
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until
@@ -213,6 +213,6 @@ def test_missing_mosquitto_fails_with_setup_hint(
     broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(local_broker, "_EXTRA_BIN_DIRS", ())
+    monkeypatch.setattr(system_tools, "_EXTRA_BIN_DIRS", ())
     with pytest.raises(pytest.fail.Exception, match="make setup"):
         broker_factory()

@@ -26,8 +26,8 @@ from connector.mqtt import (
     SessionConfig,
 )
 from connector.mqtt.driver import BrokerUnreachable, MqttClient, TlsError, TlsOptions
+from devtools.system_tools import run_tool
 from tests.brokers import MosquittoBroker, Pki, TlsListener, find_tool
-from tests.brokers import _run as run_tool
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until
 

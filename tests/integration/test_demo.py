@@ -1,4 +1,4 @@
-"""``python -m streaming_jobs.demo`` end to end, as ``make demo`` runs it (with fewer messages).
+"""``python -m devtools.demo`` end to end, as ``make demo`` runs it (with fewer messages).
 
 The demo starts its own Mosquitto, publishers and ingest job (a Spark JVM), waits until the
 tables hold what was published, stops the job and writes ``report.json``. The test checks the
@@ -77,7 +77,7 @@ def printed_snippet(stdout: str) -> str:
 
 def run_demo(data_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     command = [
-        sys.executable, "-m", "streaming_jobs.demo",
+        sys.executable, "-m", "devtools.demo",
         "--messages", str(MESSAGES), "--devices", str(DEVICES),
         "--data-dir", str(data_dir), *flags,
         "--duration", "3", "--timeout", "300",

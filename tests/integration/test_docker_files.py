@@ -212,7 +212,7 @@ def stages(parsed: list[tuple[str, str]]) -> dict[str, tuple[str, list[tuple[str
 
 
 def test_the_image_gets_delta_jars_without_the_ones_pyspark_ships(tmp_path: Path) -> None:
-    """The jars are pruned (``streaming_jobs.spark_session prune-jars``, as ``make setup``
+    """The jars are pruned (``python -m devtools.prune_jars``, as ``make setup``
     does) in a stage with the project and PySpark installed, and only the pruned folder is
     copied into the image, so the deleted jars are in none of its layers. The Dockerfile's
     own command then runs here on a folder of Maven-named jars."""
@@ -228,10 +228,10 @@ def test_the_image_gets_delta_jars_without_the_ones_pyspark_ships(tmp_path: Path
     source = re.match(r"--from=(\S+) ", into_image[0])
     assert source is not None, into_image
     parent, pruning = built[source.group(1)]
-    prune = [r for r in of("RUN", pruning) if "prune-jars" in r]
+    prune = [r for r in of("RUN", pruning) if "devtools.prune_jars" in r]
     assert len(prune) == 1, pruning
     command = prune[0].split("&&")[0].split()
-    assert command[1:] == ["-m", "streaming_jobs.spark_session", "prune-jars", folder], command
+    assert command[1:] == ["-m", "devtools.prune_jars", folder], command
     # The pruning stage copies the jars in before it prunes them, and has PySpark: the
     # project's wheel is pip-installed in it or in a stage it builds on.
     assert pruning.index(("RUN", prune[0])) > next(

@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streaming_jobs.local_broker import MosquittoBroker
-from streaming_jobs.process_tree import alive_in, process_groups
+from devtools.mosquitto import MosquittoBroker
+from devtools.process_tree import alive_in, process_groups
 from streaming_jobs.spark_session import delta_jars
 from tests.mqtt_clients import PahoClient
+from tests.spark_processes import tail
 from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -33,20 +34,10 @@ START_TIMEOUT = 150.0
 LAND_TIMEOUT = 150.0
 EXIT_TIMEOUT = 90.0
 PUBLISH_TIMEOUT = 30.0
-LOG_TAIL = 6_000
 # The job's JVM: C1 JIT only (about halves the start), no web UI.
 SUBMIT_ARGS = (
     "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false pyspark-shell"
 )
-
-
-def tail(path: Path, chars: int = LOG_TAIL) -> str:
-    """The end of a log file ('' when it does not exist)."""
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-    return text if len(text) <= chars else "[...]\n" + text[-chars:]
 
 
 def job_env(**extra: str) -> dict[str, str]:
@@ -96,14 +87,16 @@ class Job:
         workdir: Path,
         name: str,
         launcher: Sequence[str] = (sys.executable,),
+        cwd: Path = REPO_ROOT,
         **env: str,
     ) -> Job:
-        """Start the job with ``launcher`` (plain python, or e.g. ``spark_submit()``)."""
+        """Start the job with ``launcher`` (plain python, or e.g. ``spark_submit()``) in the
+        working directory ``cwd``."""
         out, err = workdir / f"{name}.out", workdir / f"{name}.err"
         with out.open("wb") as stdout, err.open("wb") as stderr:
             proc = subprocess.Popen(
                 [*launcher, str(INGEST), *args],
-                cwd=REPO_ROOT,
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,

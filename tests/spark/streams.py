@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import DataStreamReader, StreamingQuery
 
 from connector.wal import WalDataLossError, WalReader
-from streaming_jobs.delta_log import delta_version
+from devtools.delta_log import delta_version
 from tests.brokers import MosquittoBroker
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until

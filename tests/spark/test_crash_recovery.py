@@ -45,8 +45,9 @@ import pytest
 
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.session import SessionConfig
-from streaming_jobs.process_tree import alive_in, process_groups
+from devtools.process_tree import alive_in, process_groups
 from tests.brokers import BrokerFactory, MosquittoBroker
+from tests.spark_processes import tail
 from tests.waiting import wait_until
 
 log = logging.getLogger(__name__)
@@ -103,14 +104,6 @@ spark.stop()
 """
 
 
-def _tail(path: Path, chars: int = LOG_TAIL) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-    return text if len(text) <= chars else "[...]\n" + text[-chars:]
-
-
 def _batch_files(directory: Path) -> list[int]:
     """Batch ids with a file in a checkpoint's ``offsets`` or ``commits`` directory."""
     try:
@@ -159,7 +152,7 @@ class Publisher:
             return
         out, _ = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, (
-            f"publisher of {self.topic} failed ({self.proc.returncode}):\n{_tail(self.log)}"
+            f"publisher of {self.topic} failed ({self.proc.returncode}):\n{tail(self.log)}"
         )
         report = json.loads(out.strip().splitlines()[-1])
         assert report["published"] == self.count, report
@@ -192,7 +185,7 @@ class Job:
         """Fail the test (with the job's log) when the job exited on its own."""
         code = self.proc.poll()
         if code is not None:
-            pytest.fail(f"the ingest job exited with {code}:\n{_tail(self.log)}", pytrace=False)
+            pytest.fail(f"the ingest job exited with {code}:\n{tail(self.log)}", pytrace=False)
 
     def wait_for(self, what: str, predicate: Callable[[], object], timeout: float) -> None:
         """Poll ``predicate`` until it is true, failing early if the job dies."""
@@ -206,7 +199,7 @@ class Job:
             timeout,
             interval=0.005,
             message=lambda: (
-                f"{what}: offsets {self.offsets}, commits {self.commits}\n" + _tail(self.log)
+                f"{what}: offsets {self.offsets}, commits {self.commits}\n" + tail(self.log)
             ),
         )
 
@@ -403,8 +396,8 @@ def test_kill_9_and_restart_delivers_exactly_once(
             try:
                 code = job.proc.wait(timeout=DRAIN_TIMEOUT)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"the available-now run did not finish:\n{_tail(job.log)}")
-            assert code == 0, f"the available-now run failed ({code}):\n{_tail(job.log)}"
+                pytest.fail(f"the available-now run did not finish:\n{tail(job.log)}")
+            assert code == 0, f"the available-now run failed ({code}):\n{tail(job.log)}"
             log.info("the available-now run took %.1f s", time.monotonic() - job.started)
         finally:
             for publisher in publishers:

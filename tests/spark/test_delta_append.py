@@ -22,6 +22,7 @@ from pyspark.errors import SparkRuntimeException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from devtools.delta_log import delta_commits, delta_row_count, txn_versions
 from streaming_jobs import delta_append
 from streaming_jobs.batch_writer import (
     CREATED_TABLE_CHECKPOINT_INTERVAL,
@@ -32,7 +33,6 @@ from streaming_jobs.batch_writer import (
 )
 from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
 from streaming_jobs.delta_checkpoints import Checkpointer
-from streaming_jobs.delta_log import delta_commits, delta_row_count, txn_versions
 from streaming_jobs.payloads import decode, make_plan, table_rows
 from streaming_jobs.progress import RunStats
 from tests.spark.source_batches import source_rows

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.broker_process import free_port
 from streaming_jobs.ingest_config import build_parser
-from streaming_jobs.local_broker import free_port
 from tests.brokers import BrokerFactory
 from tests.spark.job_runner import REPO_ROOT, batch_files, run_job
 

@@ -24,7 +24,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streaming_jobs.delta_log import delta_commits, delta_row_count, txn_versions
+from devtools.delta_log import delta_commits, delta_row_count, txn_versions
 from tests.brokers import BrokerFactory
 from tests.spark.job_runner import (
     LAND_TIMEOUT,

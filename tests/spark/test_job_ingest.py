@@ -22,8 +22,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from devtools.delta_log import delta_row_count
 from streaming_jobs import payloads
-from streaming_jobs.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
 from tests.spark.job_runner import (
     LAND_TIMEOUT,

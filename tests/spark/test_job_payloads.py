@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
+from devtools.delta_log import delta_commits, delta_row_count, txn_versions
 from streaming_jobs import payloads
 from streaming_jobs.batch_writer import QUERY_ID_PROPERTY, BatchWriter
-from streaming_jobs.delta_log import delta_commits, delta_row_count, txn_versions
 from streaming_jobs.ingest import parse_schema
 from streaming_jobs.ingest_config import UsageError
 from streaming_jobs.payloads import (

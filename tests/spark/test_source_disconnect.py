@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming_jobs.delta_log import delta_row_count
+from devtools.delta_log import delta_row_count
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.spark import job_runner
 from tests.spark.job_runner import TRIGGER, Job

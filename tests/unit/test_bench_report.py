@@ -312,3 +312,267 @@ def test_the_reconnect_section_without_results_or_of_another_shape(tmp_path: Pat
     (tmp_path / "none").mkdir()
     text, _ = _generate(tmp_path / "none", {})
     assert "*Not run: no results file.*" in _section(text, "Reconnect")
+
+
+HEADLINE = "first batch -> last commit"
+RECEIVER = "receiver: first -> last WAL append"
+
+
+def _ingest_peer(rate: float, receiver: float, batches: list[int], cpu: dict) -> dict:
+    """A Spark peer of an ingest run with S3 peers: one run of ``sum(batches)`` rows."""
+    run = {
+        "rows": sum(batches),
+        "batches": [{"id": i, "rows": n} for i, n in enumerate(batches)],
+        "cpu_seconds": {**cpu, "bench: this CPU sampler": 0.1, "not ours (other processes)": 3.0},
+        "max_inflight_messages": 20,
+    }
+    return {"rates": {HEADLINE: _stats(rate), RECEIVER: _stats(receiver)}, "runs": [run]}
+
+
+def _ratio_goal(name: str, qos: int, measured: float, target: float = 0.5) -> dict:
+    met = measured >= target
+    return {"ratio": name, "qos": qos, "max_inflight_messages": 20, "target": target,
+            "measured": measured, "met": met}  # fmt: skip
+
+
+def _appends(rate: float, per_append: float, most: int, *, live: bool = False) -> dict:
+    run = {
+        "live": live, "messages": 20_000 if live else 100_000, "rate": rate, "appends": 30,
+        "appends_of_releases_only": 0, "share_of_time_in_appends": 0.5,
+        "messages_per_append": {"median": per_append, "p90": most, "max": most},
+        "append_ms": {"median": 2.5, "p90": 6.25},
+    }  # fmt: skip
+    return {"rate": _stats(rate), "runs": [run]}
+
+
+def _ingest_s3(share: float = 0.2) -> dict:
+    """``ingest_s3.json``: QoS 1 (100,000) and QoS 2 (60,000), window 20, an append profile.
+    CPU per 100,000 messages of the pipeline: 1.0 and 2.0 (QoS 1), 2.0 and 4.0 (QoS 2)."""
+    runner, jvm = "python: source runner (receiver, offsets, partitions)", "jvm: task threads"
+    qos2_s3 = _appends(20_000, 872, 4_471)
+    qos2_s3["runs"][0].update(appends=623, appends_of_releases_only=547)
+    return {
+        "machine": {**MACHINE, "s3_server": "s3proxy-4.1.0"},
+        "parameters": {
+            "messages_per_qos": {"1": 100_000, "2": 60_000},
+            "payload_bytes": 100,
+            "repeat": 1,
+            "master": "local[2]",
+            "trigger": "processingTime=0 seconds",
+            "max_inflight_messages": [20],
+            "s3_modes": ["wal"],
+            "source_options": [],
+            "publish_inflight": 20,
+        },
+        "other_processes_cpu_share": share,
+        "peers": {
+            "ours-wal": _ingest_peer(100_000, 300_000, [100_000], {runner: 0.5, jvm: 0.5}),
+            "ours-s3": _ingest_peer(
+                60_000,
+                100_000,
+                [80_000, 20_000],
+                {runner: 0.6, jvm: 0.5, "other descendants": 0.9},
+            ),
+            "ours-wal-qos2": _ingest_peer(60_000, 200_000, [60_000], {runner: 0.6, jvm: 0.6}),
+            "ours-s3-qos2": _ingest_peer(
+                30_000, 150_000, [60_000], {runner: 0.9, jvm: 0.6, "other descendants": 0.9}
+            ),
+        },
+        "ratios": {
+            "ours-s3/ours-wal": {
+                "median": 0.6,
+                "min": 0.55,
+                "max": 1.19,
+                "runs": [0.55, 0.6, 1.19],
+            },
+            "ours-s3-qos2/ours-wal-qos2": {
+                "median": 0.498,
+                "min": 0.455,
+                "max": 0.59,
+                "runs": [0.59, 0.455, 0.498],
+            },
+        },
+        "goal": {
+            "ours-s3/ours-wal": _ratio_goal("ours-s3/ours-wal", 1, 0.6),
+            "ours-s3-qos2/ours-wal-qos2": _ratio_goal("ours-s3-qos2/ours-wal-qos2", 2, 0.498),
+        },
+        "cpu_seconds_per_100k_messages": {
+            "ours-wal": {runner: 0.5, "other descendants": 0.0},
+            "ours-s3": {runner: 0.6, "other descendants": 0.9, "python: task workers (read)": 0.2},
+            "ours-wal-qos2": {runner: 1.0, "other descendants": 0.0},
+            "ours-s3-qos2": {runner: 1.5, "other descendants": 1.5},
+        },
+        "receiver_appends": {
+            "ours-wal": _appends(117_403, 3_025, 7_544),
+            "ours-s3": _appends(126_894, 7_543, 7_544),
+            "ours-s3-qos2": qos2_s3,
+            "ours-wal (live)": _appends(16_814, 45, 1_803, live=True),
+        },
+    }
+
+
+def _wal_throughput() -> dict:
+    def row(batch: int, layout: str, ms: float, rate: float) -> dict:
+        return {"batch": batch, "layout": layout, "append_ms_median": ms,
+                "append_ms_p90": ms * 2, "records_per_s": _stats(rate),
+                "cpu_ms_per_append": ms / 2}  # fmt: skip
+
+    return {
+        "machine": {**MACHINE, "pyarrow": "26.0.1"},
+        "parameters": {
+            "payload_bytes": 100,
+            "max_appends": 200,
+            "files_fsync": True,
+            "order": "layouts in turns",
+        },
+        "rows": [
+            row(20, "files", 0.28, 70_000),
+            row(20, "objects-s3", 2.18, 5_000),
+            row(7_000, "files", 7.36, 785_000),
+            row(7_000, "objects-s3", 19.63, 300_000),
+        ],
+        "ratios": {
+            "objects-s3/files, 20 records per append": {
+                "median": 0.07,
+                "min": 0.07,
+                "max": 0.08,
+                "runs": [0.07, 0.08],
+            },
+            "objects-s3/files, 7,000 records per append": _stats(0.4),
+        },
+    }
+
+
+def _subsection(section: str, title: str) -> str:
+    return section.split(f"\n### {title}\n", 1)[1].split("\n### ", 1)[0]
+
+
+def test_the_wal_on_object_storage_section_renders_each_run(tmp_path: Path) -> None:
+    text, _ = _generate(tmp_path, {"ingest_s3": _ingest_s3(), "wal_throughput": _wal_throughput()})
+    section = _section(text, "WAL on object storage")
+    assert "s3proxy 4.1.0 from `devtools/s3_server.py`" in section
+    assert "at ≥ 0.5x the rate of the same query with a local WAL" in section
+    into = _subsection(section, "Into Delta: QoS 1 and 2, broker windows 20 and unbounded")
+    assert "--append-profile --output bench/results/ingest_s3.json" in into
+    assert "*Run:* Test CPU, 2 cores" in into and "s3proxy 4.1.0" in into
+    assert "Backlogs of 100,000 QoS 1 and 60,000 QoS 2 messages" in into
+    assert "took 20% of the machine's CPU" in into
+    assert (
+        "| ours-s3 | 60,000 | 54,000 | 66,000 | 100,000 | 0.55x, 0.60x, 1.19x | 0.60x | "
+        "0.600 ≥ 0.5: met |"
+    ) in into
+    assert "| 0.59x, 0.46x, 0.50x | 0.50x | 0.498 < 0.5: **not met** |" in into
+    assert "| ours-wal | 100,000 | 90,000 | 110,000 | 300,000 |  |  |  |" in into
+    assert "landed in one micro-batch: ours-wal 1 of 1, ours-s3 0 of 1" in into
+    assert "| ours-s3 | 80,000 + 20,000 |" in into
+    # components from cpu_seconds_per_100k_messages; the total summed from the run, without
+    # the sampler and other processes
+    assert "| ours-s3 | 0.90 | 0.60 | 0.20 | 2.00 |" in into
+    assert "| ours-s3-qos2 | 1.50 | 1.50 | 0.00 | 4.00 |" in into
+    alone = _subsection(section, "The receiver alone: messages and milliseconds per append")
+    assert "*Run:*" not in alone and "→ `bench/results" not in alone
+    assert "and 20,000 messages sent by a publisher" in alone
+    assert "one socket read held up to 7,544 messages of a backlog and up to 1,803 of a live" in (
+        alone
+    )
+    assert "| ours-s3 | 126,894 | 30 | 0 | 7,543 | 7,544 | 2.50 | 6.25 | 50% |" in alone
+    assert "| ours-s3-qos2 | 20,000 | 623 | 547 | 872 |" in alone
+    layouts = _subsection(section, "One append per layout")
+    assert "pyarrow 26.0.1" in layouts and "`files` (a local directory, fsync per append)" in (
+        layouts
+    )
+    assert (
+        "| 20 | objects-s3 | 2.18 | 4.36 | 5,000 | 4,500 | 5,500 | 1.09 | 0.07x, 0.08x | 0.07x |"
+    ) in layouts
+    assert "| 20 | files | 0.28 | 0.56 | 70,000 |" in layouts
+    for missing in ("partitionData wal and inline, window 20", "A long QoS 1 backlog"):
+        assert "*Not run: no results file.*" in _subsection(section, missing)
+
+
+def test_what_limits_the_s3_peer_reads_every_run(tmp_path: Path) -> None:
+    inline = _ingest_s3(share=0.0)
+    inline["ratios"] = {
+        "ours-s3/ours-wal": _stats(0.84), "ours-s3-inline/ours-wal": _stats(0.73),
+        "ours-s3-qos2/ours-wal-qos2": _stats(0.61),
+        "ours-s3-inline-qos2/ours-wal-qos2": _stats(0.64),
+    }  # fmt: skip
+    inline["goal"] = {name: _ratio_goal(name, 2 if "qos2" in name else 1, r["median"])
+                      for name, r in inline["ratios"].items()}  # fmt: skip
+    inline["cpu_seconds_per_100k_messages"]["ours-s3"]["other descendants"] = 0.46
+    inline["cpu_seconds_per_100k_messages"]["ours-s3-qos2"]["other descendants"] = 1.38
+    files = {
+        "ingest_s3": _ingest_s3(),
+        "ingest_s3_inline": inline,
+        "ingest_s3_busy": {**_ingest_s3(share=0.65), "receiver_appends": None},
+        "wal_throughput": _wal_throughput(),
+    }
+    text, _ = _generate(tmp_path, files)
+    limits = _subsection(_section(text, "WAL on object storage"), "What limits the S3 peer")
+    assert (
+        "One PUT to the server on loopback took 2.18 ms for 20 records and 19.63 ms for 7,000, "
+        "against 0.28 and 7.36 ms for a local append with fsync."
+    ) in limits
+    assert "the reads grow to fill the time: the S3 receiver stored 7,543 messages per" in limits
+    assert "stored 126,894 against 117,403 msg/s at window 20." in limits
+    assert "at most 5,000 records/s on loopback, the rate of 20-record appends (0.07x" in limits
+    assert "stored 100,000 messages at 100,000 msg/s against 300,000, so in 1 of 1 runs the " in (
+        limits
+    )
+    assert "first micro-batch took 80,000 of them instead of all" in limits
+    assert "547 of the 623 appends of a 100,000-message QoS 2 drain" in limits
+    assert "went from 2.00 to 4.00 s (s3proxy 1.50 s, the source runner +0.50 s)" in limits
+    assert "the rate ratio followed the CPU ratio (0.50x measured, 2.00/4.00 = 0.50)" in limits
+    # the S3 server's CPU over the S3 peers of every run (the local peers' 0.00 left out)
+    assert "0.46 (ours-s3, `ingest_s3_inline.json`) to 1.50 (ours-s3-qos2, `ingest_s3.json`)" in (
+        limits
+    )
+    assert "**Not the tasks' reads.**" in limits and "was no faster" in limits
+    assert "0.73x against 0.84x at QoS 1, 0.64x against 0.61x at QoS 2" in limits
+    assert "The same parameters as *Into Delta* on a busier machine" in limits
+    assert "took 65% of the CPU) gave 0.60x, 0.50x: both peers were starved alike" in limits
+    busy = _subsection(_section(text, "WAL on object storage"), "On a busy machine")
+    assert "| ours-s3 | 60,000 |" in busy and "CPU seconds per 100,000" not in busy
+
+
+def test_the_wal_on_object_storage_section_without_results(tmp_path: Path) -> None:
+    text, _ = _generate(tmp_path, {})
+    section = _section(text, "WAL on object storage")
+    alone = _subsection(section, "The receiver alone: messages and milliseconds per append")
+    assert "*Not run: no results file.*" in alone
+    assert "*Not rendered: no results of the WAL on object storage.*" in section
+    ingest = _ingest_s3()
+    ingest["peers"]["ours-s3"]["rates"] = {}
+    (tmp_path / "odd").mkdir()
+    text, _ = _generate(tmp_path / "odd", {"ingest_s3": ingest})
+    into = _section(text, "WAL on object storage").split("### The receiver alone", 1)[0]
+    assert "unexpected shape" in into
+
+
+def _shared_subscription(rows_per_job: list[list[int]]) -> dict:
+    return {
+        "machine": MACHINE,
+        "load_average_1min": [2.0, 3.25],
+        "messages": 20_000, "payload_bytes": 100, "qos": 1, "jobs": 2,
+        "trigger": "processing-time=500 milliseconds",
+        "rate_one": _stats(4_600.0), "rate_many": _stats(3_200.0),
+        "publish_rate_one": _stats(34_000.0), "publish_rate_many": _stats(5_000.0),
+        "rows_per_job_many": rows_per_job,
+        "ratio": {"median": 0.696, "min": 0.441, "max": 0.883, "runs": [0.696, 0.441]},
+    }  # fmt: skip
+
+
+def test_the_shared_subscription_section(tmp_path: Path) -> None:
+    data = _shared_subscription([[10_000, 10_000], [12_500, -1]])
+    text, _ = _generate(tmp_path, {"shared_subscription": data})
+    section = _section(text, "Shared subscription")
+    assert "`python -m bench.shared_subscription --messages 20000 --rounds 3`" in section
+    assert "20,000 QoS 1 messages of 100 bytes" in section
+    assert "alternate for 2 rounds" in section
+    assert "shared its 2 cores" in section and "not how they scale over machines" in section
+    assert "at each round's start: 2.00, 3.25." in section
+    assert "| 1 | 4,600 | 4,140 | 5,060 | 34,000 |" in section
+    assert "| 2 | 3,200 | 2,880 | 3,520 | 5,000 |" in section
+    assert "2 jobs / 1 job: 0.70x (per round 0.70x, 0.44x)." in section
+    assert "only 1.6 times as fast as the rows landed: it may be the limit." in section
+    assert "| 0 | 10,000 | 10,000 | 20,000 |" in section
+    assert "| 1 | 12,500 | — | — |" in section  # a job whose summary line was not found

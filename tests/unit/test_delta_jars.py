@@ -1,5 +1,5 @@
 """Which fetched jars a session hands to Spark (``streaming_jobs.spark_session.delta_jars``)
-and which ``make setup`` keeps (``prune_shipped_jars``).
+and which ``make setup`` keeps (``devtools.prune_jars``).
 
 Rule under test: every jar in the Delta jars folder goes to Spark unless Spark's own jars
 folder (``$SPARK_HOME/jars``, else PySpark's) already holds the same artifact, in any version;
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.prune_jars import prune_shipped_jars
 from streaming_jobs import spark_session
-from streaming_jobs.spark_session import delta_jars, jar_artifact, prune_shipped_jars
+from streaming_jobs.spark_session import delta_jars, jar_artifact
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Reading a Delta table's JSON commit log without Spark (``streaming_jobs.delta_log``): the
+"""Reading a Delta table's JSON commit log without Spark (``devtools.delta_log``): the
 versions, commits and ``SetTransaction`` versions the tests check, and the snapshot (live files,
 row counts, rows) the demo reports from."""
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streaming_jobs.delta_log import (
+from devtools.delta_log import (
     DeltaSnapshot,
     UnreadableTable,
     commit_file,

@@ -1,5 +1,5 @@
 """The demo's pure parts: the fleet's plan. (Its reading of the Delta tables is
-``streaming_jobs.delta_log``, tested in ``test_delta_log.py``.)"""
+``devtools.delta_log``, tested in ``test_delta_log.py``.)"""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from streaming_jobs.demo import MALFORMED, malformed_count, plan_fleet, stamp
+from devtools.demo.fleet import MALFORMED, malformed_count, plan_fleet, stamp
 
 
 @pytest.mark.parametrize(("messages", "devices"), [(1, 1), (7, 3), (150, 4), (2000, 6)])

@@ -1,11 +1,11 @@
-"""streaming_jobs.process_tree: reading ``stat`` lines of /proc."""
+"""devtools.process_tree: reading ``stat`` lines of /proc."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from streaming_jobs.process_tree import processes, read_small, stat_fields
+from devtools.process_tree import processes, read_small, stat_fields
 
 
 def test_a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields(

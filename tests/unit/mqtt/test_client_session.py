@@ -701,10 +701,9 @@ def qos2_state(session: ClientSession) -> tuple[object, ...]:
     return (
         session.state,
         session.export_qos2_pending(),
-        dict(session._qos2_in),
-        set(session._qos2_here),
-        set(session._pubrec_sent),
-        list(session._pubrec_held),
+        dict(session._exchanges.states),
+        list(session._exchanges.queue),
+        session.open_pubrecs,
         session.pubrecs_held,
         session._last_sent,
     )

@@ -7,7 +7,7 @@ commit must still be in the log (Delta keeps them for 30 days by default); a tab
 longer starts at version 0, or that uses deletion vectors or column mapping, is refused with
 :class:`UnreadableTable` (read it with Spark).
 
-Used by the demo's report (``streaming_jobs/demo.py``), the tests (row counts, versions and
+Used by the demo's report (``devtools/demo/tables.py``), the tests (row counts, versions and
 ``SetTransaction`` records of the tables they write) and the latency benchmark
 (``bench/latency.py``, which watches for each next commit file).
 """

@@ -1,0 +1,270 @@
+"""Messages per second into Delta: one ingest job vs several sharing one subscription.
+
+Each run: a fresh Mosquitto; ``--jobs`` ingest jobs (``spark-submit streaming_jobs/ingest.py``,
+``local[2]`` each, each with its own client id, checkpoint and WAL) subscribed to
+``$share/<group>/<filter>`` and writing one Delta table; once every job has subscribed,
+``--messages`` QoS 1 messages of 100 bytes are published (our client, Mosquitto's window of 20
+unacknowledged). The clock runs from the first publish to the Delta commit that completes the
+table (read from the Delta log, without Spark). One job and ``--jobs`` jobs alternate for
+``--rounds`` rounds and the ratio is taken per round (paired). Every job runs on this machine,
+so they share its cores: the figure is what running them side by side costs or gains here, not
+how they scale over machines of their own. The publisher's own rate is printed too: when it is
+near the ingest rate, the publisher is the limit. Usage::
+
+    .venv/bin/python -m bench.shared_subscription [--messages 50000] [--jobs 2] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    REPO_ROOT,
+    BenchError,
+    Stats,
+    describe_machine,
+    format_table,
+    machine_info,
+    paired_ratio,
+    publish_windowed,
+    rate,
+    ratio,
+    write_results,
+)
+
+GROUP = "bench"
+FILTER = "bench/shared/+"
+SHARED = f"$share/{GROUP}/{FILTER}"
+TOPICS = 8
+PAYLOAD = b"x" * 100
+START_TIMEOUT = 300.0
+STOP_TIMEOUT = 120.0
+INGEST = REPO_ROOT / "streaming_jobs" / "ingest.py"
+SUMMARY = re.compile(r"stopped: \d+ batch(?:es)?, (\d+) rows")
+
+
+@dataclass
+class IngestJob:
+    """One ``spark-submit`` of the ingest job in a process group of its own."""
+
+    client_id: str
+    proc: subprocess.Popen[bytes]
+    out: Path
+
+    @classmethod
+    def start(cls, base: Path, index: int, url: str, table: Path, trigger: str) -> IngestJob:
+        from streaming_jobs.spark_session import delta_jars
+
+        client_id = f"bss-{os.getpid()}-{base.name}-{index}"
+        out = base / f"job-{index}.log"
+        command = [
+            str(Path(sys.executable).parent / "spark-submit"), "--jars", ",".join(delta_jars()),
+            "--conf", "spark.ui.enabled=false", str(INGEST),
+            "--broker", url, "--topic", SHARED, "--qos", "1", "--client-id", client_id,
+            "--table", str(table), "--checkpoint", str(base / f"checkpoint-{index}"),
+            "--trigger", trigger,
+        ]  # fmt: skip
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+        with out.open("wb") as log:
+            proc = subprocess.Popen(
+                command, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )  # fmt: skip
+        return cls(client_id, proc, out)
+
+    def check_alive(self) -> None:
+        code = self.proc.poll()
+        if code is not None:
+            tail = self.out.read_text(errors="replace")[-3000:]
+            raise BenchError(f"job {self.client_id} exited with {code}:\n{tail}")
+
+    def stop(self) -> int:
+        """SIGTERM to the JVM (it stops after the batch in flight); the rows it wrote."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise BenchError(f"job {self.client_id} did not stop") from None
+        found = SUMMARY.search(self.out.read_text(errors="replace"))
+        return int(found[1]) if found else -1
+
+    def kill(self) -> None:
+        from devtools.process_tree import process_groups
+
+        for group in process_groups(self.proc.pid) | {self.proc.pid}:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+class TableRows:
+    """Rows appended to a Delta table, counted commit by commit from its log."""
+
+    def __init__(self, table: Path) -> None:
+        self.table = table
+        self.version = -1
+        self.rows = 0
+        self.committed_at = 0.0
+        """Wall-clock time (s) of the newest commit that added rows."""
+
+    def poll(self) -> int:
+        from devtools.delta_log import delta_version, file_rows, read_commit
+
+        for version in range(self.version + 1, delta_version(self.table) + 1):
+            actions = read_commit(self.table, version)
+            if actions is None:
+                break
+            added = sum(file_rows(a["add"]) or 0 for a in actions if "add" in a)
+            if added:
+                self.rows += added
+                info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+                self.committed_at = info["timestamp"] / 1000
+            self.version = version
+        return self.rows
+
+
+def wait_subscribed(broker: Any, jobs: Sequence[IngestJob]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    lines = [f": {job.client_id} 1 {SHARED}\n" for job in jobs]
+    while not all(line in broker.log_text() for line in lines):
+        for job in jobs:
+            job.check_alive()
+        if time.monotonic() > deadline:
+            raise BenchError("the jobs did not subscribe in time")
+        time.sleep(0.2)
+
+
+def one_run(
+    workdir: Path, count: int, jobs: int, trigger: str, tag: str, timeout: float
+) -> dict[str, Any]:
+    """Messages per second into Delta for ``count`` messages with ``jobs`` jobs."""
+    from devtools.mosquitto import MosquittoBroker
+
+    base = workdir / tag
+    base.mkdir(parents=True)
+    table = base / "table"
+    broker = MosquittoBroker(base / "broker", max_queued_messages=2 * count + 1000)
+    broker.start()
+    started: list[IngestJob] = []
+    try:
+        for index in range(jobs):
+            started.append(IngestJob.start(base, index, broker.url, table, trigger))
+        wait_subscribed(broker, started)
+        began = time.time()
+        published = publish_windowed(
+            broker.url, count, lambda seq: (f"bench/shared/{seq % TOPICS}", PAYLOAD), timeout
+        )
+        landed = TableRows(table)
+        deadline = time.monotonic() + timeout
+        while landed.poll() < count:
+            for job in started:
+                job.check_alive()
+            if time.monotonic() > deadline:
+                raise BenchError(f"only {landed.rows} of {count} rows landed")
+            time.sleep(0.2)
+        elapsed = landed.committed_at - began
+        per_job = [job.stop() for job in started]
+        if landed.poll() != count:
+            raise BenchError(f"{landed.rows} rows in the table, expected {count}")
+        return {
+            "rate": count / elapsed,
+            "publish_rate": published,
+            "rows_per_job": per_job,
+            "commits": landed.version + 1,
+        }
+    finally:
+        for job in started:
+            if job.proc.poll() is None:
+                job.kill()
+        broker.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--jobs", type=int, default=2, help="jobs sharing the subscription")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--trigger", default="processing-time=500 milliseconds")
+    parser.add_argument("--timeout", type=float, default=900.0, help="per run, in seconds")
+    parser.add_argument("--output", type=Path, default=None, help="results JSON path")
+    args = parser.parse_args(argv)
+    if args.jobs < 2:
+        parser.error("--jobs must be at least 2")
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-shared-"))
+    one: list[dict[str, Any]] = []
+    many: list[dict[str, Any]] = []
+    loads = []
+    try:
+        for r in range(args.rounds):
+            loads.append(os.getloadavg()[0])
+            one.append(one_run(workdir, args.messages, 1, args.trigger, f"r{r}a", args.timeout))
+            many.append(
+                one_run(workdir, args.messages, args.jobs, args.trigger, f"r{r}b", args.timeout)
+            )
+            print(
+                f"round {r}: 1 job {rate(one[-1]['rate'])} msg/s, {args.jobs} jobs "
+                f"{rate(many[-1]['rate'])} msg/s (rows per job {many[-1]['rows_per_job']})",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    info = machine_info()
+    gain = paired_ratio([m["rate"] for m in many], [o["rate"] for o in one])
+    print(describe_machine(info))
+    print(f"load average (1 min) at each round's start: {', '.join(f'{x:.1f}' for x in loads)}")
+    print(
+        format_table(
+            ["jobs", "median msg/s into Delta", "median publish msg/s", "runs"],
+            [
+                [
+                    str(n),
+                    rate(Stats.of(r["rate"] for r in runs).median),
+                    rate(Stats.of(r["publish_rate"] for r in runs).median),
+                    len(runs),
+                ]
+                for n, runs in ((1, one), (args.jobs, many))
+            ],
+        )
+    )
+    print(f"{args.jobs} jobs / 1 job: {ratio(gain.median)} (paired median)")
+    write_results(
+        "shared_subscription",
+        {
+            "machine": info,
+            "load_average_1min": loads,
+            "messages": args.messages,
+            "payload_bytes": len(PAYLOAD),
+            "qos": 1,
+            "jobs": args.jobs,
+            "trigger": args.trigger,
+            "rate_one": Stats.of(r["rate"] for r in one).as_dict(),
+            "rate_many": Stats.of(r["rate"] for r in many).as_dict(),
+            "publish_rate_one": Stats.of(r["publish_rate"] for r in one).as_dict(),
+            "publish_rate_many": Stats.of(r["publish_rate"] for r in many).as_dict(),
+            "rows_per_job_many": [r["rows_per_job"] for r in many],
+            "ratio": gain.as_dict(),
+        },
+        args.output,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,320 @@
+"""The single writer of a WAL in the object layout (:mod:`connector.wal.objects`).
+
+Durability rule: :meth:`ObjectWalWriter.append` returns only after every part of the append
+was written whole by the store (the write call returned), so anything below the returned
+``next_offset`` may be acknowledged to the broker. An append is one part per segment it
+touches, usually one. After a store error the writer refuses further appends and must be
+reopened; reopening recovers what the store holds (a part whose write failed but landed
+anyway holds records that were never acknowledged: the broker sends them again, as after an
+fsync failure in the file layout). Segments roll over at ``segment_max_bytes`` or after
+``segment_max_parts`` parts, so listing a segment stays one request. Deleting committed
+segments runs in a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+
+from .batch import AppendEncoder, SegmentWrite, segment_prefix
+from .errors import WalCorruptError, WalWriteError
+from .identity import decode_meta, encode_meta
+from .lease import DEFAULT_LEASE_SECONDS, Lease
+from .location import WalLocation
+from .objects import ObjectStore, Part, segment_dir, store_error
+from .records import SEAL_RECORD_SIZE, RecordTuple, encode_seal
+from .recovery import verify_sealed_data, walk_segment
+from .segment import HEADER_SIZE, read_header_bytes
+from .state import QosState
+from .views import WriterState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OBJECT_SEGMENT_BYTES = 16 * 1024 * 1024
+DEFAULT_SEGMENT_MAX_PARTS = 500
+META_NAME = "wal.json"
+
+
+class ObjectWalWriter(WriterState):
+    """Appends records durably to a WAL in a store; one writer per WAL (see :mod:`.lease`)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        identity: str,
+        lease: Lease,
+        segments: list[int],
+        state: QosState,
+        tail: tuple[int, int, int, int, int],
+        *,
+        segment_max_bytes: int,
+        segment_max_parts: int,
+    ) -> None:
+        """Use :meth:`open`; ``tail`` is (active segment first offset, next offset, size,
+        crc, parts) of a recovered, leased WAL."""
+        self._store = store
+        self._identity = identity
+        self._lease = lease
+        self._segments = segments
+        self._state = state
+        self._seg_first, self._next_offset, self._seg_size, self._seg_crc, self._parts = tail
+        self._encoder = AppendEncoder(bytes.fromhex(identity), segment_max_bytes)
+        self._limit = segment_max_bytes
+        self._max_parts = segment_max_parts
+        self._mutex = threading.Lock()
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._deletions: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._deleter = threading.Thread(target=self._delete_loop, name="wal-delete", daemon=True)
+        self._deleter.start()
+
+    # ----------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        location: WalLocation,
+        *,
+        segment_max_bytes: int = DEFAULT_OBJECT_SEGMENT_BYTES,
+        segment_max_parts: int = DEFAULT_SEGMENT_MAX_PARTS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease_wait: float | None = None,
+    ) -> ObjectWalWriter:
+        """Lease, create or recover the WAL at ``location`` and return a writer at its end.
+
+        Raises WalLockedError when another writer holds a live lease after ``lease_wait``
+        seconds (default: twice the lease time), WalCorruptError when stored data is
+        damaged, WalWriteError when the store fails."""
+        if segment_max_bytes <= 0 or segment_max_parts <= 0:
+            raise ValueError("segment_max_bytes and segment_max_parts must be positive")
+        store = ObjectStore(location)
+        wait = 2 * lease_seconds if lease_wait is None else lease_wait
+        try:
+            lease = Lease.acquire(store, ttl=lease_seconds, wait=wait)
+        except OSError as exc:
+            raise store_error(store, "take the lease", exc) from exc
+        try:
+            writer = cls._recover(store, lease, segment_max_bytes, segment_max_parts)
+        except OSError as exc:
+            lease.release()
+            raise store_error(store, "recover the WAL", exc) from exc
+        except BaseException:
+            lease.release()
+            raise
+        writer._log_opened(location, ", object layout")
+        return writer
+
+    @classmethod
+    def _recover(
+        cls, store: ObjectStore, lease: Lease, segment_max_bytes: int, segment_max_parts: int
+    ) -> ObjectWalWriter:
+        """Establish the identity, validate the segments, drop a torn last part."""
+        identity = read_object_identity(store)
+        firsts = store.segments()
+        if identity is None:
+            if firsts:  # died between writing segment 0 and wal.json
+                head = store.read_part(firsts[0], store.parts(firsts[0])[0])
+                identity = read_header_bytes(head, store.where(segment_dir(firsts[0]))).hex()
+            else:
+                identity = uuid.uuid4().hex
+                prefix = segment_prefix(bytes.fromhex(identity), 0, QosState())
+                store.write_part(0, 0, 0, prefix)
+                firsts = [0]
+            store.write(META_NAME, encode_meta(identity))
+        elif not firsts:
+            raise WalCorruptError(
+                store.where(META_NAME), 0, "the WAL has an identity but no segments"
+            )
+        ident = bytes.fromhex(identity)
+        for first, next_first in pairwise(firsts):
+            data = b"".join(store.read_part(first, p) for p in store.parts(first))
+            where = store.where(segment_dir(first))
+            verify_sealed_data(
+                data, where, first, ident, next_first, store.where(segment_dir(next_first))
+            )
+        first = firsts[-1]
+        data, parts = _recover_last(store, first, ident)
+        if not parts:  # the last segment's first part was torn: the previous one is sealed
+            firsts.pop()
+            first = firsts[-1]
+            data, parts = _recover_last(store, first, ident)
+        walk = walk_segment(data, store.where(segment_dir(first)), first)
+        tail = (first, walk.expected, len(data), zlib.crc32(data), len(parts))
+        writer = cls(
+            store,
+            identity,
+            lease,
+            firsts,
+            walk.state,
+            tail,
+            segment_max_bytes=segment_max_bytes,
+            segment_max_parts=segment_max_parts,
+        )
+        if walk.sealed:  # died between sealing a segment and starting the next
+            writer._start_segment(walk.expected)
+        return writer
+
+    # ----------------------------------------------------------------------------- properties
+
+    @property
+    def path(self) -> str:
+        """The WAL's location (safe to log)."""
+        return self._store.location.text
+
+    # ----------------------------------------------------------------------------- appending
+
+    def append(self, records: Sequence[RecordTuple], *, released_qos2: Iterable[int] = ()) -> int:
+        """Durably append ``records`` and QoS 2 releases (releases first); returns the new
+        next_offset once the store holds every part. Invalid records raise ValueError or
+        TypeError and change nothing; store errors raise WalWriteError and poison the writer.
+        """
+        with self._mutex:
+            self._check_usable()
+            self._lease.check()
+            size = self._seg_size
+            if self._parts >= self._max_parts:
+                size = max(size, self._limit)  # roll over before the next data record
+            encoded = self._encoder.encode(
+                records,
+                released_qos2,
+                self._state,
+                next_offset=self._next_offset,
+                segment_first=self._seg_first,
+                segment_size=size,
+                index_next=1 << 62,  # parts, not index hints, locate offsets here
+            )
+            if encoded is None:
+                return self._next_offset
+            try:
+                for write in encoded.writes:
+                    self._write(write)  # a failure leaves next_offset as it was
+            except OSError as exc:
+                self._failure = exc
+                log.error(
+                    "WAL %s: append failed, writer disabled until reopened: %s", self.path, exc
+                )
+                raise WalWriteError(
+                    f"could not append {len(records)} records to WAL {self.path} at offset "
+                    f"{self._next_offset}: {exc}; the append is not durable, reopen the WAL"
+                ) from exc
+            self._next_offset = encoded.end_offset
+            return self._next_offset
+
+    def _write(self, write: SegmentWrite) -> None:
+        """Write one segment's share of an append as one part, its seal included."""
+        data = b"".join(write.parts)
+        if write.new_segment:
+            first, position, crc = write.first_offset, 0, 0
+        else:
+            first, position, crc = self._seg_first, self._seg_size, self._seg_crc
+        crc = zlib.crc32(data, crc)
+        if write.seal:
+            data += encode_seal(write.end_offset, crc)
+        self._store.write_part(first, position, write.first_offset, data)
+        if write.new_segment:
+            self._segments.append(first)
+            self._seg_first, self._parts = first, 0
+        self._seg_size, self._seg_crc = position + len(data), crc
+        self._parts += 1
+
+    def _start_segment(self, first_offset: int) -> None:
+        """Start segment ``first_offset`` after a sealed one (recovery)."""
+        prefix = segment_prefix(bytes.fromhex(self._identity), first_offset, self._state)
+        self._store.write_part(first_offset, 0, first_offset, prefix)
+        self._segments.append(first_offset)
+        self._seg_first, self._seg_size, self._parts = first_offset, len(prefix), 1
+        self._seg_crc = zlib.crc32(prefix)
+
+    # ----------------------------------------------------------------------------- truncating
+
+    def truncate_before(self, offset: int) -> int:
+        """Forget whole segments all of whose records are below ``offset`` and delete them in
+        the background, oldest first; returns how many. The active segment is kept."""
+        with self._mutex:
+            self._check_usable()
+            deleted = 0
+            while len(self._segments) > 1 and self._segments[1] <= offset:
+                self._deletions.put(self._segments.pop(0))
+                deleted += 1
+            return deleted
+
+    def _delete_loop(self) -> None:
+        while (first := self._deletions.get()) is not None:
+            try:
+                self._store.delete_folder(segment_dir(first))
+            except OSError as exc:  # left for the next open's recovery to find below first
+                log.warning("WAL %s: could not delete segment %d: %s", self.path, first, exc)
+
+    # ----------------------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Finish pending deletions, release the lease; later calls do nothing."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+        self._deletions.put(None)
+        self._deleter.join()
+        self._lease.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"ObjectWalWriter({self.path!r}, offsets=[{self.first_offset}, {self._next_offset}), "
+            f"segments={len(self._segments)})"
+        )
+
+
+def read_object_identity(store: ObjectStore) -> str | None:
+    """The identity in the store's ``wal.json``, None when absent."""
+    try:
+        raw = store.read(META_NAME)
+    except FileNotFoundError:
+        return None
+    return decode_meta(raw, store.where(META_NAME))[0]
+
+
+def _recover_last(store: ObjectStore, first: int, identity: bytes) -> tuple[bytes, list[Part]]:
+    """The last segment's bytes and parts after deleting a torn last part ([] parts when the
+    segment's only part was torn: the segment is deleted)."""
+    parts = store.parts(first)
+    where = store.where(segment_dir(first))
+    chunks = [store.read_part(first, p) for p in parts]
+    data = b"".join(chunks)
+    if not parts:
+        raise WalCorruptError(where, 0, "segment has no parts")
+    if len(chunks[0]) < HEADER_SIZE + 1 and len(parts) == 1:
+        torn_at = 0
+    else:
+        try:
+            walk = walk_segment(data, where, first)
+        except WalCorruptError:
+            if len(parts) > 1:
+                raise
+            torn_at = 0  # the first part's snapshot is unusable: torn while written
+        else:
+            ends_clean = walk.damage is None and (
+                walk.end == len(data) or (walk.sealed and walk.end + SEAL_RECORD_SIZE == len(data))
+            )
+            if ends_clean:
+                return data, parts
+            torn_at = walk.end
+    last = parts[-1]
+    if torn_at < last.position:
+        raise WalCorruptError(where, torn_at, "damaged before the last part of the last segment")
+    log.warning(
+        "WAL %s: deleting torn last part at byte %d (offset %d on); it was never acknowledged",
+        where,
+        last.position,
+        last.offset,
+    )
+    if last.position == 0:
+        store.delete_folder(segment_dir(first))
+        return b"", []
+    store.delete_part(first, last)
+    parts.pop()
+    return data[: last.position], parts

@@ -1,0 +1,217 @@
+"""The object layout of a WAL, for stores that neither append nor fsync.
+
+Used for object stores (S3, GCS, Azure Blob, HDFS through ``pyarrow.fs``) and for FUSE mounts
+of them (``/Volumes``, ``/dbfs``). A segment holds exactly the bytes of the file layout
+(:mod:`connector.wal`), stored as immutable *parts*, one per append::
+
+    <root>/wal.json                                  identity and format (as in the file layout)
+    <root>/lease/<claim>.json                        the single writer's lease (connector.wal.lease)
+    <root>/<first offset, 20 digits>.seg/<byte position, 20 digits>-<offset, 20 digits>.part
+
+A part's byte position is where its bytes start in the segment, its offset the offset of the
+next data record at that point; a segment is its parts concatenated in name order. Rules:
+
+* A part is written whole by one call and never changed; an append is durable (and may be
+  acknowledged) once that call returned.
+* A segment's parts are contiguous (each starts where the previous one ends); the part at
+  byte 0 starts with the header and state snapshot.
+* A new segment's first part is written only after the previous segment's last part, which
+  ends with the seal; so every segment but the last is sealed.
+* Only the last part of the last segment can be torn (a writer that died while writing it, on
+  a store or mount that shows partial objects); recovery deletes it, since none of its records
+  was acknowledged. Damage anywhere else is corruption.
+* Committed segments are deleted whole, oldest first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import WalCorruptError, WalWriteError
+from .location import WalLocation
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+
+log = logging.getLogger(__name__)
+
+SEGMENT_DIR_SUFFIX = ".seg"
+PART_SUFFIX = ".part"
+_DIGITS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One part object of a segment."""
+
+    position: int
+    offset: int
+    size: int
+
+
+def segment_dir(first_offset: int) -> str:
+    """Name of the folder (prefix) of the segment whose first data record is ``first_offset``."""
+    return f"{first_offset:0{_DIGITS}d}{SEGMENT_DIR_SUFFIX}"
+
+
+def part_name(position: int, offset: int) -> str:
+    """Name of the part that starts at byte ``position`` of its segment."""
+    return f"{position:0{_DIGITS}d}-{offset:0{_DIGITS}d}{PART_SUFFIX}"
+
+
+def _parse_part(name: str, size: int) -> Part | None:
+    stem = name[: -len(PART_SUFFIX)] if name.endswith(PART_SUFFIX) else ""
+    position, sep, offset = stem.partition("-")
+    if not sep or len(position) != _DIGITS or len(offset) != _DIGITS:
+        return None
+    if not (position.isdigit() and offset.isdigit()):
+        return None
+    return Part(int(position), int(offset), size)
+
+
+def _parse_segment(name: str) -> int | None:
+    stem = name[: -len(SEGMENT_DIR_SUFFIX)] if name.endswith(SEGMENT_DIR_SUFFIX) else ""
+    return int(stem) if len(stem) == _DIGITS and stem.isdigit() else None
+
+
+class ObjectStore:
+    """The WAL's folder in a store: the only code that calls ``pyarrow.fs``.
+
+    Store errors surface as OSError (``pyarrow.fs`` raises OSError subclasses), except a
+    missing object, which is FileNotFoundError."""
+
+    __slots__ = ("_fs", "_local", "_root", "location")
+
+    def __init__(self, location: WalLocation) -> None:
+        self.location = location
+        self._fs, root = location.filesystem()
+        self._root = root.rstrip("/")
+        self._local = self._fs.type_name == "local"
+
+    @property
+    def filesystem(self) -> FileSystem:
+        return self._fs
+
+    def where(self, *names: str) -> str:
+        """A name inside the WAL, for messages (the location text is safe to log)."""
+        return "/".join([self.location.text.split("?", 1)[0].rstrip("/"), *names])
+
+    def _path(self, name: str) -> str:
+        return f"{self._root}/{name}" if name else self._root
+
+    def entries(self, folder: str = "") -> list[tuple[str, int, bool]]:
+        """``(name, size, is folder)`` of the entries directly in ``folder``; [] when absent."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self._path(folder), allow_not_found=True)
+        entries = []
+        for info in self._fs.get_file_info(selector):
+            is_dir = info.type == pafs.FileType.Directory
+            entries.append((info.base_name, 0 if is_dir else int(info.size or 0), is_dir))
+        return entries
+
+    def read(self, name: str) -> bytes:
+        """The whole object ``name``."""
+        with self._fs.open_input_stream(self._path(name)) as stream:
+            return bytes(stream.read())
+
+    def write(self, name: str, data: bytes) -> None:
+        """Write object ``name`` whole in one call (one PUT on object stores). On a local file
+        system (a FUSE mount, a ``file://`` WAL) the file and its new directory entry are
+        fsynced before this returns, where the file system supports it."""
+        path = self._path(name)
+        if not self._local:
+            with self._fs.open_output_stream(path) as stream:
+                stream.write(data)
+            return
+        parent = path.rsplit("/", 1)[0]
+        self._fs.create_dir(parent, recursive=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            _fsync_if_supported(fd)
+        finally:
+            os.close(fd)
+        dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _fsync_if_supported(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def delete(self, name: str) -> None:
+        """Delete object ``name``; absent is fine."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_file(self._path(name))
+
+    def delete_folder(self, folder: str) -> None:
+        """Delete ``folder`` and everything in it (batched on object stores)."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_dir(self._path(folder))
+
+    # --------------------------------------------------------------------- WAL layout
+
+    def segments(self) -> list[int]:
+        """First offsets of the segments, ascending."""
+        firsts = [_parse_segment(name) for name, _, is_dir in self.entries() if is_dir]
+        return sorted(first for first in firsts if first is not None)
+
+    def parts(self, first: int) -> list[Part]:
+        """The parts of segment ``first`` in order; WalCorruptError when they are not
+        contiguous from byte 0."""
+        found = [_parse_part(name, size) for name, size, is_dir in self.entries(segment_dir(first))]
+        parts = sorted((p for p in found if p is not None), key=lambda p: p.position)
+        expected = 0
+        for part in parts:
+            if part.position != expected:
+                raise WalCorruptError(
+                    self.where(segment_dir(first), part_name(part.position, part.offset)),
+                    expected,
+                    f"segment parts are not contiguous: the previous part ends at byte {expected}",
+                )
+            expected += part.size
+        return parts
+
+    def read_part(self, first: int, part: Part) -> bytes:
+        """A part's bytes; a size other than listed means another writer changed it."""
+        name = f"{segment_dir(first)}/{part_name(part.position, part.offset)}"
+        data = self.read(name)
+        if len(data) != part.size:
+            raise WalCorruptError(
+                self.where(name), 0, f"part is {len(data)} bytes, listed as {part.size}"
+            )
+        return data
+
+    def write_part(self, first: int, position: int, offset: int, data: bytes) -> None:
+        self.write(f"{segment_dir(first)}/{part_name(position, offset)}", data)
+
+    def delete_part(self, first: int, part: Part) -> None:
+        self.delete(f"{segment_dir(first)}/{part_name(part.position, part.offset)}")
+
+
+def _fsync_if_supported(fd: int) -> None:
+    """fsync ``fd``; a FUSE mount that does not implement fsync (EINVAL, ENOTSUP) is taken
+    at its word that a closed file is stored."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+            raise
+
+
+def part_for(parts: list[Part], offset: int) -> int:
+    """Index of the part from which reading finds ``offset``: the last whose named offset is
+    at most ``offset`` (0 when none is)."""
+    return max(bisect_right([p.offset for p in parts], offset) - 1, 0)
+
+
+def store_error(store: ObjectStore, action: str, exc: OSError) -> WalWriteError:
+    """A WalWriteError naming the WAL and the store's own message."""
+    return WalWriteError(f"WAL {store.location}: could not {action}: {exc}")

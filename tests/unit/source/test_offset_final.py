@@ -1,0 +1,128 @@
+"""Final positions (``connector.source.shards.Position``): a ``Trigger.AvailableNow`` run's
+last batch ends at a position whose WAL stored nothing past it, and a checkpoint at a final
+position takes a new WAL without data loss; positions that are not final keep the old offset
+format and the old data-loss rule."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from connector.source import DataLossError
+from connector.source.options import SourceOptions
+from connector.source.reader import MqttStreamReader
+from connector.source.shard_handles import ShardStatus
+from connector.source.shards import Position, decode_offset, encode_offset
+
+BASE = {"brokerUrl": "tcp://broker.example:1883", "topic": "plant/#", "walPath": "/wal"}
+
+
+def test_positions_that_are_not_final_keep_the_old_format() -> None:
+    assert encode_offset([Position("w0", 7)]) == {"wal": "w0", "offset": 7}
+    assert encode_offset([Position("w0", 3), Position("w1", 5)]) == {
+        "shards": [{"wal": "w0", "offset": 3}, {"wal": "w1", "offset": 5}]
+    }
+    assert decode_offset({"wal": "w0", "offset": 7}, 1) == [Position("w0", 7, final=False)]
+
+
+def test_final_positions_round_trip() -> None:
+    one = encode_offset([Position("w0", 7, final=True)])
+    assert one == {"wal": "w0", "offset": 7, "final": True}
+    assert decode_offset(one, 1) == [Position("w0", 7, final=True)]
+    two = encode_offset([Position("w0", 3), Position("w1", 5, final=True)])
+    assert two == {
+        "shards": [{"wal": "w0", "offset": 3}, {"wal": "w1", "offset": 5, "final": True}]
+    }
+    assert decode_offset(two, 2) == [Position("w0", 3), Position("w1", 5, final=True)]
+    # Only a JSON true makes a position final.
+    assert decode_offset({"wal": "w0", "offset": 7, "final": "yes"}, 1) == [Position("w0", 7)]
+
+
+class FakeShard:
+    """A shard whose WAL holds [first, next)."""
+
+    def __init__(self, index: int, identity: str, first: int, next_: int) -> None:
+        self.index = index
+        self.identity = identity
+        self.wal_path = f"/wal/shard-{index}"
+        self.first = first
+        self.next = next_
+        self.committed = first
+
+    def check(self) -> None:
+        pass
+
+    def status(self) -> ShardStatus:
+        return ShardStatus(self.identity, self.first, self.next, self.committed, frozen=True)
+
+    def commit(self, offset: int) -> ShardStatus:
+        self.committed = max(self.committed, offset)
+        return self.status()
+
+
+def reader(shards: list[FakeShard], targets: list[int] | None, **extra: str) -> MqttStreamReader:
+    options = {**BASE, **extra}
+    if len(shards) > 1:
+        options["receivers"] = str(len(shards))
+    result = MqttStreamReader(SourceOptions.parse(options))
+    result._shards = shards  # type: ignore[assignment]
+    result._targets = targets
+    result._settled = True
+    return result
+
+
+def test_a_final_position_in_a_replaced_wal_continues_from_the_new_wal() -> None:
+    shard = FakeShard(0, "new", 0, 40)
+    source = reader([shard], None)
+    assert source._resolve(shard, Position("old", 900, final=True), shard.status()) == 0  # type: ignore[arg-type]
+    end = source.latestOffset({"wal": "old", "offset": 900, "final": True}, ReadAllAvailable())
+    assert end == {"wal": "new", "offset": 40}
+
+
+def test_a_position_that_is_not_final_in_a_replaced_wal_is_data_loss() -> None:
+    shard = FakeShard(0, "new", 0, 40)
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        reader([shard], None).latestOffset({"wal": "old", "offset": 900}, ReadAllAvailable())
+
+
+def test_a_final_position_whose_wal_is_there_reads_on_from_it() -> None:
+    shard = FakeShard(0, "w", 100, 140)
+    end = reader([shard], None).latestOffset(
+        {"wal": "w", "offset": 120, "final": True}, ReadAllAvailable()
+    )
+    assert end == {"wal": "w", "offset": 140}
+    with pytest.raises(DataLossError, match="ends at 140"):
+        reader([shard], None).latestOffset(
+            {"wal": "w", "offset": 150, "final": True}, ReadAllAvailable()
+        )
+
+
+def test_only_the_batch_that_reaches_the_frozen_target_ends_final() -> None:
+    shard = FakeShard(0, "w", 0, 100)
+    source = reader([shard], [100])
+    first = source.latestOffset({"wal": "w", "offset": 0}, ReadMaxRows(60))
+    assert first == {"wal": "w", "offset": 60}
+    last = source.latestOffset(first, ReadMaxRows(60))
+    assert last == {"wal": "w", "offset": 100, "final": True}
+    assert source.latestOffset(last, ReadMaxRows(60)) == last
+
+
+def test_nothing_new_returns_the_start_as_it_was() -> None:
+    # A final flag alone is no new data: Spark plans no batch for it.
+    shard = FakeShard(0, "w", 0, 50)
+    start = {"wal": "w", "offset": 50}
+    assert reader([shard], [50]).latestOffset(start, ReadAllAvailable()) == start
+
+
+def test_each_shard_at_its_target_ends_final() -> None:
+    shards = [FakeShard(0, "a", 0, 10), FakeShard(1, "b", 0, 30)]
+    end = reader(shards, [10, 30]).latestOffset(
+        {"shards": [{"wal": "a", "offset": 10, "final": True}, {"wal": "b", "offset": 0}]},
+        ReadAllAvailable(),
+    )
+    assert end == {
+        "shards": [
+            {"wal": "a", "offset": 10, "final": True},
+            {"wal": "b", "offset": 30, "final": True},
+        ]
+    }
