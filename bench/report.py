@@ -714,7 +714,7 @@ S3_CPU_COMPONENTS = (
     ("python: source runner (receiver, offsets, partitions)", "source runner"),
     ("python: task workers (read)", "task workers (read)"),
 )
-INGEST_S3_FILES = ("ingest_s3", "ingest_s3_inline", "ingest_s3_long")
+INGEST_S3_FILES = ("ingest_s3", "ingest_s3_inline", "ingest_s3_qos2", "ingest_s3_long")
 
 
 def _median(values: Sequence[float]) -> float:
@@ -1428,6 +1428,14 @@ WAL_ON_OBJECT_STORAGE = Group(
             "python -m bench.ingest --messages 100000 --repeat 3 --qos 1 2 --modes wal "
             "--s3-modes wal inline --no-paho --no-synthetic --warmup-rows 400000 --output "
             "bench/results/ingest_s3_inline.json",
+            section_ingest_s3,
+        ),
+        Part(
+            "ingest_s3_qos2",
+            "QoS 2, window 20, on a quiet machine",
+            "python -m bench.ingest --messages 100000 --repeat 3 --qos 2 --modes wal "
+            "--s3-modes wal --inflight 20 --no-paho --no-synthetic --append-profile --output "
+            "bench/results/ingest_s3_qos2.json",
             section_ingest_s3,
         ),
         Part(
