@@ -109,6 +109,11 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """``Trigger.AvailableNow``: each shard's offset when its receiver froze."""
         self._handed_over: set[tuple[int, str | None]] = set()
         """(shard, old WAL) pairs whose final position ``_resolve`` took over (logged once)."""
+        self._available_now = False
+        """``prepareForTriggerAvailableNow`` was called: freeze at the first real offset call."""
+        self._unfinalized: set[tuple[str | None, int]] | None = None
+        """The final (WAL, offset) positions of the run's start, once this process had Spark
+        log them as not final (``latestOffset``); None before its first offset call."""
         self._last_batch_at: float | None = None
         self._settled = False
         self._sigterm_handled = False
@@ -122,6 +127,8 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "_shards": None,
             "_targets": None,
             "_handed_over": set(),
+            "_available_now": False,
+            "_unfinalized": None,
             "_last_batch_at": None,
             "_settled": False,
             "_sigterm_handled": False,
@@ -164,7 +171,8 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         value = at.offset
         where = self._where(shard)
         problem = None
-        if at.final and at.wal != shard.identity:
+        handed = at.final or (at.wal, at.offset) in (self._unfinalized or ())
+        if handed and at.wal != shard.identity:
             if (shard.index, at.wal) not in self._handed_over:
                 self._handed_over.add((shard.index, at.wal))
                 log.info(
@@ -244,6 +252,16 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         starts = self._positions(start)  # a changed receiver count fails before any starts
+        if self._unfinalized is None:
+            self._unfinalized = {(p.wal, p.offset) for p in starts if p.final}
+            if self._unfinalized:
+                # Before any receiver connects: once Spark logged this offset, a run that
+                # acknowledges messages and then loses its WAL leaves a position that is not
+                # final, and the loss is reported (Position's rule).
+                log.info("the run starts at a final position: logging it as not final first")
+                return encode_offset([Position(p.wal, p.offset) for p in starts])
+        if self._available_now and self._targets is None:
+            self._freeze_at_targets()
         if not self._settled:
             self._settle()
         firsts, highs = [], []
@@ -282,7 +300,10 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict:
         """The WAL's high-water mark, and the receivers' delivery counters summed (this run):
-        the progress report's ``latestOffset``, which is never stored in the checkpoint."""
+        the progress report's ``latestOffset``, which is never stored in the checkpoint.
+        Receivers that have not started yet are not started here (see ``latestOffset``)."""
+        if self._shards is None:
+            return {"delivery": sum_delivery([])}
         statuses = [s.status() for s in self.shards]
         report = encode_offset(
             [Position(s.identity, st.next) for s, st in zip(self.shards, statuses, strict=True)]
@@ -291,6 +312,12 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return report
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """Note the trigger; the wait and the freeze happen at the run's first offset call
+        that plans data (``_freeze_at_targets``), after a final start position was logged as
+        not final (``latestOffset``)."""
+        self._available_now = True
+
+    def _freeze_at_targets(self) -> None:
         """Wait until the broker's queue for every receiver's session is drained (no message
         for ``availableNowIdleTimeout``), at most ``availableNowMaxWait``, then freeze every
         receiver (``Receiver.freeze``: it stores and acknowledges nothing more, and
@@ -318,6 +345,8 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         starts, ends = self._positions(start), self._positions(end)
+        if all((a.wal, a.offset) == (b.wal, b.offset) for a, b in zip(starts, ends, strict=True)):
+            return []  # a position's mark changed, no record (``latestOffset``)
         inline = self.options.partition_data == "inline"
         parts: list[InputPartition] = []
         for index, shard in enumerate(self.shards):

@@ -128,14 +128,16 @@ class Position:
 
     ``final``: the WAL stored nothing past ``offset`` and its receiver stopped taking messages
     (a ``Trigger.AvailableNow`` run's end, once its receiver froze at that offset; see
-    ``MqttStreamReader.prepareForTriggerAvailableNow``). Once the batch ending at a final
+    ``MqttStreamReader._freeze_at_targets``). Once the batch ending at a final
     position is committed, every message that WAL acknowledged to the broker is in the sink,
     and the broker still holds everything after (unacknowledged, MQTT 3.1.1 section 4.4). So a
     checkpoint whose position is final may go on with another WAL, from its first offset, with
     nothing lost (``MqttStreamReader._resolve``; docs/delivery.md, "The end of a
     Trigger.AvailableNow run"). A position that is not final names a WAL that may have held
     unprocessed messages: another WAL there is data loss (``failOnDataLoss``). A run that
-    later stores into a WAL and loses it before Spark records a position in it is not seen.
+    starts at a final position has Spark log it as not final before any receiver connects
+    (``MqttStreamReader.latestOffset``), so a run that stores into a WAL and loses it leaves a
+    position that is not final.
     """
 
     wal: str | None

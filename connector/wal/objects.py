@@ -29,6 +29,7 @@ import contextlib
 import errno
 import logging
 import os
+import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+LISTING_ATTEMPTS = 4
+LISTING_RETRY_SECONDS = 0.2
 SEGMENT_DIR_SUFFIX = ".seg"
 PART_SUFFIX = ".part"
 _DIGITS = 20
@@ -73,6 +76,16 @@ def _parse_part(name: str, size: int) -> Part | None:
     if not (position.isdigit() and offset.isdigit()):
         return None
     return Part(int(position), int(offset), size)
+
+
+def _first_gap(parts: list[Part]) -> tuple[Part, int] | None:
+    """The first part that does not start where the previous one ends, with that end."""
+    expected = 0
+    for part in parts:
+        if part.position != expected:
+            return part, expected
+        expected += part.size
+    return None
 
 
 def _parse_segment(name: str) -> int | None:
@@ -165,19 +178,31 @@ class ObjectStore:
 
     def parts(self, first: int) -> list[Part]:
         """The parts of segment ``first`` in order; WalCorruptError when they are not
-        contiguous from byte 0."""
-        found = [_parse_part(name, size) for name, size, is_dir in self.entries(segment_dir(first))]
-        parts = sorted((p for p in found if p is not None), key=lambda p: p.position)
-        expected = 0
-        for part in parts:
-            if part.position != expected:
-                raise WalCorruptError(
-                    self.where(segment_dir(first), part_name(part.position, part.offset)),
-                    expected,
-                    f"segment parts are not contiguous: the previous part ends at byte {expected}",
+        contiguous from byte 0. Parts never change once written, so a gap that a listing
+        shows while the writer adds a part (a store may list an object before its size is
+        final) is listed again, a few times, before it counts as damage."""
+        gap: tuple[Part, int] | None = None
+        for attempt in range(LISTING_ATTEMPTS):
+            found = [_parse_part(n, size) for n, size, is_dir in self.entries(segment_dir(first))]
+            parts = sorted((p for p in found if p is not None), key=lambda p: p.position)
+            gap = _first_gap(parts)
+            if gap is None:
+                return parts
+            if attempt < LISTING_ATTEMPTS - 1:
+                log.info(
+                    "WAL %s: segment %d listed with a gap at byte %d; listing again",
+                    self.location,
+                    first,
+                    gap[1],
                 )
-            expected += part.size
-        return parts
+                time.sleep(LISTING_RETRY_SECONDS * (attempt + 1))
+        assert gap is not None
+        part, expected = gap
+        raise WalCorruptError(
+            self.where(segment_dir(first), part_name(part.position, part.offset)),
+            expected,
+            f"segment parts are not contiguous: the previous part ends at byte {expected}",
+        )
 
     def read_part(self, first: int, part: Part) -> bytes:
         """A part's bytes; a size other than listed means another writer changed it."""

@@ -75,8 +75,11 @@ def test_a_final_position_in_a_replaced_wal_continues_from_the_new_wal() -> None
     shard = FakeShard(0, "new", 0, 40)
     source = reader([shard], None)
     assert source._resolve(shard, Position("old", 900, final=True), shard.status()) == 0  # type: ignore[arg-type]
-    end = source.latestOffset({"wal": "old", "offset": 900, "final": True}, ReadAllAvailable())
-    assert end == {"wal": "new", "offset": 40}
+    start = {"wal": "old", "offset": 900, "final": True}
+    logged = source.latestOffset(start, ReadAllAvailable())
+    assert logged == {"wal": "old", "offset": 900}  # first: the start, logged as not final
+    assert source.partitions(start, logged) == []
+    assert source.latestOffset(logged, ReadAllAvailable()) == {"wal": "new", "offset": 40}
 
 
 def test_a_position_that_is_not_final_in_a_replaced_wal_is_data_loss() -> None:
@@ -87,14 +90,14 @@ def test_a_position_that_is_not_final_in_a_replaced_wal_is_data_loss() -> None:
 
 def test_a_final_position_whose_wal_is_there_reads_on_from_it() -> None:
     shard = FakeShard(0, "w", 100, 140)
-    end = reader([shard], None).latestOffset(
-        {"wal": "w", "offset": 120, "final": True}, ReadAllAvailable()
-    )
-    assert end == {"wal": "w", "offset": 140}
+    source = reader([shard], None)
+    logged = source.latestOffset({"wal": "w", "offset": 120, "final": True}, ReadAllAvailable())
+    assert logged == {"wal": "w", "offset": 120}
+    assert source.latestOffset(logged, ReadAllAvailable()) == {"wal": "w", "offset": 140}
+    source = reader([shard], None)
+    logged = source.latestOffset({"wal": "w", "offset": 150, "final": True}, ReadAllAvailable())
     with pytest.raises(DataLossError, match="ends at 140"):
-        reader([shard], None).latestOffset(
-            {"wal": "w", "offset": 150, "final": True}, ReadAllAvailable()
-        )
+        source.latestOffset(logged, ReadAllAvailable())
 
 
 def test_only_the_batch_that_reaches_the_frozen_target_ends_final() -> None:
@@ -116,13 +119,35 @@ def test_nothing_new_returns_the_start_as_it_was() -> None:
 
 def test_each_shard_at_its_target_ends_final() -> None:
     shards = [FakeShard(0, "a", 0, 10), FakeShard(1, "b", 0, 30)]
-    end = reader(shards, [10, 30]).latestOffset(
+    source = reader(shards, [10, 30])
+    logged = source.latestOffset(
         {"shards": [{"wal": "a", "offset": 10, "final": True}, {"wal": "b", "offset": 0}]},
         ReadAllAvailable(),
     )
+    assert logged == {"shards": [{"wal": "a", "offset": 10}, {"wal": "b", "offset": 0}]}
+    end = source.latestOffset(logged, ReadAllAvailable())
     assert end == {
         "shards": [
             {"wal": "a", "offset": 10, "final": True},
             {"wal": "b", "offset": 30, "final": True},
         ]
     }
+
+
+def test_a_final_start_is_logged_as_not_final_before_any_receiver_starts() -> None:
+    """Until Spark has logged the run's start as not final, no receiver connects: a run that
+    then acknowledges messages and loses its WAL leaves a position that is not final, and the
+    next run reports the loss instead of taking a new WAL."""
+    options = SourceOptions.parse({**BASE, "brokerUrl": "tcp://127.0.0.1:1"})
+    source = MqttStreamReader(options)
+    source.prepareForTriggerAvailableNow()
+    start = {"wal": "old", "offset": 900, "final": True}
+    logged = source.latestOffset(start, ReadAllAvailable())
+    assert logged == {"wal": "old", "offset": 900}
+    assert source.partitions(start, logged) == []
+    assert source.reportLatestOffset()["delivery"]["possibleDuplicates"] == 0
+    assert source._shards is None  # nothing started, nothing connected
+    # Another process finds that position not final next to a new WAL: data loss, as before.
+    shard = FakeShard(0, "new", 0, 40)
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        reader([shard], None).latestOffset(logged, ReadAllAvailable())
