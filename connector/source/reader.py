@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from connector.wal import WalDataLossError, decode_blob
-from connector.wal.opening import open_reader, read_range_blob
+from connector.wal.opening import open_reader
 
 from .options import SourceOptions
 from .receiver import sum_delivery
@@ -49,6 +49,7 @@ FIRST_BATCH_IDLE = 0.1
 SOURCE_RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 """The module PySpark runs (``python -m``) as the driver-side process of a Python streaming
 source; its main loop calls the reader's ``stop()`` in a ``finally``."""
+
 
 class SourceTerminated(BaseException):
     """SIGTERM reached the streaming source runner: unwinds its main thread into the runner's
@@ -361,13 +362,14 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"{self._where(shard)} holds WAL {shard.identity!r}",
                 )
             path = shard.wal_path
+            wal = open_reader(path) if inline else None
             parts.extend(
                 MqttPartition(
                     path,
                     shard.identity,
                     a,
                     b,
-                    read_range_blob(path, a, b) if inline else None,
+                    wal.encode_range(a, b) if wal is not None else None,
                     index,
                 )
                 for a, b in split_range(

@@ -59,11 +59,6 @@ def child_names(path: str | os.PathLike[str] | WalLocation) -> list[str]:
         return []
 
 
-def read_range_blob(path: str | os.PathLike[str] | WalLocation, start: int, end: int) -> bytes:
-    """The records of ``[start, end)`` as one blob for ``decode_blob``."""
-    return open_reader(path).encode_range(start, end)
-
-
 def read_sidecar(path: str | os.PathLike[str] | WalLocation, name: str) -> bytes | None:
     """A small file kept beside the WAL (the receiver's subscription record), None when absent."""
     location = location_of(path)
