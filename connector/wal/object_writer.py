@@ -28,8 +28,8 @@ from .lease import DEFAULT_LEASE_SECONDS, Lease
 from .location import WalLocation
 from .objects import ObjectStore, Part, segment_dir, store_error
 from .records import SEAL_RECORD_SIZE, RecordTuple, encode_seal
-from .recovery import verify_sealed_data, walk_segment
-from .segment import HEADER_SIZE, read_header_bytes
+from .recovery import SegmentWalk, verify_sealed_data, walk_segment
+from .segment import HEADER_SIZE, decode_header, read_header_bytes
 from .state import QosState
 from .views import WriterState
 
@@ -138,12 +138,13 @@ class ObjectWalWriter(WriterState):
                 data, where, first, ident, next_first, store.where(segment_dir(next_first))
             )
         first = firsts[-1]
-        data, parts = _recover_last(store, first, ident)
-        if not parts:  # the last segment's first part was torn: the previous one is sealed
+        data, parts, walk = _recover_last(store, first, ident)
+        if walk is None:  # the last segment's first part was torn: the previous one is sealed
             firsts.pop()
             first = firsts[-1]
-            data, parts = _recover_last(store, first, ident)
-        walk = walk_segment(data, store.where(segment_dir(first)), first)
+            data, parts, walk = _recover_last(store, first, ident)
+        if walk is None:  # verified sealed above, so its first part is whole
+            raise WalCorruptError(store.where(segment_dir(first)), 0, "segment has no parts")
         tail = (first, walk.expected, len(data), zlib.crc32(data), len(parts))
         writer = cls(
             store,
@@ -278,31 +279,28 @@ def read_object_identity(store: ObjectStore) -> str | None:
     return decode_meta(raw, store.where(META_NAME))[0]
 
 
-def _recover_last(store: ObjectStore, first: int, identity: bytes) -> tuple[bytes, list[Part]]:
-    """The last segment's bytes and parts after deleting a torn last part ([] parts when the
-    segment's only part was torn: the segment is deleted)."""
+def _recover_last(
+    store: ObjectStore, first: int, identity: bytes
+) -> tuple[bytes, list[Part], SegmentWalk | None]:
+    """The last segment's bytes, parts and walk after deleting a torn last part ([] parts and
+    no walk when the segment's only part was torn: the segment is deleted)."""
     parts = store.parts(first)
     where = store.where(segment_dir(first))
-    chunks = [store.read_part(first, p) for p in parts]
-    data = b"".join(chunks)
     if not parts:
         raise WalCorruptError(where, 0, "segment has no parts")
-    if len(chunks[0]) < HEADER_SIZE + 1 and len(parts) == 1:
-        torn_at = 0
+    data = b"".join([store.read_part(first, p) for p in parts])
+    try:
+        decode_header(data[:HEADER_SIZE], where, first, identity)
+        walk = walk_segment(data, where, first)
+    except WalCorruptError:
+        if len(parts) > 1:
+            raise
+        torn_at = 0  # the first part's header or snapshot is unusable: torn while written
     else:
-        try:
-            walk = walk_segment(data, where, first)
-        except WalCorruptError:
-            if len(parts) > 1:
-                raise
-            torn_at = 0  # the first part's snapshot is unusable: torn while written
-        else:
-            ends_clean = walk.damage is None and (
-                walk.end == len(data) or (walk.sealed and walk.end + SEAL_RECORD_SIZE == len(data))
-            )
-            if ends_clean:
-                return data, parts
-            torn_at = walk.end
+        end = walk.end + SEAL_RECORD_SIZE if walk.sealed else walk.end
+        if walk.damage is None and end == len(data):
+            return data, parts, walk
+        torn_at = walk.end
     last = parts[-1]
     if torn_at < last.position:
         raise WalCorruptError(where, torn_at, "damaged before the last part of the last segment")
@@ -314,7 +312,8 @@ def _recover_last(store: ObjectStore, first: int, identity: bytes) -> tuple[byte
     )
     if last.position == 0:
         store.delete_folder(segment_dir(first))
-        return b"", []
+        return b"", [], None
     store.delete_part(first, last)
     parts.pop()
-    return data[: last.position], parts
+    data = data[: last.position]
+    return data, parts, walk_segment(data, where, first)
