@@ -102,7 +102,7 @@ class ObjectWalReader(RangeReader):
     ) -> tuple[int, bool]:
         """Scan segment ``first`` (from the part holding ``start`` when ``expected`` is None);
         returns (next offset, sealed)."""
-        parts = self._store.parts(first)
+        parts = self._store.stored_parts(first)
         index = part_for(parts, start) if expected is None else 0
         if expected is None:
             expected = parts[index].offset if parts else first
@@ -117,8 +117,9 @@ class ObjectWalReader(RangeReader):
                     return expected, False
                 if status == SEALED:
                     return expected, True
-            # The writer may have added parts (or sealed the segment) since the listing.
-            parts = self._store.parts(first)
+            # The writer may have added parts (or sealed the segment) since the listing; the
+            # caller asked for stored offsets only, so the segment goes on past byte ``seen``.
+            parts = self._store.stored_parts(first, past=seen)
             index = next((i for i, p in enumerate(parts) if p.position >= seen), len(parts))
             if index >= len(parts):
                 return expected, False

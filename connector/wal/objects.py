@@ -177,26 +177,47 @@ class ObjectStore:
         return sorted(first for first in firsts if first is not None)
 
     def parts(self, first: int) -> list[Part]:
-        """The parts of segment ``first`` in order; WalCorruptError when they are not
-        contiguous from byte 0. Parts never change once written, so a gap that a listing
-        shows while the writer adds a part (a store may list an object before its size is
-        final) is listed again, a few times, before it counts as damage."""
+        """All parts of segment ``first`` in order, contiguous from byte 0, for a caller that
+        needs the whole segment while no writer appends (recovery); WalCorruptError when they
+        are not contiguous after listing again (see :meth:`stored_parts`)."""
+        return self._listed(first, None)
+
+    def stored_parts(self, first: int, past: int = -1) -> list[Part]:
+        """The parts of segment ``first`` from byte 0 up to the first gap, for a reader racing
+        the writer; the listing must reach past byte ``past``, which the caller knows is stored.
+
+        A listing taken while the writer adds parts may show a newer part and miss an older
+        one added during the same listing (s3proxy's file-system store renames each object
+        into the folder, and a directory read returns an entry added meanwhile or not, in hash
+        order). Parts never change once written, so parts after a gap are left for a later
+        listing, and a listing that does not reach past ``past`` is listed again, a few times,
+        before a gap there counts as damage (WalCorruptError) or the short listing is returned
+        for the caller to report as lost (docs/wal-storage.md, "What a listing must show")."""
+        return self._listed(first, past)
+
+    def _listed(self, first: int, past: int | None) -> list[Part]:
+        """List segment ``first`` until it is whole (``past`` None) or its contiguous prefix
+        reaches past byte ``past``; at most LISTING_ATTEMPTS listings."""
         gap: tuple[Part, int] | None = None
+        prefix: list[Part] = []
         for attempt in range(LISTING_ATTEMPTS):
             found = [_parse_part(n, size) for n, size, is_dir in self.entries(segment_dir(first))]
             parts = sorted((p for p in found if p is not None), key=lambda p: p.position)
             gap = _first_gap(parts)
-            if gap is None:
-                return parts
+            prefix = parts[: parts.index(gap[0])] if gap else parts
+            end = prefix[-1].position + prefix[-1].size if prefix else 0
+            if gap is None if past is None else end > past:
+                return prefix
             if attempt < LISTING_ATTEMPTS - 1:
                 log.info(
-                    "WAL %s: segment %d listed with a gap at byte %d; listing again",
+                    "WAL %s: segment %d listed %s; listing again",
                     self.location,
                     first,
-                    gap[1],
+                    f"with a gap at byte {gap[1]}" if gap else f"ending at byte {end}",
                 )
                 time.sleep(LISTING_RETRY_SECONDS * (attempt + 1))
-        assert gap is not None
+        if gap is None:
+            return prefix
         part, expected = gap
         raise WalCorruptError(
             self.where(segment_dir(first), part_name(part.position, part.offset)),

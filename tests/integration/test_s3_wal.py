@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,40 @@ def test_a_store_outage_fails_the_append_and_loses_nothing_acknowledged(tmp_path
             assert reopened.next_offset == durable == 50
             reopened.append(records(50, 10))
         assert list(open_reader(uri).read(0, 60).payloads) == expected(0, 60)
+
+
+def test_reads_while_the_writer_appends_see_every_stored_record(s3_wal: str) -> None:
+    """s3proxy's file-system store lists a folder while other PUTs rename their objects into
+    it, and such a listing can miss a part written long before (docs/wal-storage.md, "What
+    a listing must show"). Readers racing a writer must still read every stored record."""
+    location = parse_location(s3_wal)
+    stored = [0]
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def read_while_appending() -> None:
+        reader = open_reader(s3_wal)
+        try:
+            while not done.is_set():
+                end = stored[0]
+                if end:
+                    assert list(reader.read(0, end).payloads) == expected(0, end)
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+            done.set()
+
+    readers = [threading.Thread(target=read_while_appending) for _ in range(2)]
+    with ObjectWalWriter.open(location, segment_max_parts=10_000) as writer:
+        for thread in readers:
+            thread.start()
+        try:
+            for first in range(0, 6_000, 5):
+                if done.is_set():
+                    break
+                stored[0] = writer.append(records(first, 5))
+        finally:
+            done.set()
+            for thread in readers:
+                thread.join(timeout=60)
+    assert not failures, failures[0]
+    assert stored[0] == 6_000
