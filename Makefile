@@ -25,7 +25,7 @@ MOSQUITTO_SBIN ?= /usr/sbin/mosquitto
 # Two more brokers for the interop tests (tests/interop): mochi-mqtt, a Go module built from
 # tools/mochi-broker, and aedes, an npm package installed into tools/aedes-broker.
 BROKERS_DIR := .brokers
-MOCHI_SRC := tools/mochi-broker/main.go tools/mochi-broker/go.mod tools/mochi-broker/go.sum
+MOCHI_SRC := $(wildcard tools/mochi-broker/*.go) tools/mochi-broker/go.mod tools/mochi-broker/go.sum
 MOCHI_BIN := $(BROKERS_DIR)/mochi/mochi-broker
 AEDES_DIR := tools/aedes-broker
 AEDES_STAMP := $(AEDES_DIR)/node_modules/.setup-stamp
@@ -173,8 +173,8 @@ lint: $(VENV_STAMP)
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
 ## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS, INGEST_S3_ARGS,
-## INGEST_S3_INLINE_ARGS, INGEST_S3_LONG_ARGS, WAL_THROUGHPUT_ARGS, SHARED_SUBSCRIPTION_ARGS
-## (e.g. LATENCY_ARGS=--quick)
+## INGEST_S3_INLINE_ARGS, INGEST_S3_LONG_ARGS, WAL_THROUGHPUT_ARGS, SHARED_SUBSCRIPTION_ARGS,
+## FLOW_CONTROL_ARGS (e.g. LATENCY_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
 DRAIN_QOS2_ARGS ?=
@@ -189,6 +189,7 @@ INGEST_S3_INLINE_ARGS ?=
 INGEST_S3_LONG_ARGS ?=
 WAL_THROUGHPUT_ARGS ?=
 SHARED_SUBSCRIPTION_ARGS ?=
+FLOW_CONTROL_ARGS ?=
 bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
@@ -212,6 +213,7 @@ bench: setup
 		--no-paho --no-synthetic --output bench/results/ingest_s3_long.json $(INGEST_S3_LONG_ARGS)
 	$(VENV_PY) -m bench.wal_throughput --repeat 3 $(WAL_THROUGHPUT_ARGS)
 	$(VENV_PY) -m bench.shared_subscription --messages 20000 --rounds 3 $(SHARED_SUBSCRIPTION_ARGS)
+	$(VENV_PY) -m bench.flow_control $(FLOW_CONTROL_ARGS)
 	$(VENV_PY) -m bench.report
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced

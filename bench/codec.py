@@ -1,6 +1,6 @@
 """PUBLISH decode rate: our stream decoder against paho-mqtt's packet reader on the same bytes.
 
-``python -m bench.codec [--messages N] [--repeat R] [--chunk BYTES] [--profile]``
+``python -m bench.codec [--messages N] [--repeat R] [--chunk BYTES] [--profile] [--only-extra]``
 
 One stream of QoS 1 PUBLISH frames (100-byte payloads, topics like
 ``plant/line-3/sensor-17/telemetry``) is cut into socket-sized reads at arbitrary byte
@@ -19,6 +19,14 @@ positions. Peers, all in one process and one run:
 
 Every peer is checked once in full (every topic, payload and packet id, and the PUBACK bytes)
 before the timed repetitions; timed runs check the message count.
+
+Two more tables, decode only (``StreamDecoder.feed``), same messages and reads:
+
+* MQTT 5.0 PUBLISH: the 3.1.1 stream again; the same messages at protocol level 5 without
+  properties (one Property Length byte more); with a content type and two user properties; and
+  3.1.1 frames of that same total size (payload grown), the fair comparison for the last one.
+* Topic cache: 4,096, 4,097 and 10,000 distinct topics, cycling, against the decoder's
+  4,096-topic cache (``TOPIC_CACHE_SIZE``).
 """
 
 from __future__ import annotations
@@ -33,9 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from connector.mqtt.codec import encode_publish
+from connector.mqtt.codec import TOPIC_CACHE_SIZE, encode_publish
 from connector.mqtt.decoder import StreamDecoder
-from connector.mqtt.packets import Packet, Publish
+from connector.mqtt.packets import Packet, ProtocolLevel, Publish
+from connector.mqtt.properties import Properties
 from connector.mqtt.session import ClientSession, SessionConfig
 
 from .common import (
@@ -58,6 +67,19 @@ OURS_CALLBACK = "ours: decode + callback"
 OURS_SESSION = "ours: session + acks"
 PAHO = "paho-mqtt: _packet_read + on_message"
 PEERS = (OURS_DECODE, OURS_CALLBACK, OURS_SESSION, PAHO)
+
+V311 = "3.1.1"
+V5_BARE = "5.0, no properties"
+V5_PROPS = "5.0, content type + 2 user properties"
+V311_SAME_SIZE = "3.1.1, same frame size as the line above"
+V5_CASES = (V311, V5_BARE, V5_PROPS, V311_SAME_SIZE)
+V5_PROPERTIES = Properties(
+    content_type="application/json", user_properties=[("site", "plant-3"), ("unit", "celsius")]
+)
+GOAL_V5_PROPERTIES = 1.5
+"""A v5 PUBLISH with V5_PROPERTIES costs at most this many times a 3.1.1 one of its size."""
+
+CACHE_TOPICS = (TOPIC_CACHE_SIZE, TOPIC_CACHE_SIZE + 1, 10_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +109,22 @@ def payload_of(index: int, size: int) -> bytes:
     return (b"%010d" % index + b"x" * size)[:size]
 
 
-def build_workload(messages: int, payload_size: int, chunk: int, seed: int) -> Workload:
+def build_workload(
+    messages: int,
+    payload_size: int,
+    chunk: int,
+    seed: int,
+    level: int = ProtocolLevel.MQTT_3_1_1,
+    properties: Properties | None = None,
+    topic: Callable[[int], str] = topic_of,
+) -> Workload:
     """QoS 1 PUBLISH frames cut into reads of chunk/2..chunk bytes at random positions."""
-    topics = [topic_of(i) for i in range(messages)]
+    topics = [topic(i) for i in range(messages)]
     payloads = [payload_of(i, payload_size) for i in range(messages)]
     packet_ids = [i % 0xFFFF + 1 for i in range(messages)]
     stream = b"".join(
-        encode_publish(t, p, 1, pid) for t, p, pid in zip(topics, payloads, packet_ids, strict=True)
+        encode_publish(t, p, 1, pid, properties=properties, level=level)
+        for t, p, pid in zip(topics, payloads, packet_ids, strict=True)
     )
     rng = random.Random(seed)
     reads = []
@@ -108,9 +139,9 @@ def build_workload(messages: int, payload_size: int, chunk: int, seed: int) -> W
 # ------------------------------------------------------------------------------------ ours
 
 
-def run_ours_decode(work: Workload) -> tuple[float, int]:
+def run_ours_decode(work: Workload, level: int = ProtocolLevel.MQTT_3_1_1) -> tuple[float, int]:
     """Decode only: count the packets ``feed`` returns. Returns (seconds, messages)."""
-    feed = StreamDecoder().feed
+    feed = StreamDecoder(level).feed
     count = 0
     start = time.perf_counter()
     for data in work.reads:
@@ -298,6 +329,67 @@ def verify(work: Workload) -> None:
     _expect(sent == 4 * work.messages, f"paho sent {sent} bytes of PUBACKs")
 
 
+# ------------------------------------------------------------------------------ extra tables
+
+
+def build_v5_workloads(messages: int, size: int, chunk: int, seed: int) -> dict[str, Workload]:
+    """The MQTT 5.0 table's streams; the last one's payloads grow by what the properties add."""
+    v5 = ProtocolLevel.MQTT_5
+    grown = len(encode_publish("t", b"", 1, 1, properties=V5_PROPERTIES, level=v5)) - len(
+        encode_publish("t", b"", 1, 1)
+    )
+    return {
+        V311: build_workload(messages, size, chunk, seed),
+        V5_BARE: build_workload(messages, size, chunk, seed, v5),
+        V5_PROPS: build_workload(messages, size, chunk, seed, v5, V5_PROPERTIES),
+        V311_SAME_SIZE: build_workload(messages, size + grown, chunk, seed),
+    }
+
+
+def build_cache_workloads(messages: int, size: int, chunk: int, seed: int) -> dict[int, Workload]:
+    """Streams cycling through n distinct topics, for each n of CACHE_TOPICS."""
+
+    def cycling(n: int) -> Callable[[int], str]:
+        return lambda i: f"plant/device-{i % n}/telemetry"
+
+    return {
+        n: build_workload(max(messages, 4 * n), size, chunk, seed, topic=cycling(n))
+        for n in CACHE_TOPICS
+    }
+
+
+def _level_of(case: str) -> int:
+    return ProtocolLevel.MQTT_5 if case.startswith("5.0") else ProtocolLevel.MQTT_3_1_1
+
+
+def verify_decode(work: Workload, level: int, properties: Properties | None, what: str) -> None:
+    """Every message of a decode-only stream, with its properties."""
+    decoder = StreamDecoder(level)
+    got = [p for data in work.reads for p in decoder.feed(data)]
+    _expect(len(got) == work.messages, f"{what}: {len(got)} of {work.messages} messages")
+    for index, packet in enumerate(got):
+        _expect(
+            isinstance(packet, Publish)
+            and (packet.topic, packet.payload, packet.packet_id, packet.properties)
+            == (work.topics[index], work.payloads[index], work.packet_ids[index], properties),
+            f"{what}: message {index} is {packet!r}",
+        )
+
+
+def measure_decode(
+    works: dict[Any, Workload], levels: dict[Any, int], repeat: int
+) -> dict[Any, list[float]]:
+    """Decode-only messages per second of each stream, ``repeat`` times, order rotated."""
+    keys = list(works)
+    rates: dict[Any, list[float]] = {key: [] for key in keys}
+    for rep in range(repeat):
+        for key in keys[rep % len(keys) :] + keys[: rep % len(keys)]:
+            seconds, count = run_ours_decode(works[key], levels[key])
+            _expect(count == works[key].messages, f"{key} counted {count}")
+            rates[key].append(count / seconds)
+    return rates
+
+
 # ------------------------------------------------------------------------------------ main
 
 
@@ -337,11 +429,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--output", help="results file (default bench/results/codec.json)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of ours")
+    parser.add_argument(
+        "--only-extra",
+        action="store_true",
+        help="only the MQTT 5.0 and topic cache tables (no paho, no session)",
+    )
     args = parser.parse_args(argv)
     if args.messages < 1 or args.repeat < 1 or args.size < 10 or args.chunk < 1:
         parser.error("--messages, --repeat and --chunk must be >= 1 and --size >= 10")
 
     info = machine_info()
+    print(f"bench.codec: {describe_machine(info)}")
+    extra = run_extra_tables(args)
+    if args.only_extra:
+        return 0
     work = build_workload(args.messages, args.size, args.chunk, args.seed)
     verify(work)
     rates = measure(work, args.repeat)
@@ -362,7 +463,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ratio(vs_paho[peer].median) if peer in vs_paho else "1.00x",
             ]
         )
-    print(f"bench.codec: {describe_machine(info)}")
     print(
         f"{work.messages:,} QoS 1 PUBLISH frames, {args.size}-byte payloads, "
         f"{work.size / work.messages:.0f} bytes a frame, {len(work.reads)} reads of "
@@ -411,10 +511,93 @@ def main(argv: Sequence[str] | None = None) -> int:
             "measured": round(headline.median, 3),
             "met": headline.median >= GOAL_VS_PAHO,
         },
+        **extra,
     }
     path = write_results("codec", results, None if args.output is None else Path(args.output))
     print(f"results: {path}")
     return 0
+
+
+def run_extra_tables(args: argparse.Namespace) -> dict[str, Any]:
+    """The MQTT 5.0 and topic cache tables: printed, and returned for the results file."""
+    v5_works = build_v5_workloads(args.messages, args.size, args.chunk, args.seed)
+    for case, work in v5_works.items():
+        verify_decode(
+            work, _level_of(case), V5_PROPERTIES if case == V5_PROPS else None, f"v5 {case}"
+        )
+    v5_rates = measure_decode(v5_works, {c: _level_of(c) for c in v5_works}, args.repeat)
+    v5_stats = {case: Stats.of(values) for case, values in v5_rates.items()}
+    # Cost ratios (time per message), per repetition: above 1 is slower.
+    bare = paired_ratio(v5_rates[V311], v5_rates[V5_BARE])
+    props = paired_ratio(v5_rates[V311_SAME_SIZE], v5_rates[V5_PROPS])
+    rows = [
+        [
+            case,
+            f"{v5_works[case].size / v5_works[case].messages:.0f}",
+            rate(v5_stats[case].median),
+            rate(v5_stats[case].min),
+            rate(v5_stats[case].max),
+            f"{1e6 / v5_stats[case].median:.3f}",
+        ]
+        for case in V5_CASES
+    ]
+    print()
+    print("MQTT 5.0 PUBLISH decode (StreamDecoder.feed only), QoS 1")
+    print(format_table(["stream", "bytes/frame", "msg/s median", "min", "max", "us/msg"], rows))
+    print(
+        f"cost of 5.0 without properties / 3.1.1: {ratio(bare.median)}; cost of 5.0 with "
+        f"properties / 3.1.1 of the same size: {ratio(props.median)} (range "
+        f"{ratio(props.min)}..{ratio(props.max)}); goal <= {GOAL_V5_PROPERTIES:g}x "
+        f"-> {'met' if props.median <= GOAL_V5_PROPERTIES else 'NOT met'}"
+    )
+
+    cache_works = build_cache_workloads(args.messages, args.size, args.chunk, args.seed)
+    for n, work in cache_works.items():
+        verify_decode(work, ProtocolLevel.MQTT_3_1_1, None, f"{n} topics")
+    cache_rates = measure_decode(
+        cache_works, dict.fromkeys(cache_works, ProtocolLevel.MQTT_3_1_1), args.repeat
+    )
+    cache_stats = {n: Stats.of(values) for n, values in cache_rates.items()}
+    base = CACHE_TOPICS[0]
+    rows = [
+        [
+            f"{n:,}",
+            f"{cache_works[n].messages:,}",
+            rate(cache_stats[n].median),
+            rate(cache_stats[n].min),
+            rate(cache_stats[n].max),
+            ratio(paired_ratio(cache_rates[n], cache_rates[base]).median),
+        ]
+        for n in CACHE_TOPICS
+    ]
+    print()
+    print(f"Topic cache ({TOPIC_CACHE_SIZE:,} topics): distinct topics cycling, 3.1.1 QoS 1")
+    print(format_table(["topics", "messages", "msg/s median", "min", "max", f"vs {base:,}"], rows))
+    return {
+        "mqtt5": {
+            "unit": "messages/s",
+            "properties": repr(V5_PROPERTIES),
+            "streams": {
+                case: {
+                    **v5_stats[case].as_dict(1),
+                    "frame_bytes": round(v5_works[case].size / v5_works[case].messages, 1),
+                    "us_per_message": round(1e6 / v5_stats[case].median, 3),
+                }
+                for case in V5_CASES
+            },
+            "cost_ratio_v5_bare_vs_3_1_1": bare.as_dict(3),
+            "cost_ratio_v5_properties_vs_3_1_1_same_size": props.as_dict(3),
+            "goal": {"target": GOAL_V5_PROPERTIES, "measured": round(props.median, 3)},
+        },
+        "topic_cache": {
+            "cache_size": TOPIC_CACHE_SIZE,
+            "unit": "messages/s",
+            "by_topics": {
+                str(n): {**cache_stats[n].as_dict(1), "messages": cache_works[n].messages}
+                for n in CACHE_TOPICS
+            },
+        },
+    }
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ its section saying so; a file of an unexpected shape is reported in its section,
 ``## WAL on object storage`` reads several files (``ingest_s3*.json``, ``wal_throughput.json``):
 a subsection per run, then one that puts their figures side by side (what limits the S3 peer);
 ``## Shared subscription`` one ingest job against several sharing a subscription
-(``shared_subscription.json``).
+(``shared_subscription.json``); ``## Flow control over a long round trip`` a backlog drained
+over MQTT 3.1.1 and 5 through a delay proxy (``flow_control.json``).
 """
 
 from __future__ import annotations
@@ -263,6 +264,60 @@ def section_drain(data: Mapping[str, Any], charts: Charts) -> Lines:
     if data.get("goals_note"):
         return [*out, f"*{data['goals_note']}.*"]
     out += md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goals")))
+    return out
+
+
+def section_flow_control(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.flow_control``: a backlog drained over MQTT 3.1.1 and 5, on loopback and
+    through the delay proxy, from a broker that keeps an in-flight window."""
+    params = data.get("parameters", {})
+    rtt = params.get("rtt_ms")
+    out = [
+        f"A persistent session's backlog of {num(params.get('messages'))} QoS 1 messages "
+        f"({params.get('payload_bytes')}-byte payloads), drained into a write-ahead log (one "
+        "append with one fsync per socket read, then that read's acknowledgements; drainer "
+        f"`{params.get('drainer')}`) from {params.get('broker')}: at most "
+        f"{params.get('window_v311')} unacknowledged messages to a 3.1.1 client, at most its "
+        f"Receive Maximum ({num(params.get('receive_maximum'))} here) to an MQTT 5 client. "
+        "Straight on loopback, or through `devtools.delay_proxy` (a separate process) adding "
+        f"{params.get('delay_ms_each_way'):g} ms each way ({rtt:g} ms round trip). The four "
+        "arms alternate within each repetition, each with a fresh broker and backlog; median "
+        f"of {params.get('repeat')}.",
+        "",
+        *_clock_notes(data),
+    ]
+    arms = list(data["arms"].values())
+    # Messages per WAL append: counted by the client-wal drainer only.
+    per_append = any(item.get("messages_per_append_median") for item in arms)
+    rows = [
+        [
+            item["title"],
+            *stats_cells(item["rates"]),
+            num(item.get("rates_after_connack", {}).get("median")),
+            *([num(item.get("messages_per_append_median"), 1)] if per_append else []),
+            num(item.get("broker_peak_in_flight")),
+        ]
+        for item in arms
+    ]
+    headers = ["arm", "msg/s median", "min", "max", "from CONNACK, median"]
+    headers += ["messages per append"] if per_append else []
+    out += md_table([*headers, "broker's peak in flight"], rows)
+    meanings = data.get("ratio_meanings", {})
+    ratio_lines = [[*row, str(meanings.get(row[0], ""))] for row in ratio_rows(data.get("ratios"))]
+    out += ["", *md_table(["ratio", "median", "min", "max", "what it compares"], ratio_lines)]
+    cap = data.get("v311_cap", {})
+    if cap.get("measured_rtt_ms") is not None:
+        out += [
+            "",
+            f"The 3.1.1 window over the proxy allows at most {params.get('window_v311')} "
+            f"messages per round trip: {num(cap.get('nominal'))} msg/s at {rtt:g} ms, "
+            f"{num(cap.get('at_measured_rtt'))} msg/s at the {cap['measured_rtt_ms']:.2f} ms "
+            "measured (median CONNECT -> CONNACK through the proxy before each drain).",
+        ]
+    out += [
+        "",
+        *md_table(["goal", "target", "measured", "verdict"], goal_rows(data.get("goals"))),
+    ]
     return out
 
 
@@ -1466,6 +1521,12 @@ SECTIONS: tuple[tuple[str, str, str, Renderer] | Group, ...] = (
     ("codec", "Codec", "python -m bench.codec", section_codec),
     ("drain", "Drain", "python -m bench.drain", section_drain),
     ("drain_qos2", "Drain, QoS 2", "python -m bench.drain --qos 2", section_drain),
+    (
+        "flow_control",
+        "Flow control over a long round trip",
+        "python -m bench.flow_control",
+        section_flow_control,
+    ),
     ("ingest", "Ingest into Delta", "python -m bench.ingest", section_ingest),
     (
         "ingest_receivers",

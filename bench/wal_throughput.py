@@ -2,7 +2,7 @@
 
     python -m bench.wal_throughput [--records N] [--batch N [N ...]] [--max-appends K]
         [--layouts files objects-file objects-s3] [--repeat R] [--dir DIR] [--no-fsync]
-        [--output FILE]
+        [--properties BYTES] [--output FILE]
 
 Layouts (docs/wal-storage.md), each a fresh WAL per measurement:
 
@@ -14,7 +14,10 @@ Layouts (docs/wal-storage.md), each a fresh WAL per measurement:
   loopback port (``devtools.s3_server``): one PUT per append.
 
 For every batch size N, every layout appends the same ``min(ceil(records / N), max-appends)``
-batches of N records (100-byte payload, QoS cycling 0/1/2); the layouts take turns within each
+batches of N records (100-byte payload, QoS cycling 0/1/2), built as the receiver builds them:
+seven-field tuples for MQTT 3.1/3.1.1, or with ``--properties BYTES`` eight-field MQTT 5 records
+whose properties take that many bytes (data blocks with properties); the layouts take turns
+within each
 repetition, in an order rotated per repetition, so all of them meet the same load on a shared
 machine. Clocks per measurement: the wall time of each ``append`` call (median, p90, and the
 total over the batches: records/s), the process's CPU time over the appends (this process and
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from connector.wal import NewRecord
+from connector.wal import RecordTuple
 
 from .common import (
     Stats,
@@ -62,11 +65,12 @@ size, and about one 1 MiB socket read of 100-byte PUBLISHes (7,000 of ~140 bytes
 S3_BUCKET = "wal"
 
 
-def make_batches(count: int, batch: int) -> list[list[NewRecord]]:
-    """``count`` records of a 100-byte payload, QoS cycling 0/1/2, split into batches."""
+def make_batches(count: int, batch: int, properties: int = 0) -> list[list[RecordTuple]]:
+    """``count`` records of a 100-byte payload, QoS cycling 0/1/2, split into batches: plain
+    tuples as the receiver builds them, with ``properties`` bytes of properties when not 0."""
     payload = bytes(range(100))
-    records = [
-        NewRecord(
+    records: list[RecordTuple] = [
+        (
             f"sensors/site-{i % 10}/temperature",
             payload,
             i % 3,
@@ -77,6 +81,9 @@ def make_batches(count: int, batch: int) -> list[list[NewRecord]]:
         )
         for i in range(count)
     ]
+    if properties:
+        extra = bytes(properties)
+        records = [(*record, extra) for record in records]
     return [records[i : i + batch] for i in range(0, count, batch)]
 
 
@@ -167,7 +174,7 @@ def s3_server(root: Path, wanted: bool) -> Iterator[Any | None]:
 
 
 def measure(
-    stores: Stores, layout: str, batches: list[list[NewRecord]], fsync: bool, repetition: int
+    stores: Stores, layout: str, batches: list[list[RecordTuple]], fsync: bool, repetition: int
 ) -> Measurement:
     """Append ``batches`` to a fresh WAL of ``layout``, one call each, then read them back."""
     from connector.wal import WalWriter
@@ -208,6 +215,7 @@ def run(
     max_appends: int,
     repeat: int,
     fsync: bool,
+    properties: int = 0,
 ) -> list[Measurement]:
     """Every (repetition, batch size, layout), layouts in turns rotated per repetition."""
     results: list[Measurement] = []
@@ -215,11 +223,11 @@ def run(
         stores = Stores(root, server)
         for size in sizes:  # a first, unmeasured append per layout: imports, the S3 client
             for layout in layouts:
-                measure(stores, layout, make_batches(size, size), fsync, -1)
+                measure(stores, layout, make_batches(size, size, properties), fsync, -1)
         for rep in range(repeat):
             for size in sizes:
                 appends = min(max(1, math.ceil(records / size)), max_appends)
-                batches = make_batches(appends * size, size)
+                batches = make_batches(appends * size, size, properties)
                 order = list(layouts[rep % len(layouts) :]) + list(layouts[: rep % len(layouts)])
                 for layout in order:
                     results.append(measure(stores, layout, batches, fsync, rep))
@@ -296,6 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="parent of the temporary WALs")
     parser.add_argument("--no-fsync", action="store_true", help="files layout without fsync")
+    parser.add_argument(
+        "--properties",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="MQTT 5 records with this many property bytes each (default 0: 3.1.1 records)",
+    )
     parser.add_argument("--output", help="results file (default bench/results/wal_throughput.json)")
     args = parser.parse_args(argv)
     if args.records < 1 or args.max_appends < 1 or args.repeat < 1 or min(args.batch) < 1:
@@ -312,14 +327,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-wal-", dir=args.dir) as tmp:
         results = run(
             Path(tmp), layouts, sizes, args.records, args.max_appends, args.repeat,
-            not args.no_fsync,
+            not args.no_fsync, args.properties,
         )  # fmt: skip
     rows, ratios = summarize(results, layouts, sizes)
 
     load = ", ".join(f"{v:.2f}" for v in info["load_average_at_start"])
     print(f"bench.wal_throughput: {describe_machine(info)}; load average {load}")
     print(
-        f"appends of N 100-byte records per layout, fresh WAL each, layouts in turns; "
+        f"appends of N 100-byte records ({args.properties} property bytes) per layout, fresh "
+        f"WAL each, layouts in turns; "
         f"median of {args.repeat}; files layout fsync={'off' if args.no_fsync else 'on'}"
     )
     print()
@@ -377,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max_appends": args.max_appends,
             "repeat": args.repeat,
             "payload_bytes": 100,
+            "property_bytes": args.properties,
             "files_fsync": not args.no_fsync,
             "order": "per repetition and batch size, every layout once, order rotated",
         },

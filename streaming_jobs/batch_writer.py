@@ -100,7 +100,7 @@ class BatchWriter:
         decoded = decode(spark.createDataFrame([], source_schema), self.plan)
         targets = [(self.table, table_rows(decoded, self.plan), self.plan.partition_by)]
         if self.dead_letter_table is not None:
-            targets.append((self.dead_letter_table, dead_letter_rows(decoded), ()))
+            targets.append((self.dead_letter_table, dead_letter_rows(decoded, self.plan), ()))
         created = []
         for path, rows, partition_by in targets:
             if self._table_exists(rows, path):
@@ -187,7 +187,9 @@ class BatchWriter:
                 rows - unparsed if dead_letters is not None else rows,
             )
             if dead_letters is not None:
-                self._append(dead_letter_rows(decoded), dead_letters, app_id, batch_id, unparsed)
+                self._append(
+                    dead_letter_rows(decoded, self.plan), dead_letters, app_id, batch_id, unparsed
+                )
         finally:
             decoded.unpersist()
         return self._counts(counts.asDict())

@@ -392,6 +392,8 @@ def supervise(
             keep_payload=config.keep_payload,
             dead_letters=config.dead_letter_table is not None,
             partition_by=config.partition_by,
+            mqtt5=parsed.mqtt5,
+            property_columns=config.property_columns,
         )
     except SchemaError as exc:
         raise UsageError(str(exc)) from None

@@ -25,6 +25,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
+from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
+from connector.mqtt.packets import ProtocolLevel
 from connector.source.option_table import SECRET_OPTIONS, canonical_name
 from connector.source.options import InvalidOptionError, SourceOptions
 from connector.wal.location import WalLocationError, parse_location
@@ -52,6 +54,13 @@ examples:
       --payload-format json --schema 'device_ts TIMESTAMP, temp DOUBLE, status STRING' \\
       --topic-columns _,site,device --partition-by date \\
       --dead-letter-table ./data/tables/telemetry_dead_letters \\
+      --table ./data/tables/telemetry --checkpoint ./data/checkpoints/telemetry
+
+  # MQTT 5: the properties struct, its content type and user properties as columns too;
+  # a JSON payload whose content type is not JSON goes to the dead-letter table
+  python streaming_jobs/ingest.py --broker tcp://localhost:1883 --topic 'plant/#' \\
+      --mqtt-version 5 --property-columns contentType,userProperties \\
+      --payload-format json --schema 'temp DOUBLE' --dead-letter-table ./data/tables/dead \\
       --table ./data/tables/telemetry --checkpoint ./data/checkpoints/telemetry
 
   # TLS with a client certificate, user name and password from the environment
@@ -131,6 +140,9 @@ class IngestConfig:
     client_id: str | None = None
     clean_session: bool = _DEFAULTS["clean_session"]
     mqtt_version: str = _DEFAULTS["mqtt_version"]
+    receive_maximum: int | None = None
+    session_expiry: int | None = None
+    topic_alias_maximum: int | None = None
     username: str | None = None
     password_env: str = _DEFAULTS["password_env"]
     password_file: str | None = None
@@ -139,11 +151,13 @@ class IngestConfig:
     certfile: str | None = None
     keyfile: str | None = None
     insecure: bool = _DEFAULTS["insecure"]
+    alpn: str | None = None
     source_option: tuple[str, ...] = ()
     payload_format: str = _DEFAULTS["payload_format"]
     schema: str | None = None
     keep_payload: bool = _DEFAULTS["keep_payload"]
     topic_columns: tuple[str | None, ...] = ()
+    property_columns: tuple[str, ...] = ()
     dead_letter_table: str | None = None
     partition_by: tuple[str, ...] = ()
     merge_schema: bool = _DEFAULTS["merge_schema"]
@@ -156,6 +170,11 @@ class IngestConfig:
     spark_conf: tuple[str, ...] = ()
     log_level: str = _DEFAULTS["log_level"]
     spark_log_level: str = _DEFAULTS["spark_log_level"]
+
+    @property
+    def mqtt5(self) -> bool:
+        """Whether the job reads MQTT 5.0 (``--mqtt-version 5``): the rows have ``properties``."""
+        return _is_mqtt5(self.mqtt_version)
 
     @property
     def trigger_interval(self) -> str | None:
@@ -176,6 +195,8 @@ class IngestConfig:
             value = getattr(self, item.name)
             if item.name == "topic_columns":
                 value = ",".join(name or "" for name in value) or None
+            elif item.name == "property_columns":
+                value = ",".join(value) or None
             elif isinstance(value, tuple):
                 value = list(value)
             out[item.name.replace("_", "-")] = value
@@ -318,6 +339,36 @@ def _names(flag: str, text: str | None, *, allow_skips: bool) -> tuple[str | Non
     return tuple(names)
 
 
+def _is_mqtt5(version: object) -> bool:
+    try:
+        return ProtocolLevel.parse(str(version)) == ProtocolLevel.MQTT_5
+    except ValueError:
+        return False
+
+
+def _property_columns(text: str | None, mqtt5: bool) -> tuple[str, ...]:
+    """``--property-columns``: fields of the source's ``properties`` column, each once; they
+    exist with ``--mqtt-version 5`` only."""
+    if text is None:
+        return ()
+    names = [name.strip() for name in text.split(",")]
+    for name in names:
+        if name not in PROPERTY_FIELDS:
+            raise UsageError(
+                f"--property-columns: {name!r} is not a field of the MQTT 5 properties; use "
+                + ", ".join(PROPERTY_FIELDS)
+            )
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UsageError(f"--property-columns: {', '.join(duplicates)} given twice")
+    if not mqtt5:
+        raise UsageError(
+            "--property-columns needs --mqtt-version 5 (MQTT 3.1 and 3.1.1 messages have no "
+            "properties)"
+        )
+    return tuple(names)
+
+
 def validate(values: Mapping[str, Any]) -> IngestConfig:
     """Check one merged set of settings; raise :class:`UsageError` naming the flag."""
     for flag in FLAGS:
@@ -355,10 +406,15 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
         _check_source_option(*_key_value("--source-option", item))
     if values.get("password_file") and not values.get("username"):
         raise UsageError("--password-file needs --username (or MQTT_USERNAME)")
-    if values.get("insecure") and not str(values["broker"]).startswith(("ssl://", "mqtts://")):
-        raise UsageError("--insecure needs an ssl:// or mqtts:// --broker")
+    if values.get("insecure") and not str(values["broker"]).startswith(
+        ("ssl://", "mqtts://", "wss://")
+    ):
+        raise UsageError("--insecure needs an ssl://, mqtts:// or wss:// --broker")
     topic_columns = _names("--topic-columns", values.get("topic_columns"), allow_skips=True)
     partition_by = _names("--partition-by", values.get("partition_by"), allow_skips=False)
+    property_columns = _property_columns(
+        values.get("property_columns"), _is_mqtt5(values["mqtt_version"])
+    )
     config = IngestConfig(
         **{
             **{k: v for k, v in values.items() if k in IngestConfig.__dataclass_fields__},
@@ -366,6 +422,7 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
             "source_option": tuple(values.get("source_option") or ()),
             "spark_conf": tuple(values.get("spark_conf") or ()),
             "topic_columns": topic_columns,
+            "property_columns": property_columns,
             "partition_by": tuple(n for n in partition_by if n is not None),
         }
     )
@@ -400,7 +457,9 @@ _OPTION_FLAGS = {
 
 def flag_names(message: str) -> str:
     """``message`` of an :class:`InvalidOptionError` with option names given as flags."""
-    message = message.replace("tls.* options", "TLS flags (--cafile, --certfile, --keyfile)")
+    message = message.replace(
+        "tls.* options", "TLS flags (--cafile, --certfile, --keyfile, --alpn)"
+    )
     message = message.replace(
         "set option 'allowPasswordOverPlainTcp' to true", "pass --allow-password-over-plain-tcp"
     )

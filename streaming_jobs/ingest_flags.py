@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.source.option_table import OPTIONS, Option
 from connector.source.option_table import markdown as options_markdown
 
@@ -170,6 +171,17 @@ def _on_off(on: Any) -> str:
     return "true" if on else "false"
 
 
+def _number(value: Any) -> str | None:
+    """A number flag as option text, 0 included (None: not given)."""
+    return None if value is None else str(value)
+
+
+def _mqtt5_default(option: str) -> str:
+    """How the docs give the default of an MQTT 5 option's flag: the option's (one home, the
+    option table), which applies with ``--mqtt-version 5``; unset otherwise."""
+    return f"with `--mqtt-version 5`: {OPTIONS[option].default_text}"
+
+
 def _verify(insecure: Any) -> str | None:
     return "false" if insecure else None
 
@@ -189,6 +201,12 @@ FLAGS: tuple[Flag, ...] = (
          "job is down", option="cleanSession", kind="switch", shown="a persistent session",
          to_option=_on_off),
     Flag("--mqtt-version", MQTT, option="mqttVersion"),
+    Flag("--receive-maximum", MQTT, option="receiveMaximum", metavar="N", default=None,
+         shown=_mqtt5_default("receiveMaximum"), to_option=_number),
+    Flag("--session-expiry", MQTT, option="sessionExpiryInterval", metavar="SECONDS",
+         default=None, shown=_mqtt5_default("sessionExpiryInterval"), to_option=_number),
+    Flag("--topic-alias-maximum", MQTT, option="topicAliasMaximum", metavar="N", default=None,
+         shown=_mqtt5_default("topicAliasMaximum"), to_option=_number),
     Flag("--username", MQTT, option="username", metavar="NAME", shown="`$MQTT_USERNAME`"),
     Flag("--password-env", MQTT, "environment variable holding the password (never a flag: it "
          "would show in `ps`)", option="password", metavar="NAME", default="MQTT_PASSWORD"),
@@ -197,8 +215,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--allow-password-over-plain-tcp", MQTT, "send the password over plain `tcp://` (any "
          "host, loopback included)", option="allowPasswordOverPlainTcp", kind="switch",
          shown="refused: use `ssl://`"),
-    Flag("--cafile", MQTT, "CA bundle that signed the broker (TLS; needs an `ssl://` or "
-         "`mqtts://` `--broker`, as `--certfile` and `--keyfile` do)", option="tls.caFile",
+    Flag("--cafile", MQTT, "CA bundle that signed the broker (TLS; needs an `ssl://`, "
+         "`mqtts://` or `wss://` `--broker`, as `--certfile` and `--keyfile` do)",
+         option="tls.caFile",
          metavar="FILE"),
     Flag("--certfile", MQTT, "client certificate (mutual TLS)", option="tls.certFile",
          metavar="FILE"),
@@ -207,6 +226,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--insecure", MQTT, "TLS without verifying the broker's certificate and host name "
          "(testing only; source option `tls.verify=false`)", option="tls.verify", kind="switch",
          default=False, to_option=_verify),
+    Flag("--alpn", MQTT, "TLS ALPN protocols to offer, comma-separated, e.g. `x-amzn-mqtt-ca` "
+         "(AWS IoT Core, MQTT on port 443)", option="tls.alpn", kind="names",
+         metavar="PROTOCOLS"),
     Flag("--source-option", MQTT, "any other option of `format('mqtt')` (those without a job "
          "flag in the table of options), e.g. `keepAlive=30`; repeatable", kind="pairs",
          metavar="KEY=VALUE"),
@@ -214,7 +236,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--checkpoint", OUTPUT, "checkpoint directory; also holds the write-ahead log "
          "(`<checkpoint>/mqtt-wal`)", metavar="PATH", required=True),
     Flag("--payload-format", OUTPUT, "binary: raw bytes in 'payload'; text: UTF-8 in 'text'; "
-         "json: typed columns from `--schema`", choices=PAYLOAD_FORMATS, default="binary"),
+         "json: typed columns from `--schema` (with `--mqtt-version 5`, a message whose "
+         "`contentType` is not JSON does not parse)", choices=PAYLOAD_FORMATS,
+         default="binary"),
     Flag("--schema", OUTPUT, "with `--payload-format json` (required there): the payload's "
          "fields as Spark DDL, e.g. `'temp DOUBLE, status STRING, seq BIGINT NOT NULL'` (NOT "
          "NULL: a row lacking the field is a parse error)", metavar="DDL"),
@@ -223,6 +247,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--topic-columns", OUTPUT, "topic levels as string columns, by position: `site,device` "
          "makes level 0 'site' and level 1 'device'; an empty name or `_` skips a level; a "
          "missing level is null", kind="names", metavar="NAMES"),
+    Flag("--property-columns", OUTPUT, "with `--mqtt-version 5`: fields of the `properties` "
+         f"column ({', '.join(f'`{name}`' for name in PROPERTY_FIELDS)}) copied to top-level "
+         "columns of `--table` under the same names, e.g. `contentType,userProperties`; the "
+         "table keeps `properties` as well", kind="names", metavar="NAMES"),
     Flag("--dead-letter-table", OUTPUT, "text/json: Delta table for rows whose payload does not "
          "parse (raw payload, MQTT columns, reason); without it they stay in `--table` with "
          "'_parse_error' set", metavar="PATH"),

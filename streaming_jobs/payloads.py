@@ -16,6 +16,13 @@ rows, plus ``__reason``: null when the payload parsed, else why not. How Spark 4
   ``allowSingleQuotes`` default);
 * ``cast(payload as string)`` keeps invalid UTF-8 bytes, so UTF-8 is checked first
   (``is_valid_utf8``).
+
+With MQTT 5 (``--mqtt-version 5``) the source's rows have ``properties`` (MQTT 5.0 section
+3.3.2.3), which both tables keep; ``--property-columns`` copies fields of it to top-level
+columns of ``--table``. A JSON payload whose message says it is something else (a Content
+Type, section 3.3.2.3.9, that is not JSON: :func:`is_json_content_type`) is not parsed: it
+goes to the dead letters with a reason naming the content type. A message without a Content
+Type is parsed as before.
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+
+from connector.source.schema import PROPERTIES_COLUMN, PROPERTIES_TYPE
 
 from .projections import Projections
 
@@ -41,7 +51,14 @@ MQTT_COLUMNS = (
     "receiver",
 )
 METADATA_COLUMNS = ("qos", "retained", "duplicate", "messageId", "timestamp", "offset", "receiver")
+PROPERTIES = PROPERTIES_COLUMN
+"""The MQTT 5 column of the source, after the others."""
+ARRAY_PROPERTIES = frozenset(f.name for f in PROPERTIES_TYPE if pa.types.is_list(f.type))
+"""Fields of ``properties`` that are arrays (no partition column can be one)."""
 DEAD_LETTER_COLUMNS = (*MQTT_COLUMNS, "reason")
+JSON_MEDIA_TYPES = ("application/json", "text/json")
+JSON_SUFFIX = r"^[^/\s]+/[^/\s]+\+json$"
+"""A structured syntax suffix ``+json`` (RFC 6839): ``application/ld+json``, ..."""
 PARSE_ERROR = "_parse_error"
 TEXT = "text"
 REASON = "__reason"
@@ -56,6 +73,8 @@ EMPTY = "payload is empty"
 NOT_JSON = "payload is not valid JSON"
 NOT_OBJECT = "payload is JSON but not an object"
 NO_MATCH = "payload does not match the schema"
+CONTENT_TYPE_NOT_JSON = ("content type '", "' is not JSON")
+"""The reason of a JSON row whose MQTT 5 Content Type is not JSON, around that type."""
 
 
 class SchemaError(ValueError):
@@ -74,6 +93,10 @@ class PayloadPlan:
     partition_by: tuple[str, ...]
     renamed: dict[str, str]
     """MQTT columns renamed because a ``--schema`` field has their name (old -> new)."""
+    mqtt5: bool = False
+    """The source speaks MQTT 5: its rows have ``properties``, which both tables keep."""
+    property_columns: tuple[str, ...] = ()
+    """``--property-columns``: fields of ``properties`` copied to top-level columns."""
     projections: Projections = dataclasses.field(
         default_factory=Projections, compare=False, repr=False
     )
@@ -83,8 +106,14 @@ class PayloadPlan:
     def adds_date(self) -> bool:
         return DATE in self.partition_by and DATE not in self._data_names()
 
+    @property
+    def mqtt_columns(self) -> tuple[str, ...]:
+        """The source's columns: MQTT_COLUMNS, and ``properties`` for MQTT 5."""
+        return (*MQTT_COLUMNS, PROPERTIES) if self.mqtt5 else MQTT_COLUMNS
+
     def _data_names(self) -> list[str]:
         names = [n for n in self.topic_columns if n is not None]
+        names += self.property_columns
         if self.payload_format == "text":
             names.append(TEXT)
         elif self.schema is not None:
@@ -108,6 +137,8 @@ class PayloadPlan:
         if self.payload_format != "binary" and (self.keep_payload or not self.dead_letters):
             cols.append(self.column("payload"))
         cols += [self.column(c) for c in METADATA_COLUMNS]
+        if self.mqtt5:
+            cols += [self.column(PROPERTIES), *self.property_columns]
         if self.payload_format != "binary" and not self.dead_letters:
             cols.append(PARSE_ERROR)
         if self.adds_date:
@@ -123,14 +154,20 @@ def make_plan(
     keep_payload: bool = False,
     dead_letters: bool = False,
     partition_by: tuple[str, ...] = (),
+    mqtt5: bool = False,
+    property_columns: tuple[str, ...] = (),
 ) -> PayloadPlan:
     """Check that the names fit together; MQTT columns that a schema field names are renamed
-    ``mqtt_<name>`` (a JSON ``timestamp`` field is common)."""
+    ``mqtt_<name>`` (a JSON ``timestamp`` field is common). ``property_columns`` need
+    ``mqtt5``."""
     fields = list(schema.fields) if schema is not None else []
     field_names = {f.name.lower() for f in fields}
     if len(field_names) != len(fields):
         raise SchemaError("--schema names a field twice")
-    renamed = {c: RENAMED_PREFIX + c for c in MQTT_COLUMNS if c.lower() in field_names}
+    if property_columns and not mqtt5:
+        raise SchemaError("--property-columns needs --mqtt-version 5")
+    source_columns = (*MQTT_COLUMNS, PROPERTIES) if mqtt5 else MQTT_COLUMNS
+    renamed = {c: RENAMED_PREFIX + c for c in source_columns if c.lower() in field_names}
     for old, new in renamed.items():
         if new.lower() in field_names:
             raise SchemaError(f"--schema has both {old!r} and {new!r}: rename one of them")
@@ -138,12 +175,19 @@ def make_plan(
     clash = sorted(field_names & reserved)
     if clash:
         raise SchemaError(f"--schema field {clash[0]!r} is a name the job uses itself")
-    taken = {*(c.lower() for c in MQTT_COLUMNS), *field_names, PARSE_ERROR}
+    taken = {*(c.lower() for c in source_columns), *field_names, PARSE_ERROR}
+    taken |= {n.lower() for n in renamed.values()}
     if payload_format == "text":
         taken.add(TEXT)
     for name in (n for n in topic_columns if n is not None):
-        if name.lower() in taken or name.lower() in {n.lower() for n in renamed.values()}:
+        if name.lower() in taken:
             raise SchemaError(f"--topic-columns {name!r}: the table already has a column {name!r}")
+        taken.add(name.lower())
+    for name in property_columns:
+        if name.lower() in taken:
+            raise SchemaError(
+                f"--property-columns {name!r}: the table already has a column {name!r}"
+            )
     plan = PayloadPlan(
         payload_format,
         schema,
@@ -152,15 +196,30 @@ def make_plan(
         dead_letters,
         partition_by,
         renamed,
+        mqtt5,
+        property_columns,
     )
     columns = {c.lower() for c in plan.table_columns()}
+    arrays = {c.lower() for c in (*ARRAY_PROPERTIES, plan.column(PROPERTIES))}
     for name in partition_by:
         if name.lower() not in columns:
             raise SchemaError(
                 f"--partition-by {name!r}: no such column; the table has "
                 + ", ".join(plan.table_columns())
             )
+        if mqtt5 and name.lower() in arrays:
+            raise SchemaError(
+                f"--partition-by {name!r}: Delta cannot partition by a struct or array"
+            )
     return plan
+
+
+def is_json_content_type(content_type: Column) -> Column:
+    """Whether an MQTT 5 Content Type (a MIME type, MQTT 5.0 section 3.3.2.3.9) names JSON:
+    ``application/json``, ``text/json`` or any ``type/subtype+json``, compared without case,
+    surrounding spaces and parameters (``; charset=utf-8``)."""
+    media = F.lower(F.trim(F.substring_index(content_type, ";", 1)))
+    return media.isin(*JSON_MEDIA_TYPES) | media.rlike(JSON_SUFFIX)
 
 
 def _json_path(name: str) -> str | None:
@@ -210,7 +269,7 @@ def decode(frame: DataFrame, plan: PayloadPlan) -> DataFrame:
 def _decoded_columns(plan: PayloadPlan) -> list[Column]:
     payload = F.col("payload")
     text = payload.cast("string")
-    columns: list[Column] = [F.col(c) for c in MQTT_COLUMNS]
+    columns: list[Column] = [F.col(c) for c in plan.mqtt_columns]
     if plan.topic_columns:
         levels = F.split(F.col("topic"), "/")
         columns += [
@@ -231,10 +290,16 @@ def _decoded_columns(plan: PayloadPlan) -> list[Column]:
             text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
         )
         columns.append(parsed.alias(_PARSED))
-        reason = (
-            F.when(~valid_utf8, F.lit(NOT_UTF8))
-            .when(text.rlike(r"^\s*$"), F.lit(EMPTY))
-            .otherwise(_json_reason(text, F.col(_PARSED), plan.schema))
+        reason = F.when(~valid_utf8, F.lit(NOT_UTF8))
+        if plan.mqtt5:
+            content_type = F.col(PROPERTIES)["contentType"]
+            before, after = CONTENT_TYPE_NOT_JSON
+            reason = F.when(
+                content_type.isNotNull() & ~is_json_content_type(content_type),
+                F.concat(F.lit(before), content_type, F.lit(after)),
+            ).when(~valid_utf8, F.lit(NOT_UTF8))
+        reason = reason.when(text.rlike(r"^\s*$"), F.lit(EMPTY)).otherwise(
+            _json_reason(text, F.col(_PARSED), plan.schema)
         )
     return [*columns, reason.cast("string").alias(REASON)]
 
@@ -264,14 +329,16 @@ def _table_columns(plan: PayloadPlan) -> list[Column]:
         elif name == plan.column("payload") and plan.payload_format != "binary":
             keep = F.lit(True) if plan.keep_payload else F.col(REASON).isNotNull()
             out.append(F.when(keep, F.col("payload")).alias(name))
+        elif name in plan.property_columns:
+            out.append(F.col(PROPERTIES)[name].alias(name))
         else:
             original = next((k for k, v in plan.renamed.items() if v == name), name)
             out.append(F.col(original).alias(name))
     return out
 
 
-def dead_letter_rows(decoded: DataFrame) -> DataFrame:
-    """The rows for ``--dead-letter-table``: MQTT columns with the raw payload, and ``reason``."""
-    return decoded.where(F.col(REASON).isNotNull()).select(
-        *MQTT_COLUMNS, F.col(REASON).alias("reason")
-    )
+def dead_letter_rows(decoded: DataFrame, plan: PayloadPlan | None = None) -> DataFrame:
+    """The rows for ``--dead-letter-table``: the source's columns (``properties`` too with
+    MQTT 5) with the raw payload, and ``reason``."""
+    columns = MQTT_COLUMNS if plan is None else plan.mqtt_columns
+    return decoded.where(F.col(REASON).isNotNull()).select(*columns, F.col(REASON).alias("reason"))

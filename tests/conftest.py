@@ -9,7 +9,7 @@ attached to its report.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from tests.interop_brokers import (
     BrokerUnavailable,
     ExternalBroker,
     InteropBroker,
+    MochiBroker,
     aedes_broker,
     mochi_broker,
 )
@@ -155,6 +156,26 @@ def _run_external(
 def mochi(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExternalBroker]:
     """A running mochi-mqtt broker (tools/mochi-broker), tracing QoS 1/2 packets to its log."""
     yield from _run_external(request, mochi_broker(tmp_path / "brokers" / "mochi"))
+
+
+@pytest.fixture
+def mochi_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[..., MochiBroker]]:
+    """Call with `mochi_broker` keyword arguments (`listeners=("ws",)`, `tls=MochiTls(...)`)
+    to start a mochi-mqtt broker; each is stopped at teardown, as the `mochi` fixture's."""
+    runs: list[Iterator[ExternalBroker]] = []
+
+    def start(**options: Any) -> MochiBroker:
+        broker = mochi_broker(tmp_path / "brokers" / f"mochi-{len(runs)}", **options)
+        run = _run_external(request, broker)
+        next(run)
+        runs.append(run)
+        return broker
+
+    yield start
+    for run in reversed(runs):
+        next(run, None)
 
 
 @pytest.fixture

@@ -33,6 +33,8 @@ class Received:
     payload: bytes
     qos: int
     retain: bool
+    properties: Any = None
+    """MQTT 5: paho's Properties of the PUBLISH (None below level 5)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,13 @@ class PahoClient:
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         with self._lock:
             self._messages.append(
-                Received(message.topic, bytes(message.payload), message.qos, bool(message.retain))
+                Received(
+                    message.topic,
+                    bytes(message.payload),
+                    message.qos,
+                    bool(message.retain),
+                    getattr(message, "properties", None),
+                )
             )
 
     # -- actions ---------------------------------------------------------------

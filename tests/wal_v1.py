@@ -55,7 +55,7 @@ def v1_header(identity: bytes, first_offset: int) -> bytes:
 
 def v1_data_record(offset: int, record: NewRecord) -> bytes:
     """One kind 1 data record."""
-    topic, payload, qos, retained, duplicate, mid, stamp = record
+    topic, payload, qos, retained, duplicate, mid, stamp = record[:7]
     flags = FLAGS[(qos, retained, duplicate, mid is not None)]
     raw = topic.encode("utf-8")
     fields = DATA_FIELDS.pack(offset, stamp, flags, mid or 0, len(raw))

@@ -1,4 +1,5 @@
-"""Sans-I/O MQTT 3.1/3.1.1: codec, session state machine, topic rules, one blocking driver.
+"""Sans-I/O MQTT 3.1/3.1.1 (and the MQTT 5.0 codec): codec, session state machine, topic rules,
+one blocking driver.
 
 Nothing here imports Spark. The codec and the session take bytes and return packets/events and
 bytes to send; :mod:`connector.mqtt.driver` owns sockets, TLS, clocks and reconnects.
@@ -27,10 +28,13 @@ from .errors import (
     UnacceptableProtocolVersion,
     UsageError,
 )
-from .packets import ProtocolLevel, Publish
+from .packets import Auth, ProtocolLevel, Publish, subscription_options
+from .properties import Properties
+from .reasons import is_failure, reason_name
 from .session import ClientSession, SessionConfig
 
 __all__ = [
+    "Auth",
     "BadUsernameOrPassword",
     "ClientSession",
     "ConnectionLost",
@@ -45,6 +49,7 @@ __all__ = [
     "NotAuthorized",
     "PacketTooLarge",
     "PeerViolation",
+    "Properties",
     "ProtocolError",
     "ProtocolLevel",
     "Publish",
@@ -59,4 +64,7 @@ __all__ = [
     "encode",
     "encode_ack",
     "encode_publish",
+    "is_failure",
+    "reason_name",
+    "subscription_options",
 ]

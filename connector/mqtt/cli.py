@@ -1,10 +1,12 @@
 """``python -m connector.mqtt sub|pub``: debug a broker, drive tests and benchmarks.
 
 ``sub`` prints one JSON object per message and acknowledges a message only after its line has
-been flushed to stdout. With ``--count N`` it then completes the QoS 2 exchanges of the printed
-messages (held PUBRECs out, PUBRELs in, PUBCOMPs out; deadline ``--connect-timeout``) before it
-sends DISCONNECT; messages beyond N stay unacknowledged, so the broker keeps them. ``pub`` is a
-pipelined load generator that prints the rate it reached.
+been flushed to stdout; an MQTT 5 message's line also has ``properties``
+(:func:`connector.mqtt.message_properties.message_properties`, correlation data in base64).
+With ``--count N`` it then completes the QoS 2 exchanges of the printed messages (held PUBRECs
+out, PUBRELs in, PUBCOMPs out; deadline ``--connect-timeout``) before it sends DISCONNECT;
+messages beyond N stay unacknowledged, so the broker keeps them. ``pub`` is a pipelined load
+generator that prints the rate it reached.
 Exit codes: 0 success, 1 runtime failure (refused, unreachable, timeout), 2 bad arguments.
 """
 
@@ -18,11 +20,13 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from .driver import BrokerAddress, MqttClient, TlsOptions
+from .driver import BrokerAddress, MqttClient, TlsOptions, validate_alpn
 from .errors import MqttError
-from .packets import ProtocolLevel
+from .message_properties import message_properties
+from .packets import ProtocolLevel, Publish
+from .properties import Properties
 from .session import ClientSession, SessionConfig
 from .topics import validate_topic_filter, validate_topic_name
 
@@ -40,6 +44,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low}..{high}, got {text}")
+        return value
+
+    return parse
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def _qos(text: str) -> int:
     if text not in ("0", "1", "2"):
         raise argparse.ArgumentTypeError(f"QoS must be 0, 1 or 2, got {text}")
@@ -48,10 +69,34 @@ def _qos(text: str) -> int:
 
 def _add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--broker", required=True, help="tcp://HOST:PORT, ssl://HOST:PORT or mqtts://"
+        "--broker",
+        required=True,
+        help="tcp://HOST:PORT, ssl://HOST:PORT or mqtts://; over WebSocket ws://HOST:PORT/PATH "
+        "or wss:// (path /mqtt by default)",
     )
-    parser.add_argument("--client-id", help="client identifier (default: generated)")
-    parser.add_argument("--mqtt-version", default="3.1.1", choices=["3.1", "3.1.1"])
+    parser.add_argument(
+        "--client-id",
+        help='client identifier (default: generated; "" at MQTT 5 lets the broker assign one, '
+        "which reconnects reuse)",
+    )
+    parser.add_argument("--mqtt-version", default="3.1.1", choices=["3.1", "3.1.1", "5"])
+    parser.add_argument(
+        "--receive-maximum",
+        type=_count(1, 0xFFFF),
+        help="MQTT 5: QoS 1/2 messages the broker may send unacknowledged (default 65535)",
+    )
+    parser.add_argument(
+        "--session-expiry",
+        type=_count(0, 0xFFFF_FFFF),
+        metavar="SECONDS",
+        help="MQTT 5: how long the broker keeps the session after a disconnect (default: 0 "
+        "with a clean session, else never expires)",
+    )
+    parser.add_argument(
+        "--topic-alias-maximum",
+        type=_count(0, 0xFFFF),
+        help="MQTT 5: topic aliases the broker may set (default 0: none)",
+    )
     parser.add_argument("--keepalive", type=int, default=60, help="keep alive in seconds")
     parser.add_argument("--username")
     parser.add_argument(
@@ -68,13 +113,20 @@ def _add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--insecure", action="store_true", help="TLS without verifying the broker (testing only)"
     )
+    parser.add_argument(
+        "--alpn",
+        action="append",
+        metavar="PROTOCOL",
+        help="TLS ALPN protocol to offer (repeatable or comma-separated), e.g. x-amzn-mqtt-ca "
+        "for AWS IoT Core on port 443",
+    )
     parser.add_argument("--connect-timeout", type=_positive_float, default=10.0)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m connector.mqtt", description="MQTT 3.1/3.1.1 subscriber and publisher"
+        prog="python -m connector.mqtt", description="MQTT 3.1/3.1.1/5 subscriber and publisher"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -105,14 +157,43 @@ def build_parser() -> argparse.ArgumentParser:
         "max_inflight_messages: Mosquitto acknowledges but drops QoS 2 messages beyond it)",
     )
     pub.add_argument("--payload", help="fixed payload text instead of numbered filler")
+    pub.add_argument(
+        "--user-property",
+        type=_pair,
+        action="append",
+        metavar="KEY=VALUE",
+        help="MQTT 5: a User Property of every message (repeatable, order kept)",
+    )
+    pub.add_argument("--content-type", help="MQTT 5: the messages' Content Type")
+    pub.add_argument(
+        "--message-expiry",
+        type=_count(0, 0xFFFF_FFFF),
+        metavar="SECONDS",
+        help="MQTT 5: the messages' Message Expiry Interval",
+    )
     return parser
+
+
+def _publish_properties(args: argparse.Namespace) -> Properties | None:
+    """The PUBLISH properties ``pub`` was asked for; None when none (CliError below MQTT 5)."""
+    if not (args.user_property or args.content_type is not None or args.message_expiry is not None):
+        return None
+    if args.mqtt_version != "5":
+        raise CliError("--user-property, --content-type and --message-expiry need --mqtt-version 5")
+    return Properties(
+        content_type=args.content_type,
+        message_expiry_interval=args.message_expiry,
+        user_properties=list(args.user_property or ()),
+    )
 
 
 def _client(args: argparse.Namespace, subscriptions: list[tuple[str, int]]) -> MqttClient:
     try:
         address = BrokerAddress.parse(args.broker)
         level = ProtocolLevel.parse(args.mqtt_version)
-        client_id = args.client_id or f"cm-{uuid.uuid4().hex[:16]}"
+        client_id = args.client_id
+        if client_id is None or (not client_id and level != ProtocolLevel.MQTT_5):
+            client_id = f"cm-{uuid.uuid4().hex[:16]}"
         password = args.password if args.password is not None else os.environ.get("MQTT_PASSWORD")
         username = args.username or os.environ.get("MQTT_USERNAME")
         config = SessionConfig(
@@ -122,19 +203,28 @@ def _client(args: argparse.Namespace, subscriptions: list[tuple[str, int]]) -> M
             username=username,
             password=password.encode() if password is not None else None,
             level=level,
+            receive_maximum=args.receive_maximum,
+            session_expiry_interval=args.session_expiry,
+            topic_alias_maximum=args.topic_alias_maximum,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if password is not None and not address.tls and not args.allow_password_over_plain_tcp:
         raise CliError(
-            f"the password would be sent unencrypted to {address}; use an ssl:// or mqtts:// "
-            "broker URL, or pass --allow-password-over-plain-tcp"
+            f"the password would be sent unencrypted to {address}; use an ssl://, mqtts:// or "
+            "wss:// broker URL, or pass --allow-password-over-plain-tcp"
         )
     tls = None
-    if address.tls or args.cafile or args.certfile:
-        tls = TlsOptions(args.cafile, args.certfile, args.keyfile, verify=not args.insecure)
+    if address.tls or args.cafile or args.certfile or args.alpn:
+        try:
+            alpn = validate_alpn(n.strip() for item in args.alpn or () for n in item.split(","))
+        except ValueError as exc:
+            raise CliError(f"--alpn: {exc}") from None
+        tls = TlsOptions(args.cafile, args.certfile, args.keyfile, not args.insecure, alpn)
         if not address.tls:
-            raise CliError("--cafile/--certfile need an ssl:// or mqtts:// broker URL")
+            raise CliError(
+                "--cafile/--certfile/--alpn need an ssl://, mqtts:// or wss:// broker URL"
+            )
     return MqttClient(
         address,
         ClientSession(config),
@@ -170,28 +260,33 @@ def run_sub(args: argparse.Namespace) -> int:
             if args.count is not None:
                 messages = messages[: args.count - received]
             if messages:
-                out.write(
-                    b"".join(
-                        json.dumps(
-                            {
-                                "topic": m.topic,
-                                "payload": base64.b64encode(m.payload).decode("ascii"),
-                                "qos": m.qos,
-                                "retained": m.retain,
-                                "duplicate": m.dup,
-                                "messageId": m.packet_id,
-                            }
-                        ).encode()
-                        + b"\n"
-                        for m in messages
-                    )
-                )
+                v5 = client.session.config.level == ProtocolLevel.MQTT_5
+                out.write(b"".join(_line(m, v5) for m in messages))
                 out.flush()
                 received += len(messages)
             client.acknowledge(messages, read.released)
         if args.count is not None:
             complete_qos2_exchanges(client, args.connect_timeout)
     return 0
+
+
+def _line(message: Publish, v5: bool) -> bytes:
+    """One message as a JSON line; at MQTT 5 with its ``properties``."""
+    fields = {
+        "topic": message.topic,
+        "payload": base64.b64encode(message.payload).decode("ascii"),
+        "qos": message.qos,
+        "retained": message.retain,
+        "duplicate": message.dup,
+        "messageId": message.packet_id,
+    }
+    if v5:
+        props = message_properties(message.properties)
+        data = props["correlationData"]
+        props["correlationData"] = None if data is None else base64.b64encode(data).decode()
+        props["userProperties"] = [list(pair) for pair in props["userProperties"]]
+        fields["properties"] = props
+    return json.dumps(fields).encode() + b"\n"
 
 
 def complete_qos2_exchanges(client: MqttClient, timeout: float) -> None:
@@ -224,6 +319,7 @@ def run_pub(args: argparse.Namespace) -> int:
         raise CliError(f"--topic {args.topic!r}: {exc}") from None
     if args.count < 0 or args.size < 0 or args.inflight < 1:
         raise CliError("--count and --size must be >= 0 and --inflight >= 1")
+    properties = _publish_properties(args)
     client = _client(args, [])
     fixed = _payloads(args)
     filler = b"x" * max(0, args.size - 10)
@@ -234,10 +330,12 @@ def run_pub(args: argparse.Namespace) -> int:
         start = time.monotonic()
         sent = 0
         while sent < args.count:
-            if args.qos and session.outbound_in_flight >= args.inflight:
+            # The broker's Receive Maximum (MQTT 5) bounds the window too (section 4.9).
+            room = min(args.inflight - session.outbound_in_flight, session.send_quota)
+            if args.qos and room <= 0:
                 client.pump(1.0)
                 continue
-            room = args.inflight - session.outbound_in_flight if args.qos else 1000
+            room = room if args.qos else 1000
             burst = min(room, args.count - sent)
             if interval:
                 due = start + sent * interval
@@ -248,7 +346,7 @@ def run_pub(args: argparse.Namespace) -> int:
             now = time.monotonic()
             for i in range(sent, sent + burst):
                 payload = fixed[0] if fixed else (b"%010d" % i + filler)[: args.size]
-                session.publish(args.topic, payload, args.qos, now, args.retain)
+                session.publish(args.topic, payload, args.qos, now, args.retain, properties)
             sent += burst
             client.flush()
             if not client.connected:

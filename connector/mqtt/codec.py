@@ -1,4 +1,4 @@
-"""Packet <-> bytes for MQTT 3.1 and 3.1.1, with strict validation.
+"""Packet <-> bytes for MQTT 3.1, 3.1.1 and 5.0, with strict validation.
 
 Writers (``encode``) build one frame; ``decode_packet`` parses one frame body once its fixed
 header has been read (see :mod:`connector.mqtt.decoder` for the stream side). The layout of
@@ -6,7 +6,12 @@ the four-byte acknowledgement frames is written once, here (``encode_ack``, ``en
 A frame read that breaks a rule raises :class:`~connector.mqtt.errors.MalformedFrame` (the
 peer's fault), a packet the caller asks for that would break one raises
 :class:`~connector.mqtt.errors.InvalidArgument` or ``InvalidTopic``; each message names the
-rule and its section of the MQTT 3.1.1 standard (the 3.1 text where the versions differ).
+rule and its section of the MQTT 3.1.1 standard (the 3.1 text where the versions differ), or
+of the MQTT 5.0 standard, saying so, for a rule of MQTT 5.0.
+
+Protocol level 5 (MQTT 5.0) adds properties (:mod:`.properties`), reason codes
+(:mod:`.reasons`) and AUTH; on levels 3 and 4 an AUTH packet or a set MQTT 5.0 field is
+refused. The wire primitives live in :mod:`.fields`.
 """
 
 from __future__ import annotations
@@ -14,11 +19,22 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Callable
+from itertools import islice
 from struct import Struct
+from typing import TypeVar
 
 from .errors import InvalidArgument, InvalidTopic, MalformedFrame
+from .fields import (
+    MAX_REMAINING_LENGTH,
+    decode_remaining_length,
+    decode_utf8,
+    encode_remaining_length,
+)
+from .fields import encode_binary as _binary
+from .fields import encode_utf8 as _utf8
 from .packets import (
     SUBACK_FAILURE,
+    Auth,
     Connack,
     Connect,
     Disconnect,
@@ -38,81 +54,66 @@ from .packets import (
     Unsubscribe,
     Will,
 )
+from .properties import (
+    WILL_PROPERTIES,
+    Context,
+    Properties,
+    decode_properties,
+    encode_properties,
+    read_properties,
+)
+from .reasons import check_reason
 from .topics import validate_topic_filter, validate_topic_name
 
-MAX_REMAINING_LENGTH = 268_435_455
-"""Largest value four Remaining Length bytes can hold (section 2.2.3)."""
+__all__ = [
+    "ACK_FIRST_BYTES",
+    "ACK_WORDS",
+    "MAX_REMAINING_LENGTH",
+    "PROPERTIES_CACHE_SIZE",
+    "TOPIC_CACHE_LIMIT",
+    "TOPIC_CACHE_SIZE",
+    "check_flags",
+    "decode_packet",
+    "decode_publish",
+    "decode_publish_v5",
+    "decode_remaining_length",
+    "decode_utf8",
+    "encode",
+    "encode_ack",
+    "encode_acks",
+    "encode_publish",
+    "encode_remaining_length",
+    "trim_cache",
+]
 
 TOPIC_CACHE_SIZE = 4096
-"""Distinct topics a stream decoder remembers before it starts its cache afresh."""
+"""Distinct topics a stream decoder keeps decoded between reads (see :func:`trim_cache`)."""
 
-_U16 = Struct(">H")
+TOPIC_CACHE_LIMIT = TOPIC_CACHE_SIZE + 64
+"""Bound on a topic cache within one read: ``decode_publish`` adds no topic beyond it. The few
+above ``TOPIC_CACHE_SIZE`` are newcomers that :func:`trim_cache` weighs after the read."""
+
+PROPERTIES_CACHE_SIZE = 1024
+"""Distinct MQTT 5.0 PUBLISH property blocks (of at most 127 bytes) a stream decoder keeps
+decoded between reads."""
+
+_PROPERTIES_CACHE_LIMIT = PROPERTIES_CACHE_SIZE + 64
+
+_U16 = Struct(">H")  # module-local: measurably faster to encode with than an imported one
+_MQTT_5 = ProtocolLevel.MQTT_5
+_PUBLISH = PacketType.PUBLISH  # an enum member read through its class costs ~75 ns a time
+_V = TypeVar("_V")
 _PACKET_NAMES = {t.value: t.name for t in PacketType}
 
 # Required flag nibble per packet type (section 2.2.2, table 2.2); PUBLISH is checked apart.
-_FLAGS_3_1_1 = {t: 0 for t in range(1, 15)}
+# AUTH (15) exists only in MQTT 5.0 (MQTT 5.0 section 3.15.1); check_flags refuses it below.
+_FLAGS_3_1_1 = {t: 0 for t in range(1, 16)}
 _FLAGS_3_1_1.update({PacketType.PUBREL: 2, PacketType.SUBSCRIBE: 2, PacketType.UNSUBSCRIBE: 2})
 _QOS1_STYLE = (PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE)
 
 
 # ---------------------------------------------------------------------------------------------
-# Remaining Length (section 2.2.3)
-
-
-def encode_remaining_length(length: int) -> bytes:
-    """Variable-length encoding of ``length``: 7 bits a byte, high bit = more (section 2.2.3)."""
-    if not 0 <= length <= MAX_REMAINING_LENGTH:
-        raise InvalidArgument(f"remaining length {length} is outside 0..{MAX_REMAINING_LENGTH}")
-    if length < 0x80:
-        return bytes((length,))
-    out = bytearray()
-    while True:
-        digit = length & 0x7F
-        length >>= 7
-        if length:
-            out.append(digit | 0x80)
-        else:
-            out.append(digit)
-            return bytes(out)
-
-
-def decode_remaining_length(buf: bytes, pos: int) -> tuple[int, int] | None:
-    """Parse a Remaining Length at ``buf[pos:]``: (value, position after it), or None if the
-    field is not complete yet. More than four bytes is malformed (section 2.2.3)."""
-    value = 0
-    shift = 0
-    end = len(buf)
-    for i in range(4):
-        if pos + i >= end:
-            return None
-        byte = buf[pos + i]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos + i + 1
-        shift += 7
-    raise MalformedFrame(
-        "remaining length uses more than 4 bytes (section 2.2.3: at most 4, max 268435455)"
-    )
-
-
-# ---------------------------------------------------------------------------------------------
 # Field writers
-
-
-def _utf8(text: str) -> bytes:
-    """UTF-8 string with a two-byte big-endian length prefix (section 1.5.3)."""
-    if "\x00" in text:
-        raise InvalidArgument(f"string {text!r} contains U+0000 (section 1.5.3)")
-    data = text.encode("utf-8")
-    if len(data) > 0xFFFF:
-        raise InvalidArgument(f"string of {len(data)} bytes exceeds 65535 bytes (section 1.5.3)")
-    return _U16.pack(len(data)) + data
-
-
-def _binary(data: bytes) -> bytes:
-    if len(data) > 0xFFFF:
-        raise InvalidArgument(f"binary field of {len(data)} bytes exceeds 65535 bytes")
-    return _U16.pack(len(data)) + bytes(data)
 
 
 def _frame(first_byte: int, body: bytes) -> bytes:
@@ -132,8 +133,14 @@ def encode_publish(
     packet_id: int | None = None,
     retain: bool = False,
     dup: bool = False,
+    properties: Properties | None = None,
+    level: int = ProtocolLevel.MQTT_3_1_1,
 ) -> bytes:
-    """One PUBLISH frame (section 3.3). ``topic`` may be pre-encoded UTF-8 bytes."""
+    """One PUBLISH frame (section 3.3). ``topic`` may be pre-encoded UTF-8 bytes.
+
+    At ``level`` 5 the frame carries ``properties`` after the packet identifier (MQTT 5.0
+    section 3.3.2.3), and the topic may be empty when they hold a Topic Alias (section
+    3.3.2.1); on 3.1 / 3.1.1 ``properties`` must be None."""
     if qos not in (0, 1, 2):
         raise InvalidArgument(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
     topic_bytes = topic.encode("utf-8") if isinstance(topic, str) else topic
@@ -147,8 +154,26 @@ def encode_publish(
         if dup:
             raise InvalidArgument("DUP must be 0 on a QoS 0 PUBLISH (section 3.3.1.1)")
         variable = _U16.pack(len(topic_bytes)) + topic_bytes
+    if level == _MQTT_5:
+        if not topic_bytes and (properties is None or properties.topic_alias is None):
+            raise InvalidTopic(
+                "a PUBLISH with a zero-length topic name needs a Topic Alias property "
+                "(MQTT 5.0 section 3.3.2.1)"
+            )
+        variable += encode_properties(properties, _PUBLISH)
+    elif properties is not None:
+        _refuse_v5("PUBLISH properties", level, "3.3.2.3")
     length = len(variable) + len(payload)
     return bytes((header,)) + encode_remaining_length(length) + variable + payload
+
+
+def _refuse_v5(what: str, level: int, section: str) -> None:
+    """A field of MQTT 5.0 asked for on a 3.1 / 3.1.1 connection."""
+    version = "3.1" if level == ProtocolLevel.MQTT_3_1 else "3.1.1"
+    raise InvalidArgument(
+        f"{what} exist only in MQTT 5.0 (MQTT 5.0 section {section}); this connection uses "
+        f"MQTT {version}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +204,11 @@ _WORDS_IN_ARRAY = array("I").itemsize == 4
 
 
 def encode_ack(kind: PacketType, packet_id: int | None) -> bytes:
-    """One acknowledgement frame of ``kind`` (a key of ``ACK_WORDS``) for ``packet_id``."""
+    """One acknowledgement frame of ``kind`` (a key of ``ACK_WORDS``) for ``packet_id``.
+
+    On MQTT 5.0 the same four bytes are a PUBACK, PUBREC, PUBREL or PUBCOMP with reason code
+    0x00 and no properties (MQTT 5.0 section 3.4.2.1); an MQTT 5.0 UNSUBACK has no such short
+    form (section 3.11)."""
     return _ACK.pack(ACK_WORDS[kind] | _check_packet_id(packet_id, kind.name))
 
 
@@ -195,13 +224,27 @@ def encode_acks(words: list[int]) -> bytes:
 
 
 def encode(packet: Packet, level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
-    """Encode ``packet`` into one frame for protocol ``level`` (3 = MQTT 3.1, 4 = 3.1.1)."""
+    """Encode ``packet`` into one frame for protocol ``level`` (3 = MQTT 3.1, 4 = 3.1.1, 5 =
+    MQTT 5.0). A CONNECT is written for its own ``protocol_level``."""
     kind = packet.type
     if isinstance(packet, Publish):
-        validate_topic_name(packet.topic)
+        if packet.topic or level != _MQTT_5:  # encode_publish checks a v5 empty topic
+            validate_topic_name(packet.topic)
         return encode_publish(
-            packet.topic, packet.payload, packet.qos, packet.packet_id, packet.retain, packet.dup
+            packet.topic,
+            packet.payload,
+            packet.qos,
+            packet.packet_id,
+            packet.retain,
+            packet.dup,
+            packet.properties,
+            level,
         )
+    if isinstance(packet, Connect):
+        return _encode_connect(packet)
+    if level == _MQTT_5:
+        return _encode_v5(packet)
+    _refuse_v5_fields(packet, level)
     if isinstance(packet, Puback | Pubrec | Pubrel | Pubcomp | Unsuback):
         return encode_ack(kind, packet.packet_id)
     if kind is PacketType.PINGREQ:
@@ -210,8 +253,6 @@ def encode(packet: Packet, level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
         return b"\xd0\x00"
     if kind is PacketType.DISCONNECT:
         return b"\xe0\x00"
-    if isinstance(packet, Connect):
-        return _encode_connect(packet)
     if isinstance(packet, Connack):
         if not 0 <= packet.return_code <= 5:
             raise InvalidArgument(f"CONNACK return code {packet.return_code} is not 0..5")
@@ -244,6 +285,18 @@ def encode(packet: Packet, level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
     raise TypeError(f"cannot encode {packet!r}")
 
 
+def _refuse_v5_fields(packet: Packet, level: int) -> None:
+    """AUTH, or a set MQTT 5.0 field, asked for on a 3.1 / 3.1.1 connection."""
+    if isinstance(packet, Auth):
+        _refuse_v5("AUTH packets", level, "3.15")
+    if getattr(packet, "properties", None) is not None:
+        _refuse_v5(f"{packet.type.name} properties", level, "2.2.2")
+    if getattr(packet, "reason_code", 0):
+        _refuse_v5(f"{packet.type.name} reason codes", level, "2.4")
+    if isinstance(packet, Unsuback) and packet.reason_codes:
+        _refuse_v5("UNSUBACK reason codes", level, "3.11.3")
+
+
 def _encode_connect(packet: Connect) -> bytes:
     level = ProtocolLevel(packet.protocol_level)
     if level is ProtocolLevel.MQTT_3_1 and not 1 <= len(packet.client_id) <= 23:
@@ -253,8 +306,14 @@ def _encode_connect(packet: Connect) -> bytes:
         )
     if not 0 <= packet.keep_alive <= 0xFFFF:
         raise InvalidArgument(f"keep alive must be 0..65535 seconds, got {packet.keep_alive}")
-    if packet.password is not None and packet.username is None:
-        raise InvalidArgument("a password needs a user name (section 3.1.2.9)")
+    v5 = level is _MQTT_5
+    if not v5:
+        if packet.properties is not None:
+            _refuse_v5("CONNECT properties", level, "3.1.2.11")
+        if packet.will is not None and packet.will.properties is not None:
+            _refuse_v5("Will Properties", level, "3.1.3.2")
+        if packet.password is not None and packet.username is None:
+            raise InvalidArgument("a password needs a user name (section 3.1.2.9)")
     flags = 0x02 if packet.clean_session else 0
     payload = _utf8(packet.client_id)
     if packet.will is not None:
@@ -262,15 +321,153 @@ def _encode_connect(packet: Connect) -> bytes:
         if will.qos not in (0, 1, 2):
             raise InvalidArgument(f"will QoS must be 0..2, got {will.qos!r}")
         flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
+        if v5:  # MQTT 5.0 section 3.1.3.2: the Will Properties come before the will topic
+            payload += encode_properties(will.properties, WILL_PROPERTIES)
         payload += _utf8(validate_topic_name(will.topic)) + _binary(will.payload)
     if packet.username is not None:
         flags |= 0x80
         payload += _utf8(packet.username)
-    if packet.password is not None:
+    if packet.password is not None:  # MQTT 5.0 allows one without a user name (3.1.2.9)
         flags |= 0x40
         payload += _binary(packet.password)
     variable = _utf8(level.protocol_name) + bytes((level, flags)) + _U16.pack(packet.keep_alive)
+    if v5:  # MQTT 5.0 section 3.1.2.11: the properties follow the keep alive
+        variable += encode_properties(packet.properties, PacketType.CONNECT)
     return _frame(0x10, variable + payload)
+
+
+# ---------------------------------------------------------------------------------------------
+# MQTT 5.0 writers (MQTT 5.0 chapter 3)
+
+
+def _encode_v5(packet: Packet) -> bytes:
+    """Every packet but PUBLISH and CONNECT at protocol level 5."""
+    kind = packet.type
+    if isinstance(packet, Puback | Pubrec | Pubrel | Pubcomp):
+        # MQTT 5.0 section 3.4.2.1 (and 3.5, 3.6, 3.7): without properties the Property Length
+        # is left out, and with reason code 0x00 too (the four-byte frame of 3.1.1).
+        code = check_reason(packet.reason_code, kind, received=False)
+        pid = _check_packet_id(packet.packet_id, kind.name)
+        props = _properties_or_nothing(packet.properties, kind)
+        if not props:
+            if not code:
+                return encode_ack(kind, pid)
+            return bytes((ACK_FIRST_BYTES[kind], 3)) + _U16.pack(pid) + bytes((code,))
+        return _frame(ACK_FIRST_BYTES[kind], _U16.pack(pid) + bytes((code,)) + props)
+    if isinstance(packet, Disconnect | Auth):
+        # MQTT 5.0 sections 3.14.2.1 and 3.15.2.1: remaining length 0 is reason 0x00 without
+        # properties; DISCONNECT may also leave out only the Property Length (3.14.2.2.1).
+        code = check_reason(packet.reason_code, kind, received=False)
+        props = _properties_or_nothing(packet.properties, kind)
+        first = kind << 4
+        if not props:
+            if not code:
+                return bytes((first, 0))
+            if kind is PacketType.DISCONNECT:
+                return bytes((first, 1, code))
+            props = b"\x00"
+        return _frame(first, bytes((code,)) + props)
+    if kind is PacketType.PINGREQ:
+        return b"\xc0\x00"
+    if kind is PacketType.PINGRESP:
+        return b"\xd0\x00"
+    if isinstance(packet, Connack):
+        code = check_reason(packet.return_code, kind, received=False)
+        if packet.session_present and code:
+            raise InvalidArgument(
+                "a CONNACK with a non-zero reason code must have session present 0 "
+                "(MQTT 5.0 section 3.2.2.1.1)"
+            )
+        flags = 1 if packet.session_present else 0
+        return _frame(0x20, bytes((flags, code)) + encode_properties(packet.properties, kind))
+    if isinstance(packet, Subscribe):
+        if not packet.subscriptions:
+            raise InvalidArgument("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
+        body = bytearray(_U16.pack(_check_packet_id(packet.packet_id, "SUBSCRIBE")))
+        body += encode_properties(packet.properties, kind)
+        for topic_filter, options in packet.subscriptions:
+            _check_subscription(topic_filter, options, InvalidArgument)
+            body += _utf8(topic_filter) + bytes((options,))
+        return _frame(0x82, bytes(body))
+    if isinstance(packet, Suback | Unsuback):
+        codes = packet.return_codes if isinstance(packet, Suback) else packet.reason_codes
+        if not codes:
+            raise InvalidArgument(
+                f"{kind.name} needs at least one reason code, one per topic filter "
+                f"(MQTT 5.0 section {_SECTIONS[kind]}.3)"
+            )
+        for code in codes:
+            check_reason(code, kind, received=False)
+        pid = _check_packet_id(packet.packet_id, kind.name)
+        props = encode_properties(packet.properties, kind)
+        return _frame(kind << 4, _U16.pack(pid) + props + bytes(codes))
+    if isinstance(packet, Unsubscribe):
+        if not packet.topics:
+            raise InvalidArgument("UNSUBSCRIBE needs at least one topic filter (section 3.10.3)")
+        body = bytearray(_U16.pack(_check_packet_id(packet.packet_id, "UNSUBSCRIBE")))
+        body += encode_properties(packet.properties, kind)
+        for topic_filter in packet.topics:
+            _check_shared(validate_topic_filter(topic_filter), InvalidTopic)
+            body += _utf8(topic_filter)
+        return _frame(0xA2, bytes(body))
+    raise TypeError(f"cannot encode {packet!r}")
+
+
+def _properties_or_nothing(props: Properties | None, context: Context) -> bytes:
+    """The encoded properties, or ``b""`` for none (None or all absent)."""
+    if props is None:
+        return b""
+    data = encode_properties(props, context)
+    return b"" if data == b"\x00" else data
+
+
+_SHARE_PREFIX = "$share/"
+
+
+def _check_shared(topic_filter: str, error: type[MalformedFrame] | type[InvalidArgument]) -> bool:
+    """Whether ``topic_filter`` is a Shared Subscription, checking its form: ``$share/``, a
+    ShareName of one or more characters without ``/``, ``+`` or ``#``, ``/``, a topic filter
+    (MQTT 5.0 section 4.8.2)."""
+    if not topic_filter.startswith(_SHARE_PREFIX):
+        return False
+    share_name, slash, rest = topic_filter[len(_SHARE_PREFIX) :].partition("/")
+    if not share_name or "+" in share_name or "#" in share_name or not slash or not rest:
+        raise error(
+            f"shared subscription {topic_filter!r} must be $share/<ShareName>/<filter>, the "
+            "ShareName at least one character without '/', '+' or '#' (MQTT 5.0 section 4.8.2)"
+        )
+    return True
+
+
+def _check_subscription(
+    topic_filter: str, options: int, error: type[MalformedFrame] | type[InvalidArgument]
+) -> None:
+    """An MQTT 5.0 topic filter and its Subscription Options byte (MQTT 5.0 section 3.8.3.1)."""
+    if error is InvalidArgument:
+        validate_topic_filter(topic_filter)
+    shared = _check_shared(topic_filter, InvalidTopic if error is InvalidArgument else error)
+    if type(options) is not int or not 0 <= options <= 0xFF:
+        raise error(f"Subscription Options {options!r} is not a byte (MQTT 5.0 section 3.8.3.1)")
+    if options & 0xC0:
+        raise error(
+            f"Subscription Options {options:#04x}: bits 6 and 7 are reserved and must be 0 "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )
+    if options & 0x03 == 3:
+        raise error(
+            f"Subscription Options {options:#04x}: maximum QoS 3 is not allowed "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )
+    if options & 0x30 == 0x30:
+        raise error(
+            f"Subscription Options {options:#04x}: Retain Handling 3 is not allowed "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )
+    if shared and options & 0x04:
+        raise error(
+            f"No Local set on the shared subscription {topic_filter!r} is a Protocol Error "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,9 +507,7 @@ class _Cursor:
     def packet_id(self) -> int:
         value = self.u16("the packet identifier")
         if value == 0:
-            raise MalformedFrame(
-                f"{self.kind}: packet identifier 0 is not allowed (section 2.3.1)"
-            )
+            raise MalformedFrame(f"{self.kind}: packet identifier 0 is not allowed (section 2.3.1)")
         return value
 
     def binary(self, what: str) -> bytes:
@@ -324,6 +519,11 @@ class _Cursor:
 
     def utf8(self, what: str) -> str:
         return decode_utf8(self.binary(what), f"{self.kind} {what}")
+
+    def properties(self, context: Context) -> Properties | None:
+        """Property Length and properties (MQTT 5.0 section 2.2.2)."""
+        props, self.pos = decode_properties(self.buf, self.pos, self.end, context)
+        return props
 
     def rest(self) -> bytes:
         value = bytes(self.buf[self.pos : self.end])
@@ -341,17 +541,6 @@ class _Cursor:
             )
 
 
-def decode_utf8(data: bytes, what: str) -> str:
-    """Decode a UTF-8 string field: well-formed, no surrogates, no U+0000 (section 1.5.3)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedFrame(f"{what} is not well-formed UTF-8 (section 1.5.3): {exc}") from None
-    if "\x00" in text:
-        raise MalformedFrame(f"{what} contains U+0000 (section 1.5.3)")
-    return text
-
-
 def check_flags(first_byte: int, level: int) -> None:
     """Reserved flag bits of non-PUBLISH packets (section 2.2.2, table 2.2).
 
@@ -360,7 +549,7 @@ def check_flags(first_byte: int, level: int) -> None:
     """
     kind = first_byte >> 4
     flags = first_byte & 0x0F
-    if kind == 0 or kind == 15:
+    if kind == 0 or (kind == 15 and level != _MQTT_5):  # AUTH: MQTT 5.0 section 3.15
         raise MalformedFrame(f"packet type {kind} is reserved (section 2.2.1)")
     expected = _FLAGS_3_1_1[kind]
     if flags == expected:
@@ -374,12 +563,18 @@ def check_flags(first_byte: int, level: int) -> None:
 
 
 def decode_publish(
-    flags: int, buf: bytes, start: int, end: int, topics: dict[bytes, str] | None = None
+    flags: int,
+    buf: bytes,
+    start: int,
+    end: int,
+    topics: dict[bytes, str] | None = None,
+    blocks: dict[bytes, Properties] | None = None,
 ) -> Publish:
     """PUBLISH variable header and payload held in ``buf[start:end]`` (section 3.3).
 
     ``topics`` caches raw topic bytes already validated and decoded (the stream decoder keeps
-    one per connection: most streams repeat a few topics)."""
+    one per connection: most streams repeat a few topics). ``blocks`` is unused: 3.1 / 3.1.1
+    have no properties; it gives this reader the signature of :func:`decode_publish_v5`."""
     qos = (flags >> 1) & 0x03
     if qos == 3:
         raise MalformedFrame(
@@ -412,32 +607,148 @@ def decode_publish(
     raw_topic = buf[start + 2 : topic_end]
     topic = topics.get(raw_topic) if topics is not None else None
     if topic is None:
-        # Byte values, not one-byte needles: 0x2B '+', 0x23 '#', 0 U+0000 (sections 3.3.2.1, 1.5.3).
-        if not raw_topic or 0x2B in raw_topic or 0x23 in raw_topic or 0 in raw_topic:
-            _received_topic(
-                validate_topic_name, decode_utf8(bytes(raw_topic), "PUBLISH topic name")
-            )
-        try:
-            topic = str(raw_topic, "utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedFrame(
-                f"PUBLISH topic name is not well-formed UTF-8 (section 1.5.3): {exc}"
-            ) from None
-        if topics is not None:
-            if len(topics) >= TOPIC_CACHE_SIZE:
-                topics.clear()
-            topics[bytes(raw_topic)] = topic
+        topic = _read_topic(raw_topic, topics)
     return Publish(
         topic, bytes(buf[payload_start:end]), qos, bool(flags & 1), bool(flags & 8), packet_id
     )
+
+
+def decode_publish_v5(
+    flags: int,
+    buf: bytes,
+    start: int,
+    end: int,
+    topics: dict[bytes, str] | None = None,
+    blocks: dict[bytes, Properties] | None = None,
+) -> Publish:
+    """MQTT 5.0 PUBLISH variable header and payload in ``buf[start:end]`` (MQTT 5.0 section
+    3.3): :func:`decode_publish` plus the properties after the packet identifier. A Property
+    Length of 0 (one byte) costs one comparison and gives ``properties=None``; a zero-length
+    topic name needs a Topic Alias property (MQTT 5.0 section 3.3.2.1).
+
+    ``blocks`` caches decoded property blocks of up to 127 bytes by their bytes (the stream
+    decoder keeps one per connection: publishers repeat their content type and user
+    properties). Packets whose property bytes are equal then share one :class:`Properties`,
+    which must be treated as read-only.
+
+    The fixed header checks repeat :func:`decode_publish`'s on purpose: a shared helper would
+    cost a call per message on the 3.1.1 hot path."""
+    qos = (flags >> 1) & 0x03
+    if qos == 3:
+        raise MalformedFrame(
+            "PUBLISH with QoS 3: both QoS bits set is not allowed (section 3.3.1.2)"
+        )
+    if end - start < 2:
+        raise MalformedFrame(
+            "PUBLISH: the topic name length runs past the end of the packet (section 3.3.2)"
+        )
+    topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1])
+    if qos:
+        pos = topic_end + 2
+        if pos > end:
+            raise MalformedFrame(
+                "PUBLISH: the topic name or packet identifier runs past the end of the packet "
+                "(section 3.3.2)"
+            )
+        packet_id = (buf[topic_end] << 8) | buf[topic_end + 1]
+        if packet_id == 0:
+            raise MalformedFrame("PUBLISH: packet identifier 0 is not allowed (section 2.3.1)")
+    else:
+        if flags & 0x08:
+            raise MalformedFrame("PUBLISH: DUP must be 0 when QoS is 0 (section 3.3.1.1)")
+        pos = topic_end
+        if pos > end:
+            raise MalformedFrame(
+                "PUBLISH: the topic name runs past the end of the packet (section 3.3.2)"
+            )
+        packet_id = None
+    length = buf[pos] if pos < end else 0x80  # 0x80: decode_properties reports it
+    if not length:
+        properties = None
+        pos += 1
+    elif length < 0x80 and blocks is not None and pos + 1 + length <= end:
+        stop = pos + 1 + length
+        key = buf[pos + 1 : stop]
+        properties = blocks.get(key)
+        if properties is None:
+            properties = read_properties(buf, pos + 1, stop, _PUBLISH)
+            if len(blocks) < _PROPERTIES_CACHE_LIMIT:
+                blocks[key] = properties
+        pos = stop
+    else:
+        properties, pos = decode_properties(buf, pos, end, _PUBLISH)
+    if topic_end == start + 2:
+        if properties is None or properties.topic_alias is None:
+            raise MalformedFrame(
+                "PUBLISH: a zero-length topic name needs a Topic Alias property "
+                "(MQTT 5.0 section 3.3.2.1)"
+            )
+        topic = ""
+    else:
+        raw_topic = buf[start + 2 : topic_end]
+        found = topics.get(raw_topic) if topics is not None else None
+        topic = _read_topic(raw_topic, topics) if found is None else found
+    return Publish(
+        topic,
+        bytes(buf[pos:end]),
+        qos,
+        bool(flags & 1),
+        bool(flags & 8),
+        packet_id,
+        properties,
+    )
+
+
+def _read_topic(raw_topic: bytes, topics: dict[bytes, str] | None) -> str:
+    """Validate and decode a PUBLISH topic name not in the cache, and cache it while the cache
+    holds fewer than ``TOPIC_CACHE_LIMIT`` topics (sections 3.3.2.1, 4.7.3, 1.5.3)."""
+    # Byte values, not one-byte needles: 0x2B '+', 0x23 '#', 0 U+0000 (sections 3.3.2.1, 1.5.3).
+    if not raw_topic or 0x2B in raw_topic or 0x23 in raw_topic or 0 in raw_topic:
+        _received_topic(validate_topic_name, decode_utf8(bytes(raw_topic), "PUBLISH topic name"))
+    try:
+        topic = str(raw_topic, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedFrame(
+            f"PUBLISH topic name is not well-formed UTF-8 (section 1.5.3): {exc}"
+        ) from None
+    if topics is not None and len(topics) < TOPIC_CACHE_LIMIT:
+        topics[bytes(raw_topic)] = topic
+    return topic
+
+
+def trim_cache(cache: dict[bytes, _V], size: int, added: int) -> int:
+    """Bring a decoder's cache (topics, property blocks) back to ``size`` entries after a read;
+    returns the new count of entries that arrived while it was full.
+
+    ``added`` counts such entries since the last rotation. The entries above the size are the
+    newest (dicts keep insertion order) and are dropped, keeping those that were already
+    there: more distinct keys than the cache holds, cycling, no longer empty it every round
+    (4,097 topics decode about as fast as 4,096). Once a quarter of the size in new keys has
+    been turned away, the oldest eighth goes instead, so a stream whose keys change over time
+    gets its new ones cached (a new set of 2,048 topics within some 40,000 messages)."""
+    extra = len(cache) - size
+    if extra <= 0:
+        return added
+    added += extra
+    if added >= size // 4:
+        for key in list(islice(cache, extra + size // 8)):
+            del cache[key]
+        return 0
+    for _ in range(extra):
+        cache.popitem()
+    return added
 
 
 def decode_packet(first_byte: int, body: bytes, level: int = ProtocolLevel.MQTT_3_1_1) -> Packet:
     """Decode one frame given its first byte and its body (the Remaining Length bytes)."""
     kind = first_byte >> 4
     if kind == PacketType.PUBLISH:
+        if level == _MQTT_5:
+            return decode_publish_v5(first_byte & 0x0F, body, 0, len(body))
         return decode_publish(first_byte & 0x0F, body, 0, len(body))
     check_flags(first_byte, level)
+    if level == _MQTT_5:
+        return _decode_v5(first_byte >> 4, body)
     name = _PACKET_NAMES[kind]
     cursor = _Cursor(body, name)
     packet: Packet
@@ -567,6 +878,7 @@ def _decode_connack(cursor: _Cursor, level: int) -> Connack:
 
 
 def _decode_connect(cursor: _Cursor) -> Connect:
+    """CONNECT of any level: its own protocol level byte says which (section 3.1.2.2)."""
     name = cursor.utf8("protocol name")
     level = cursor.u8("protocol level")
     if name not in ("MQTT", "MQIsdp"):
@@ -574,9 +886,16 @@ def _decode_connect(cursor: _Cursor) -> Connect:
             f"CONNECT protocol name {name!r} is neither 'MQTT' (3.1.1) nor 'MQIsdp' (3.1) "
             "(section 3.1.2.1)"
         )
-    if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
+    if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1, _MQTT_5):
         raise MalformedFrame(
-            f"CONNECT protocol level {level} is neither 3 (3.1) nor 4 (3.1.1) (section 3.1.2.2)"
+            f"CONNECT protocol level {level} is neither 3 (3.1) nor 4 (3.1.1) nor 5 (5.0) "
+            "(section 3.1.2.2)"
+        )
+    v5 = level == _MQTT_5
+    if v5 and name != "MQTT":
+        raise MalformedFrame(
+            f"CONNECT protocol name {name!r} with protocol level 5: MQTT 5.0 uses 'MQTT' "
+            "(MQTT 5.0 section 3.1.2.1)"
         )
     flags = cursor.u8("connect flags")
     if flags & 0x01:
@@ -592,15 +911,19 @@ def _decode_connect(cursor: _Cursor) -> Connect:
         )
     has_password = bool(flags & 0x40)
     has_username = bool(flags & 0x80)
-    if has_password and not has_username:
+    if has_password and not has_username and not v5:  # MQTT 5.0 allows it (3.1.2.9)
         raise MalformedFrame("CONNECT flags: a password needs a user name (section 3.1.2.9)")
     keep_alive = cursor.u16("keep alive")
+    properties = cursor.properties(PacketType.CONNECT) if v5 else None
     client_id = cursor.utf8("client identifier")
     will = None
     if will_flag:
+        will_properties = cursor.properties(WILL_PROPERTIES) if v5 else None
         will_topic = cursor.utf8("will topic")
         _received_topic(validate_topic_name, will_topic)
-        will = Will(will_topic, cursor.binary("will message"), will_qos, will_retain)
+        will = Will(
+            will_topic, cursor.binary("will message"), will_qos, will_retain, will_properties
+        )
     username = cursor.utf8("user name") if has_username else None
     password = cursor.binary("password") if has_password else None
     return Connect(
@@ -611,4 +934,125 @@ def _decode_connect(cursor: _Cursor) -> Connect:
         password=password,
         will=will,
         protocol_level=level,
+        properties=properties,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# MQTT 5.0 readers (MQTT 5.0 chapter 3)
+
+
+def _decode_v5(kind: int, body: bytes) -> Packet:
+    """Every packet but PUBLISH at protocol level 5; flags already checked."""
+    cursor = _Cursor(body, _PACKET_NAMES[kind])
+    size = len(body)
+    packet: Packet
+    if kind in _V5_ACK_TYPES:
+        # MQTT 5.0 section 3.4.2.1 (3.5.2.1, 3.6.2.1, 3.7.2.1): remaining length 2 is reason
+        # 0x00 without properties, 3 a reason code without properties (3.4.2.2.1).
+        if size < 2:
+            raise MalformedFrame(
+                f"{cursor.kind} must have remaining length 2 or more, got {size} "
+                f"(MQTT 5.0 section {_SECTIONS[kind]}.2)"
+            )
+        packet_id = cursor.packet_id()
+        code = 0
+        props = None
+        if size > 2:
+            code = check_reason(cursor.u8("reason code"), PacketType(kind), received=True)
+            if size > 3:
+                props = cursor.properties(PacketType(kind))
+        packet = _V5_ACK_TYPES[kind](packet_id, code, props)
+    elif kind in (PacketType.PINGREQ, PacketType.PINGRESP):
+        if size:
+            raise MalformedFrame(
+                f"{cursor.kind} must have remaining length 0, got {size} "
+                f"(MQTT 5.0 section {_SECTIONS[kind]}.1)"
+            )
+        packet = Pingreq() if kind == PacketType.PINGREQ else Pingresp()
+    elif kind == PacketType.DISCONNECT or kind == PacketType.AUTH:
+        # MQTT 5.0 sections 3.14.2.1 and 3.15.2.1: remaining length 0 is reason 0x00 without
+        # properties. DISCONNECT may leave out the Property Length alone (3.14.2.2.1); AUTH
+        # may not (3.15.2.1 omits reason code and Property Length together).
+        kind_type = PacketType(kind)
+        code = 0
+        props = None
+        if size:
+            code = check_reason(cursor.u8("reason code"), kind_type, received=True)
+            if size > 1 or kind == PacketType.AUTH:
+                props = cursor.properties(kind_type)
+        packet = Disconnect(code, props) if kind == PacketType.DISCONNECT else Auth(code, props)
+    elif kind == PacketType.CONNACK:
+        ack_flags = cursor.u8("acknowledge flags")
+        code = check_reason(cursor.u8("reason code"), PacketType.CONNACK, received=True)
+        if ack_flags & 0xFE:
+            raise MalformedFrame(
+                f"CONNACK acknowledge flags {ack_flags:#04x}: bits 7-1 are reserved and must be "
+                "0 (MQTT 5.0 section 3.2.2.1)"
+            )
+        if ack_flags and code:
+            raise MalformedFrame(
+                "CONNACK with a non-zero reason code must have session present 0 "
+                "(MQTT 5.0 section 3.2.2.1.1)"
+            )
+        props = cursor.properties(PacketType.CONNACK)
+        packet = Connack(bool(ack_flags), code, props)
+    elif kind == PacketType.SUBSCRIBE:
+        packet_id = cursor.packet_id()
+        props = cursor.properties(PacketType.SUBSCRIBE)
+        subscriptions = []
+        while cursor.remaining():
+            topic_filter = cursor.utf8("topic filter")
+            _validate_filter(topic_filter)
+            options = cursor.u8("subscription options")
+            _check_subscription(topic_filter, options, MalformedFrame)
+            subscriptions.append((topic_filter, options))
+        if not subscriptions:
+            raise MalformedFrame(
+                "SUBSCRIBE must contain at least one topic filter (MQTT 5.0 section 3.8.3)"
+            )
+        packet = Subscribe(packet_id, subscriptions, props)
+    elif kind == PacketType.SUBACK or kind == PacketType.UNSUBACK:
+        kind_type = PacketType(kind)
+        packet_id = cursor.packet_id()
+        props = cursor.properties(kind_type)
+        codes = list(cursor.rest())
+        if not codes:
+            raise MalformedFrame(
+                f"{cursor.kind} must contain at least one reason code, one per topic filter "
+                f"(MQTT 5.0 section {_SECTIONS[kind]}.3)"
+            )
+        for code in codes:
+            check_reason(code, kind_type, received=True)
+        if kind == PacketType.SUBACK:
+            packet = Suback(packet_id, codes, props)
+        else:
+            packet = Unsuback(packet_id, codes, props)
+    elif kind == PacketType.UNSUBSCRIBE:
+        packet_id = cursor.packet_id()
+        props = cursor.properties(PacketType.UNSUBSCRIBE)
+        topics = []
+        while cursor.remaining():
+            topic_filter = cursor.utf8("topic filter")
+            _validate_filter(topic_filter)
+            _check_shared(topic_filter, MalformedFrame)
+            topics.append(topic_filter)
+        if not topics:
+            raise MalformedFrame(
+                "UNSUBSCRIBE must contain at least one topic filter (MQTT 5.0 section 3.10.3)"
+            )
+        packet = Unsubscribe(packet_id, topics, props)
+    elif kind == PacketType.CONNECT:
+        packet = _decode_connect(cursor)
+    else:  # pragma: no cover - check_flags rejects type 0
+        raise MalformedFrame(f"packet type {kind} is reserved (MQTT 5.0 section 2.1.2)")
+    cursor.finish()
+    return packet
+
+
+_V5_ACK_TYPES: dict[int, type[Puback | Pubrec | Pubrel | Pubcomp]] = {
+    PacketType.PUBACK: Puback,
+    PacketType.PUBREC: Pubrec,
+    PacketType.PUBREL: Pubrel,
+    PacketType.PUBCOMP: Pubcomp,
+}

@@ -3,6 +3,10 @@
 A frame may be split across reads at any byte and one read may hold many frames. Frames
 longer than :data:`LARGE_FRAME` that are still incomplete are collected as a list of chunks
 and joined once, so a 256 MB payload arriving in 64 KB reads costs linear time.
+
+At protocol level 5 (MQTT 5.0) PUBLISH frames go through ``decode_publish_v5``, chosen once
+per decoder, and a Remaining Length not in the fewest bytes is malformed (MQTT 5.0 section
+1.5.5); on levels 3 and 4 nothing changes.
 """
 
 from __future__ import annotations
@@ -10,13 +14,18 @@ from __future__ import annotations
 from .codec import (
     ACK_FIRST_BYTES,
     MAX_REMAINING_LENGTH,
+    PROPERTIES_CACHE_SIZE,
+    TOPIC_CACHE_SIZE,
     check_flags,
     decode_packet,
     decode_publish,
+    decode_publish_v5,
     decode_remaining_length,
+    trim_cache,
 )
 from .errors import InvalidArgument, MalformedFrame, PacketTooLarge
 from .packets import Packet, PacketType, ProtocolLevel, Pubrel
+from .properties import Properties
 
 LARGE_FRAME = 1 << 16
 
@@ -33,11 +42,15 @@ class StreamDecoder:
     """
 
     __slots__ = (
+        "_block_overflow",
+        "_blocks",
         "_failed",
         "_have",
         "_need",
         "_parts",
+        "_publish",
         "_rest",
+        "_topic_overflow",
         "_topics",
         "level",
         "max_packet_size",
@@ -58,6 +71,10 @@ class StreamDecoder:
         self._need = 0
         self._failed: MalformedFrame | None = None
         self._topics: dict[bytes, str] = {}
+        self._topic_overflow = 0
+        self._blocks: dict[bytes, Properties] = {}  # MQTT 5.0 PUBLISH property blocks
+        self._block_overflow = 0
+        self._publish = decode_publish_v5 if level == ProtocolLevel.MQTT_5 else decode_publish
 
     @property
     def buffered(self) -> int:
@@ -90,13 +107,15 @@ class StreamDecoder:
         level = self.level
         limit = self.max_packet_size
         topics = self._topics
+        blocks = self._blocks
+        publish = self._publish
         try:
             while size - pos >= 2:
                 first = buf[pos]
                 length = buf[pos + 1]
                 if length < 0x80:
                     start = pos + 2
-                elif size - pos > 2 and buf[pos + 2] < 0x80:  # two length bytes: 128..16383
+                elif size - pos > 2 and 0 < buf[pos + 2] < 0x80:  # two bytes: 128..16383
                     length = (length & 0x7F) | (buf[pos + 2] << 7)
                     start = pos + 3
                 else:
@@ -104,6 +123,12 @@ class StreamDecoder:
                     if parsed is None:
                         break
                     length, start = parsed
+                    if not buf[start - 1] and level == ProtocolLevel.MQTT_5:
+                        raise MalformedFrame(
+                            "the remaining length is not encoded in the fewest bytes (a "
+                            "Variable Byte Integer must use the minimum number of bytes, "
+                            "MQTT 5.0 section 1.5.5)"
+                        )
                 if length > limit:
                     raise PacketTooLarge(
                         f"packet of remaining length {length} exceeds the maximum of {limit} "
@@ -120,7 +145,7 @@ class StreamDecoder:
                         return packets
                     break
                 if first & 0xF0 == 0x30:
-                    packets.append(decode_publish(first & 0x0F, buf, start, end, topics))
+                    packets.append(publish(first & 0x0F, buf, start, end, topics, blocks))
                 elif first == _PUBREL and length == 2 and (buf[start] or buf[start + 1]):
                     # PUBREL with the flags, length and nonzero packet id that section 3.6.1
                     # and 2.3.1 require: what decode_packet would build, without its checks.
@@ -133,6 +158,13 @@ class StreamDecoder:
             self._rest = b""
             exc.packets = packets
             raise
+        finally:
+            if len(topics) > TOPIC_CACHE_SIZE:
+                self._topic_overflow = trim_cache(topics, TOPIC_CACHE_SIZE, self._topic_overflow)
+            if len(blocks) > PROPERTIES_CACHE_SIZE:
+                self._block_overflow = trim_cache(
+                    blocks, PROPERTIES_CACHE_SIZE, self._block_overflow
+                )
         self._rest = buf[pos:] if pos < size else b""
         return packets
 

@@ -1,7 +1,9 @@
 """The thin blocking driver: sockets, TLS, clocks and reconnects around :class:`ClientSession`.
 
 All protocol decisions live in the session; this module moves bytes. One socket read is
-decoded at once and the acknowledgements for it go out in one write.
+decoded at once and the acknowledgements for it go out in one write. Over ``ws://`` and
+``wss://`` the bytes go through :mod:`connector.mqtt.websocket`, which gives the driver the
+same socket methods; ``tcp://`` and ``ssl://`` use the socket itself.
 """
 
 from __future__ import annotations
@@ -9,25 +11,30 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import re
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from .errors import (
+    FATAL_DISCONNECTS,
+    BrokerDisconnected,
     ConnectionLost,
     ConnectionRefused,
     InvalidArgument,
     KeepAliveTimeout,
     MqttError,
+    PeerViolation,
     RepeatedProtocolViolation,
     SubscriptionRefused,
 )
 from .packets import Publish
+from .properties import Properties
 from .session import (
     ClientSession,
     Connected,
@@ -35,6 +42,7 @@ from .session import (
     ProtocolViolation,
     PublishDone,
     Released,
+    ServerDisconnect,
     SessionConfig,
     State,
     Subscribed,
@@ -47,25 +55,91 @@ _Awaited = TypeVar("_Awaited", Connected, Subscribed)
 DISCONNECT_DRAIN = 0.5
 """Seconds ``disconnect`` waits for the broker to close the connection after DISCONNECT."""
 
-DEFAULT_PORTS = {"tcp": 1883, "mqtt": 1883, "ssl": 8883, "mqtts": 8883, "tls": 8883}
-TLS_SCHEMES = frozenset({"ssl", "mqtts", "tls"})
+DEFAULT_PORTS = {
+    "tcp": 1883,
+    "mqtt": 1883,
+    "ssl": 8883,
+    "mqtts": 8883,
+    "tls": 8883,
+    "ws": 80,
+    "wss": 443,
+}
+TLS_SCHEMES = frozenset({"ssl", "mqtts", "tls", "wss"})
+WEBSOCKET_SCHEMES = frozenset({"ws", "wss"})
+DEFAULT_WEBSOCKET_PATH = "/mqtt"
+"""The request path of a ``ws://``/``wss://`` URL without one: paho's default, and the path of
+HiveMQ, EMQX, AWS IoT Core and Azure Event Grid (Mosquitto and mochi-mqtt take any path)."""
+ACCEPTED_URLS = (
+    "tcp://host:port, ssl://host:port, mqtts://host:port, ws://host:port/path or "
+    "wss://host:port/path"
+)
+_URL_TEXT = re.compile(r"[!-~]*")
+"""What a request target may hold as given: printable ASCII, no spaces (RFC 3986 section 2)."""
+_ALPN_NAME = re.compile(r"[!-~]{1,255}")
 
 
 class BrokerUnreachable(MqttError):
-    """The broker's address could not be reached (refused, unknown host, timeout)."""
+    """The broker's address could not be reached (refused, unknown host, timeout), or it hung
+    up during the TLS or WebSocket handshake, or answered it with a server error: a later
+    attempt may succeed."""
 
 
 class TlsError(MqttError):
     """The TLS handshake failed (e.g. the broker's certificate is not trusted)."""
 
 
+class WebSocketRefused(ConnectionRefused):
+    """The server refused the WebSocket upgrade (an HTTP status other than 101 and than the
+    ones a later attempt may pass: 408, 429, 5xx), answered without the subprotocol ``mqtt``
+    (MQTT section 6, [MQTT-6.0.0-4]) or not as a WebSocket server. A ConnectionRefused: like a
+    refusing CONNACK, reconnecting does not help; the URL, path or credentials need fixing.
+    ``status`` is the HTTP status, None when the server did not answer with one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WebSocketViolation(ConnectionLost, PeerViolation):
+    """The broker broke the WebSocket transport's rules: a text frame (MQTT section 6,
+    [MQTT-6.0.0-1]) or broken framing. The client closed the connection with a Close frame;
+    like any protocol violation it counts as a lost connection and is followed by a reconnect
+    (a ConnectionLost), and the broker is at fault (a PeerViolation)."""
+
+
+class ByteStream(Protocol):
+    """What the driver calls on its connection: a socket (``tcp://``, ``ssl://``) or a
+    :class:`connector.mqtt.websocket.WebSocketStream` (``ws://``, ``wss://``)."""
+
+    def settimeout(self, value: float | None, /) -> None: ...
+    def recv(self, bufsize: int, /) -> bytes: ...
+    def send(self, data: memoryview, /) -> int: ...
+    def shutdown(self, how: int, /) -> None: ...
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerAddress:
-    """Where the broker is: ``tcp://host:port`` or ``ssl://``/``mqtts://`` for TLS."""
+    """Where the broker is and how to reach it.
+
+    ``tcp://host:port`` (port 1883 by default; also ``mqtt://``), ``ssl://``, ``mqtts://`` or
+    ``tls://host:port`` (8883, TLS), ``ws://host:port/path`` (80) and ``wss://host:port/path``
+    (443, TLS): MQTT over WebSocket (MQTT section 6) with ``path`` as the request path,
+    ``/mqtt`` when the URL has none. The query of a WebSocket URL (cloud brokers authenticate
+    WebSocket connections with signed query strings) goes with the request but is never
+    shown: ``str()`` and ``repr()``, and so logs and error messages, leave it out, as they do
+    credentials (a URL with credentials is refused). TLS sends the host as SNI (RFC 6066
+    section 3), but for an IP address (Python's ssl leaves it out, as the RFC says).
+    """
 
     host: str
     port: int
     tls: bool
+    websocket: bool = False
+    path: str = ""
+    """The WebSocket request path as given (percent-encoded); empty for TCP."""
+    query: str = field(default="", repr=False)
+    """The WebSocket request's query without ``?``: sent, never shown."""
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
@@ -73,20 +147,23 @@ class BrokerAddress:
         is accepted.
 
         Credentials in the URL (``tcp://user:secret@host``) are refused, and error messages
-        never repeat them."""
+        never repeat them, nor the query string."""
         parts = urlsplit(url if "://" in url else f"tcp://{url}")
         shown = url
+        if parts.query or parts.fragment:
+            shown = parts._replace(query="", fragment="").geturl()
         if "@" in parts.netloc:
-            shown = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+            hidden = parts._replace(
+                netloc="***@" + parts.netloc.rsplit("@", 1)[1], query="", fragment=""
+            )
             raise InvalidArgument(
-                f"broker URL {shown!r} carries credentials; give them as the user name and "
-                "password settings instead (they are never shown or logged)"
+                f"broker URL {hidden.geturl()!r} carries credentials; give them as the user "
+                "name and password settings instead (they are never shown or logged)"
             )
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             raise InvalidArgument(
-                f"broker URL {shown!r}: scheme {scheme!r} is not supported; "
-                "use tcp://host:port, ssl://host:port or mqtts://host:port"
+                f"broker URL {shown!r}: scheme {scheme!r} is not supported; use {ACCEPTED_URLS}"
             )
         try:
             port = parts.port or DEFAULT_PORTS[scheme]
@@ -96,20 +173,64 @@ class BrokerAddress:
             ) from None
         if not parts.hostname:
             raise InvalidArgument(f"broker URL {shown!r} has no host name")
-        return cls(parts.hostname, port, scheme in TLS_SCHEMES)
+        tls = scheme in TLS_SCHEMES
+        if scheme not in WEBSOCKET_SCHEMES:
+            return cls(parts.hostname, port, tls)
+        path = parts.path or DEFAULT_WEBSOCKET_PATH
+        if not _URL_TEXT.fullmatch(path):
+            raise InvalidArgument(
+                f"broker URL {shown!r}: the path must be printable ASCII without spaces "
+                "(percent-encode other characters)"
+            )
+        if not _URL_TEXT.fullmatch(parts.query):
+            raise InvalidArgument(
+                f"broker URL {shown!r}: the query (not shown) must be printable ASCII without "
+                "spaces (percent-encode other characters)"
+            )
+        return cls(parts.hostname, port, tls, websocket=True, path=path, query=parts.query)
+
+    @property
+    def request_target(self) -> str:
+        """The WebSocket request's target: the path and the query. Never log it."""
+        return f"{self.path}?{self.query}" if self.query else self.path
 
     def __str__(self) -> str:
+        if self.websocket:
+            return f"{'wss' if self.tls else 'ws'}://{self.host}:{self.port}{self.path}"
         return f"{'ssl' if self.tls else 'tcp'}://{self.host}:{self.port}"
+
+
+def validate_alpn(names: Iterable[str]) -> tuple[str, ...]:
+    """ALPN protocol names (RFC 7301 section 3.1: non-empty, at most 255 bytes), as a tuple;
+    InvalidArgument names the first bad one. They must be printable ASCII without spaces,
+    as the registered names are (``x-amzn-mqtt-ca``, ``mqtt``, ``http/1.1``)."""
+    out = tuple(names)
+    for name in out:
+        if not _ALPN_NAME.fullmatch(name):
+            raise InvalidArgument(
+                f"ALPN protocol name {name!r} must be 1 to 255 printable ASCII characters "
+                "without spaces"
+            )
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class TlsOptions:
-    """TLS settings: CA bundle, client certificate and key; server verification by default."""
+    """TLS settings: CA bundle, client certificate and key; server verification by default.
+
+    ``alpn``: the application protocols offered in the handshake (RFC 7301), e.g.
+    ``("x-amzn-mqtt-ca",)`` for MQTT with a client certificate on AWS IoT Core's port 443. A
+    server that requires one of its own refuses the handshake (a TlsError naming the alert); a
+    server that knows no ALPN selects none, and the connection goes on (logged at INFO)."""
 
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
     verify: bool = True
+    alpn: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpn", validate_alpn(self.alpn))
 
     def context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
@@ -118,6 +239,8 @@ class TlsOptions:
             ctx.verify_mode = ssl.CERT_NONE
         if self.cert_file:
             ctx.load_cert_chain(self.cert_file, self.key_file)
+        if self.alpn:
+            ctx.set_alpn_protocols(list(self.alpn))
         return ctx
 
 
@@ -139,7 +262,7 @@ class ReconnectPolicy:
         self.attempt = 0
 
 
-def _drain_until_closed(sock: socket.socket, timeout: float) -> None:
+def _drain_until_closed(sock: ByteStream, timeout: float) -> None:
     """Shut the write side of ``sock`` and read (dropping it) until the peer closes, at
     most ``timeout`` seconds; socket errors end it quietly."""
     deadline = time.monotonic() + timeout
@@ -199,7 +322,7 @@ class MqttClient:
         self.clock = clock
         self.connections = 0
         self.publish_done: list[int] = []
-        self._sock: socket.socket | None = None
+        self._sock: ByteStream | None = None
         self._backlog: list[Event] = []
         """Events read while ``connect()`` waited for CONNACK/SUBACK, for the next ``poll()``."""
         self._retry_at = 0.0
@@ -227,6 +350,8 @@ class MqttClient:
                 self.session.connect(self.clock())
                 self.flush()
                 connected = self._wait_for(Connected, deadline, "CONNACK")
+            except WebSocketViolation:
+                raise
             except ConnectionLost as exc:
                 # TLS 1.3 finishes the client's handshake before the broker has checked the
                 # client certificate; its rejection arrives as an alert on the first I/O.
@@ -240,7 +365,7 @@ class MqttClient:
                 log.warning(
                     "the broker had no session for client %r although one was expected: "
                     "messages queued while disconnected may have been lost",
-                    self.session.config.client_id,
+                    self.session.client_id,
                 )
             if self.subscriptions and (
                 not connected.session_present or self.session.config.clean_session
@@ -249,7 +374,7 @@ class MqttClient:
                 self.flush()
                 subscribed = self._wait_for(Subscribed, deadline, "SUBACK")
                 if subscribed.refused:
-                    raise SubscriptionRefused(subscribed.refused)
+                    raise SubscriptionRefused(subscribed.refused, subscribed.reasons())
         except BaseException:
             self.close()
             raise
@@ -259,7 +384,7 @@ class MqttClient:
         log.info(
             "connected to %s as %r (session present: %s)",
             self.broker,
-            self.session.config.client_id,
+            self.session.client_id,
             connected.session_present,
         )
         if self.on_connect is not None:
@@ -285,9 +410,61 @@ class MqttClient:
             causes.append(
                 f"{self.broker.host}:{self.broker.port} may be a TLS listener (use an ssl:// URL)"
             )
+        elif not self.tls.alpn and not self.broker.websocket and self.broker.port == 443:
+            causes.append(
+                "MQTT on port 443 may need an ALPN protocol (tls.alpn / --alpn; AWS IoT Core: "
+                "x-amzn-mqtt-ca)"
+            )
         return "likely causes: " + "; ".join(causes)
 
-    def _open_socket(self) -> socket.socket:
+    def _open_socket(self) -> ByteStream:
+        """The connection to the broker: TCP, then TLS, then the WebSocket handshake, as the
+        URL says. Over TCP and TLS the driver calls the socket itself."""
+        sock = self._open_tcp_tls()
+        if not self.broker.websocket:
+            return sock
+        return self._open_websocket(sock)
+
+    def _open_websocket(self, sock: socket.socket) -> ByteStream:
+        """The opening handshake on ``sock``; typed errors as in ``connect`` (section 6)."""
+        from .websocket import HandshakeFailed, host_header, open_websocket
+
+        broker = self.broker
+        default_port = DEFAULT_PORTS["wss" if broker.tls else "ws"]
+        host = host_header(broker.host, broker.port, default_port)
+        try:
+            return open_websocket(sock, host, broker.request_target, self.connect_timeout)
+        except HandshakeFailed as exc:
+            sock.close()
+            message = f"WebSocket handshake with {broker} failed: {exc}"
+            if exc.retryable:
+                raise BrokerUnreachable(message) from None
+            raise WebSocketRefused(message, exc.status) from None
+        except TimeoutError as exc:
+            sock.close()
+            raise BrokerUnreachable(
+                f"no answer to the WebSocket handshake from {broker} within "
+                f"{self.connect_timeout} s"
+            ) from exc
+        except ssl.SSLError as exc:
+            # TLS 1.3 finishes the client's handshake before the broker has checked the client
+            # certificate: its rejection arrives as an alert on the first read.
+            sock.close()
+            if "ALERT" not in (exc.reason or ""):
+                raise BrokerUnreachable(
+                    f"WebSocket handshake with {broker} failed: {_ssl_reason(exc)}"
+                ) from exc
+            raise TlsError(
+                f"TLS: {broker} rejected the connection ({_ssl_reason(exc)})"
+                + self._client_certificate_hint(exc)
+            ) from exc
+        except OSError as exc:
+            sock.close()
+            raise BrokerUnreachable(
+                f"WebSocket handshake with {broker} failed: {exc.strerror or exc}"
+            ) from exc
+
+    def _open_tcp_tls(self) -> socket.socket:
         address = (self.broker.host, self.broker.port)
         try:
             sock = socket.create_connection(address, timeout=self.connect_timeout)
@@ -329,12 +506,29 @@ class MqttClient:
             raise BrokerUnreachable(
                 f"TLS handshake with {self.broker} failed: {exc}; is it a TLS listener?"
             ) from exc
+        if self.tls.alpn:
+            log.info(
+                "TLS with %s: ALPN protocol %s selected (offered: %s)",
+                self.broker,
+                wrapped.selected_alpn_protocol(),
+                ", ".join(self.tls.alpn),
+            )
         return wrapped
 
     def _client_certificate_hint(self, exc: ssl.SSLError) -> str:
-        """Explain a TLS alert by which the broker rejected our (missing) certificate."""
-        reason = exc.reason or ""
-        if "ALERT" not in reason or self.tls is None:
+        """Explain a TLS alert by which the broker rejected our (missing) certificate, or the
+        ALPN protocols we offered."""
+        if self.tls is None:
+            return ""
+        # OpenSSL 3 names this alert in the message only (``reason`` is None).
+        if "no application protocol" in str(exc).lower().replace("_", " "):
+            offered = ", ".join(self.tls.alpn) or "none"
+            return (
+                f"; the broker accepts none of the ALPN protocols offered ({offered}): set the "
+                "one it expects with tls.alpn / --alpn (AWS IoT Core, MQTT on port 443: "
+                "x-amzn-mqtt-ca)"
+            )
+        if "ALERT" not in (exc.reason or ""):
             return ""
         if self.tls.cert_file is None:
             return (
@@ -380,13 +574,37 @@ class MqttClient:
             events = self._read(remaining)
             for event in events:
                 if isinstance(event, ProtocolViolation):
+                    self._say_why()
                     raise ConnectionLost(f"protocol violation by {self.broker}: {event.reason}")
+                if isinstance(event, ServerDisconnect):
+                    raise self._server_disconnect(event)
             found = next((event for event in events if isinstance(event, kind)), None)
             # Messages and releases may share a read with CONNACK/SUBACK (a persistent
             # session's queue, retained messages): keep them for poll().
             self._backlog.extend(event for event in events if event is not found)
             if found is not None:
                 return found
+
+    def _say_why(self) -> None:
+        """Write what the session queued on a violation (MQTT 5: DISCONNECT with a reason
+        code, section 4.13) before the connection closes; a failed write changes nothing."""
+        with contextlib.suppress(ConnectionLost):
+            self.flush()
+
+    def _server_disconnect(self, event: ServerDisconnect) -> MqttError:
+        """The error for a broker's DISCONNECT (MQTT 5, section 3.14): BrokerDisconnected for
+        a reason code in FATAL_DISCONNECTS (the client stops), else ConnectionLost (the
+        client reconnects with backoff)."""
+        props = event.properties
+        text = f"{self.broker} disconnected us: {event.name}"
+        if props is not None and props.reason_string:
+            text += f" ({props.reason_string})"
+        if props is not None and props.server_reference:
+            text += f"; it names another server to use: {props.server_reference}"
+        if event.reason_code in FATAL_DISCONNECTS:
+            log.error("%s; not reconnecting", text)
+            return BrokerDisconnected(event.reason_code, text)
+        return ConnectionLost(text)
 
     def close(self) -> None:
         """Close the socket without DISCONNECT (the session stays for a persistent client)."""
@@ -424,7 +642,7 @@ class MqttClient:
         """Seconds the broker may take no byte of ours before the connection counts as dead:
         1.5 x keep-alive (the rule a broker applies to us, section 3.1.2.10), at least
         ``connect_timeout``."""
-        return max(self.connect_timeout, 1.5 * self.session.config.keep_alive)
+        return max(self.connect_timeout, 1.5 * self.session.keep_alive)
 
     def flush(self) -> None:
         """Send what the session has queued.
@@ -465,6 +683,8 @@ class MqttClient:
             self.flush()
             return []
         except OSError as exc:
+            if self.broker.websocket:
+                self._websocket_error(exc)
             raise ConnectionLost(f"reading from {self.broker} failed: {exc}") from exc
         if not data:
             raise ConnectionLost(f"{self.broker} closed the connection")
@@ -476,6 +696,13 @@ class MqttClient:
             raise RepeatedProtocolViolation(exc.count, exc.reason, str(self.broker)) from None
         self.session.tick(now)
         return events
+
+    def _websocket_error(self, exc: OSError) -> None:
+        """Raise WebSocketViolation when ``exc`` is the broker breaking the WebSocket rules."""
+        from .websocket import FrameViolation
+
+        if isinstance(exc, FrameViolation):
+            raise WebSocketViolation(f"reading from {self.broker} failed: {exc}") from exc
 
     def poll(self, timeout: float | None = None) -> Read:
         """Wait up to ``timeout`` for one read; return the messages and releases it carried.
@@ -514,8 +741,19 @@ class MqttClient:
                         event.reason,
                         self.session.violations_in_a_row,
                     )
+                    self._say_why()
                     self.close()
                     return Read()
+                elif isinstance(event, ServerDisconnect):
+                    # The messages of this read stay: the caller stores and acknowledges them;
+                    # acks for a closed connection are kept for the broker's resend.
+                    error = self._server_disconnect(event)
+                    if isinstance(error, BrokerDisconnected):
+                        self.close()
+                        raise error
+                    log.warning("%s; reconnecting", error)
+                    self.close()
+                    return read
             self.flush()
         except (ConnectionLost, KeepAliveTimeout) as exc:
             log.warning("connection to %s lost: %s", self.broker, exc)
@@ -552,7 +790,9 @@ class MqttClient:
             try:
                 self.connect()
                 return
-            except (BrokerUnreachable, ConnectionLost, KeepAliveTimeout) as exc:
+            except (BrokerUnreachable, ConnectionLost, KeepAliveTimeout, ConnectionRefused) as exc:
+                if isinstance(exc, ConnectionRefused) and not exc.retryable:
+                    raise
                 delay = self.reconnect_policy.next_delay()
                 self._retry_at = self.clock() + delay
                 log.warning(
@@ -562,7 +802,7 @@ class MqttClient:
     def keep_alive_while_paused(self) -> None:
         """Send PINGREQ when the keep-alive interval is half gone, without reading: used
         while backpressure leaves the socket unread, so the broker keeps the connection."""
-        keep_alive = self.session.config.keep_alive
+        keep_alive = self.session.keep_alive
         if not keep_alive or not self.connected:
             return
         now = self.clock()
@@ -577,9 +817,23 @@ class MqttClient:
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> int | None:
-        """Queue a PUBLISH and send it; returns its packet id (None for QoS 0)."""
-        pid = self.session.publish(topic, payload, qos, self.clock(), retain)
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties | None = None,
+        timeout: float = 60.0,
+    ) -> int | None:
+        """Queue a PUBLISH and send it; returns its packet id (None for QoS 0). A QoS 1/2
+        message waits, reading acknowledgements, while the broker's Receive Maximum is used
+        up (MQTT 5 section 4.9), at most ``timeout`` seconds (then ProtocolError)."""
+        if qos and self.session.send_quota <= 0:
+            deadline = self.clock() + timeout
+            while self.session.send_quota <= 0 and self.clock() < deadline:
+                self.pump(max(0.0, min(1.0, deadline - self.clock())))
+        pid = self.session.publish(topic, payload, qos, self.clock(), retain, properties)
         self.flush()
         return pid
 
@@ -608,10 +862,14 @@ def _ssl_reason(exc: ssl.SSLError) -> str:
 __all__ = [
     "BrokerAddress",
     "BrokerUnreachable",
+    "ByteStream",
     "ConnectionRefused",
     "MqttClient",
     "Read",
     "ReconnectPolicy",
     "TlsError",
     "TlsOptions",
+    "WebSocketRefused",
+    "WebSocketViolation",
+    "validate_alpn",
 ]

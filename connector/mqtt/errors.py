@@ -92,6 +92,8 @@ class ConnectionRefused(MqttError):
 
     return_code: int = 0
     reason: str = "connection refused"
+    retryable: bool = False
+    """Whether a later attempt may succeed (the driver then retries with backoff)."""
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or f"{self.reason} (CONNACK return code {self.return_code})")
@@ -134,14 +136,83 @@ CONNACK_ERRORS: dict[int, type[ConnectionRefused]] = {
 }
 
 
+class BrokerBusy(ConnectionRefused):
+    """MQTT 5: the broker refused the connection for now (0x89 Server busy, 0x97 Quota
+    exceeded, 0x9F Connection rate exceeded): a later attempt may succeed, so the driver
+    retries it with backoff."""
+
+    reason = "the broker is busy"
+    retryable = True
+
+
+_CONNACK_ERRORS_5: dict[int, type[ConnectionRefused]] = {
+    0x84: UnacceptableProtocolVersion,
+    0x85: IdentifierRejected,
+    0x86: BadUsernameOrPassword,
+    0x87: NotAuthorized,
+    0x88: ServerUnavailable,
+    0x89: BrokerBusy,
+    0x97: BrokerBusy,
+    0x9F: BrokerBusy,
+}
+
+
+def connack_error(code: int, level: int, properties: object = None) -> ConnectionRefused:
+    """The error for a CONNACK that refused the connection with ``code`` at protocol
+    ``level``: at level 5 its message names the reason code (MQTT 5.0 section 3.2.2.2, e.g.
+    "0x86 Bad User Name or Password") with the broker's Reason String and Server Reference."""
+    if level < 5:
+        return CONNACK_ERRORS.get(code, ConnectionRefused)()
+    from .packets import PacketType
+    from .reasons import reason_name
+
+    text = f"the broker refused the connection: CONNACK {reason_name(code, PacketType.CONNACK)}"
+    reason_string = getattr(properties, "reason_string", None)
+    reference = getattr(properties, "server_reference", None)
+    if reason_string:
+        text += f" ({reason_string})"
+    if reference:
+        text += f"; the broker names another server to use: {reference}"
+    error = _CONNACK_ERRORS_5.get(code, ConnectionRefused)(text)
+    error.return_code = code
+    return error
+
+
 class SubscriptionRefused(MqttError):
     """SUBACK returned 0x80 (failure) for one or more topic filters (section 3.9.3)."""
 
-    def __init__(self, filters: list[str]) -> None:
+    def __init__(self, filters: list[str], reasons: list[str] | None = None) -> None:
         self.filters = filters
-        super().__init__(
-            "the broker refused the subscription (SUBACK 0x80) for: " + ", ".join(filters)
-        )
+        if reasons:  # MQTT 5: each filter with its reason code's name
+            super().__init__("the broker refused the subscription for: " + ", ".join(reasons))
+        else:
+            super().__init__(
+                "the broker refused the subscription (SUBACK 0x80) for: " + ", ".join(filters)
+            )
+
+
+FATAL_DISCONNECTS = frozenset(
+    {0x81, 0x82, 0x87, 0x8C, 0x8E, 0x90, 0x93, 0x94, 0x95, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E}
+    | {0xA1, 0xA2}
+)
+"""Reason codes of a broker's DISCONNECT (MQTT 5.0 section 3.14.2.1) after which the client
+stops instead of reconnecting, because the next connection would meet them again: our packets
+broke a rule (0x81, 0x82, 0x90, 0x93-0x95, 0x99, 0x9A, 0x9B), the broker refuses us (0x87 Not
+authorized, 0x8C Bad authentication method, 0x9E/0xA1/0xA2 a subscription feature it lacks),
+it sends us elsewhere (0x9C Use another server, 0x9D Server moved), or 0x8E Session taken
+over: another client connected with our client id, and reconnecting would take the session
+back and forth between two jobs. Every other code (0x00, 0x8B Server shutting down, 0x89
+Server busy, 0x97 Quota exceeded, 0x98 Administrative action, ...) is followed by a reconnect
+with backoff."""
+
+
+class BrokerDisconnected(MqttError):
+    """MQTT 5: the broker ended the connection with a reason code in
+    :data:`FATAL_DISCONNECTS`; the message names it (and the broker's Reason String)."""
+
+    def __init__(self, reason_code: int, message: str) -> None:
+        self.reason_code = reason_code
+        super().__init__(message)
 
 
 class KeepAliveTimeout(MqttError):

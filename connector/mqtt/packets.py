@@ -1,15 +1,24 @@
-"""The 14 MQTT control packets as plain value objects (3.1.1 section 2.2.1, 3.1 "Message types").
+"""The MQTT control packets as plain value objects (3.1.1 section 2.2.1, 3.1 "Message types";
+MQTT 5.0 section 2.1.2 adds AUTH).
 
 Packets carry decoded field values only; :mod:`connector.mqtt.codec` turns them into bytes and
 back. Packet identifiers are ``int`` in 1..65535; ``None`` where the packet has none.
+
+The MQTT 5.0 fields have defaults that mean "none" (``properties=None``, ``reason_code=0``), so
+packets built for 3.1 / 3.1.1 are unchanged; the codec refuses them on a 3.1 / 3.1.1 connection
+when they are set.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from .properties import Properties
 
 
 class PacketType(IntEnum):
@@ -29,13 +38,17 @@ class PacketType(IntEnum):
     PINGREQ = 12
     PINGRESP = 13
     DISCONNECT = 14
+    AUTH = 15
+    """MQTT 5.0 only (MQTT 5.0 section 3.15); type 15 is reserved in 3.1 and 3.1.1."""
 
 
 class ProtocolLevel(IntEnum):
-    """Protocol level byte of CONNECT: 3 is MQTT 3.1 (``MQIsdp``), 4 is MQTT 3.1.1 (``MQTT``)."""
+    """Protocol level byte of CONNECT: 3 is MQTT 3.1 (``MQIsdp``), 4 is MQTT 3.1.1 (``MQTT``),
+    5 is MQTT 5.0 (``MQTT``, MQTT 5.0 section 3.1.2.2)."""
 
     MQTT_3_1 = 3
     MQTT_3_1_1 = 4
+    MQTT_5 = 5
 
     @property
     def protocol_name(self) -> str:
@@ -43,31 +56,39 @@ class ProtocolLevel(IntEnum):
 
     @classmethod
     def parse(cls, text: str) -> ProtocolLevel:
-        """``"3.1"`` or ``"3.1.1"`` (also ``"3"``/``"4"``) to a level; InvalidArgument (a
-        ValueError) otherwise."""
+        """``"3.1"``, ``"3.1.1"`` or ``"5"`` (also ``"3"``, ``"4"``, ``"5.0"``) to a level;
+        InvalidArgument (a ValueError) otherwise."""
         names = {
             "3.1": cls.MQTT_3_1,
             "3": cls.MQTT_3_1,
             "3.1.1": cls.MQTT_3_1_1,
             "4": cls.MQTT_3_1_1,
+            "5": cls.MQTT_5,
+            "5.0": cls.MQTT_5,
         }
         try:
             return names[str(text).strip()]
         except KeyError:
-            raise InvalidArgument(f"unsupported MQTT version {text!r}: use 3.1 or 3.1.1") from None
+            raise InvalidArgument(
+                f"unsupported MQTT version {text!r}: use 3.1, 3.1.1 or 5"
+            ) from None
 
     def __str__(self) -> str:
+        if self is ProtocolLevel.MQTT_5:
+            return "5"
         return "3.1" if self is ProtocolLevel.MQTT_3_1 else "3.1.1"
 
 
 @dataclass(slots=True)
 class Will:
-    """The Will Message of a CONNECT (section 3.1.2.5)."""
+    """The Will Message of a CONNECT (section 3.1.2.5); ``properties`` are its Will Properties
+    (MQTT 5.0 section 3.1.3.2)."""
 
     topic: str
     payload: bytes
     qos: int = 0
     retain: bool = False
+    properties: Properties | None = None
 
 
 @dataclass(slots=True)
@@ -81,15 +102,18 @@ class Connect:
     password: bytes | None = field(default=None, repr=False)
     will: Will | None = None
     protocol_level: int = ProtocolLevel.MQTT_3_1_1
+    properties: Properties | None = None
     type = PacketType.CONNECT
 
 
 @dataclass(slots=True)
 class Connack:
-    """CONNACK (section 3.2); ``session_present`` is always False on 3.1."""
+    """CONNACK (section 3.2); ``session_present`` is always False on 3.1. On MQTT 5.0
+    ``return_code`` holds the Connect Reason Code (MQTT 5.0 section 3.2.2.2)."""
 
     session_present: bool
     return_code: int
+    properties: Properties | None = None
     type = PacketType.CONNACK
 
 
@@ -103,48 +127,88 @@ class Publish:
     retain: bool = False
     dup: bool = False
     packet_id: int | None = None
+    properties: Properties | None = None
     type = PacketType.PUBLISH
 
 
 @dataclass(slots=True)
 class Puback:
-    """PUBACK (section 3.4): QoS 1 acknowledgement."""
+    """PUBACK (section 3.4): QoS 1 acknowledgement.
+
+    ``reason_code`` and ``properties``: MQTT 5.0 only (MQTT 5.0 section 3.4.2)."""
 
     packet_id: int
+    reason_code: int = 0
+    properties: Properties | None = None
     type = PacketType.PUBACK
 
 
 @dataclass(slots=True)
 class Pubrec:
-    """PUBREC (section 3.5): QoS 2 delivery, part 1."""
+    """PUBREC (section 3.5): QoS 2 delivery, part 1.
+
+    ``reason_code`` and ``properties``: MQTT 5.0 only (MQTT 5.0 section 3.5.2)."""
 
     packet_id: int
+    reason_code: int = 0
+    properties: Properties | None = None
     type = PacketType.PUBREC
 
 
 @dataclass(slots=True)
 class Pubrel:
-    """PUBREL (section 3.6): QoS 2 delivery, part 2."""
+    """PUBREL (section 3.6): QoS 2 delivery, part 2.
+
+    ``reason_code`` and ``properties``: MQTT 5.0 only (MQTT 5.0 section 3.6.2)."""
 
     packet_id: int
+    reason_code: int = 0
+    properties: Properties | None = None
     type = PacketType.PUBREL
 
 
 @dataclass(slots=True)
 class Pubcomp:
-    """PUBCOMP (section 3.7): QoS 2 delivery, part 3."""
+    """PUBCOMP (section 3.7): QoS 2 delivery, part 3.
+
+    ``reason_code`` and ``properties``: MQTT 5.0 only (MQTT 5.0 section 3.7.2)."""
 
     packet_id: int
+    reason_code: int = 0
+    properties: Properties | None = None
     type = PacketType.PUBCOMP
 
 
 @dataclass(slots=True)
 class Subscribe:
-    """SUBSCRIBE (section 3.8): (topic filter, requested QoS) pairs."""
+    """SUBSCRIBE (section 3.8): (topic filter, requested QoS) pairs. On MQTT 5.0 the number is
+    the whole Subscription Options byte (MQTT 5.0 section 3.8.3.1, see
+    :func:`subscription_options`)."""
 
     packet_id: int
     subscriptions: list[tuple[str, int]]
+    properties: Properties | None = None
     type = PacketType.SUBSCRIBE
+
+
+def subscription_options(
+    qos: int,
+    no_local: bool = False,
+    retain_as_published: bool = False,
+    retain_handling: int = 0,
+) -> int:
+    """The Subscription Options byte of an MQTT 5.0 SUBSCRIBE (MQTT 5.0 section 3.8.3.1):
+    maximum QoS in bits 0-1, No Local in bit 2, Retain As Published in bit 3, Retain Handling
+    in bits 4-5; bits 6-7 are reserved (0)."""
+    if qos not in (0, 1, 2):
+        raise InvalidArgument(
+            f"subscription QoS must be 0, 1 or 2, got {qos!r} (MQTT 5.0 section 3.8.3.1)"
+        )
+    if retain_handling not in (0, 1, 2):
+        raise InvalidArgument(
+            f"Retain Handling must be 0, 1 or 2, got {retain_handling!r} (MQTT 5.0 section 3.8.3.1)"
+        )
+    return qos | (4 if no_local else 0) | (8 if retain_as_published else 0) | retain_handling << 4
 
 
 SUBACK_FAILURE = 0x80
@@ -152,10 +216,12 @@ SUBACK_FAILURE = 0x80
 
 @dataclass(slots=True)
 class Suback:
-    """SUBACK (section 3.9): one return code per filter, 0-2 granted QoS or 0x80 failure."""
+    """SUBACK (section 3.9): one return code per filter, 0-2 granted QoS or 0x80 failure; on
+    MQTT 5.0 the reason codes of MQTT 5.0 section 3.9.3."""
 
     packet_id: int
     return_codes: list[int]
+    properties: Properties | None = None
     type = PacketType.SUBACK
 
 
@@ -165,14 +231,18 @@ class Unsubscribe:
 
     packet_id: int
     topics: list[str]
+    properties: Properties | None = None
     type = PacketType.UNSUBSCRIBE
 
 
 @dataclass(slots=True)
 class Unsuback:
-    """UNSUBACK (section 3.11)."""
+    """UNSUBACK (section 3.11). ``reason_codes`` (one per topic filter) and ``properties``:
+    MQTT 5.0 only (MQTT 5.0 section 3.11)."""
 
     packet_id: int
+    reason_codes: list[int] = field(default_factory=list)
+    properties: Properties | None = None
     type = PacketType.UNSUBACK
 
 
@@ -192,9 +262,21 @@ class Pingresp:
 
 @dataclass(slots=True)
 class Disconnect:
-    """DISCONNECT (section 3.14)."""
+    """DISCONNECT (section 3.14). ``reason_code`` and ``properties``: MQTT 5.0 only (MQTT 5.0
+    section 3.14.2)."""
 
+    reason_code: int = 0
+    properties: Properties | None = None
     type = PacketType.DISCONNECT
+
+
+@dataclass(slots=True)
+class Auth:
+    """AUTH (MQTT 5.0 section 3.15): a step of enhanced authentication; MQTT 5.0 only."""
+
+    reason_code: int = 0
+    properties: Properties | None = None
+    type = PacketType.AUTH
 
 
 Packet = (
@@ -212,4 +294,5 @@ Packet = (
     | Pingreq
     | Pingresp
     | Disconnect
+    | Auth
 )

@@ -37,6 +37,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
+from typing import Protocol
 
 from .codec import (
     ACK_WORDS,
@@ -45,16 +46,17 @@ from .codec import (
     encode_ack,
     encode_acks,
     encode_publish,
+    encode_remaining_length,
 )
 from .decoder import StreamDecoder
 from .errors import (
-    CONNACK_ERRORS,
-    ConnectionRefused,
     InvalidArgument,
     KeepAliveTimeout,
     MalformedFrame,
+    PacketTooLarge,
     ProtocolError,
     RepeatedProtocolViolation,
+    connack_error,
 )
 from .exchanges import (
     PUBREC_HELD,
@@ -67,8 +69,9 @@ from .exchanges import (
     Exchange,
     Exchanges,
 )
+from .negotiated import MAX_RECEIVE_MAXIMUM, SESSION_NEVER_EXPIRES, BrokerLimits, TopicAliases
 from .packets import (
-    SUBACK_FAILURE,
+    Auth,
     Connack,
     Connect,
     Disconnect,
@@ -88,9 +91,17 @@ from .packets import (
     Unsubscribe,
     Will,
 )
+from .properties import Properties
+from .reasons import is_failure, reason_name
 from .topics import validate_topic_filter, validate_topic_name
 
 log = logging.getLogger(__name__)
+
+
+def _reason_string(props: Properties | None) -> str:
+    """``": <Reason String>"`` when the broker gave one (section 3.14.2.2.3 and alike)."""
+    return f": {props.reason_string}" if props is not None and props.reason_string else ""
+
 
 # Acknowledgement words of the codec (``ACK_WORDS[kind] | packet_id``), for the hot path.
 _PUBACK = ACK_WORDS[PacketType.PUBACK]
@@ -117,17 +128,44 @@ class SessionConfig:
     pubrec_window: int = 256
     """Most QoS 2 exchanges this connection has answered with PUBREC and not yet completed
     with PUBCOMP (0: no limit). Further PUBRECs wait for a PUBCOMP (see ``ack_many``)."""
+    receive_maximum: int | None = None
+    """MQTT 5: QoS 1/2 messages the broker may send before we acknowledge them, the flow
+    control window (section 3.1.2.11.3); None sends none, which means 65,535."""
+    session_expiry_interval: int | None = None
+    """MQTT 5: seconds the broker keeps the session after the connection ends (section
+    3.1.2.11.2). None: 0 with ``clean_session``, else :data:`SESSION_NEVER_EXPIRES`, the
+    lifetime of a 3.1.1 persistent session (until the broker's own limit), so a job stopped
+    for a weekend finds the messages queued meanwhile (docs/mqtt5.md)."""
+    topic_alias_maximum: int | None = None
+    """MQTT 5: topic aliases the broker may set on this connection (section 3.1.2.11.5);
+    None: :data:`DEFAULT_TOPIC_ALIAS_MAXIMUM`."""
+    user_properties: list[tuple[str, str]] = field(default_factory=list)
+    """MQTT 5: User Properties of CONNECT (section 3.1.2.11.8)."""
+    authenticator: Authenticator | None = None
+    """MQTT 5: drives an enhanced authentication exchange (section 4.12); None: none."""
 
     def __post_init__(self) -> None:
+        v5 = self.level == ProtocolLevel.MQTT_5
         if self.level == ProtocolLevel.MQTT_3_1 and not 1 <= len(self.client_id) <= 23:
             raise InvalidArgument(
                 f"MQTT 3.1 needs a client id of 1 to 23 characters; {self.client_id!r} has "
                 f"{len(self.client_id)}"
             )
-        if not self.client_id and not self.clean_session:
+        if not self.client_id and not self.clean_session and not v5:
             raise InvalidArgument(
-                "an empty client id needs clean_session=True (3.1.1 section 3.1.3.1)"
+                "an empty client id needs clean_session=True (3.1.1 section 3.1.3.1; MQTT 5 "
+                "lets the broker assign one)"
             )
+        if not v5:
+            for name in _V5_SETTINGS:
+                if getattr(self, name) not in (None, []):
+                    raise InvalidArgument(f"{name} needs MQTT 5 (protocol level 5)")
+        _check_range("receive_maximum", self.receive_maximum, 1, 0xFFFF)
+        _check_range("session_expiry_interval", self.session_expiry_interval, 0, 0xFFFF_FFFF)
+        _check_range("topic_alias_maximum", self.topic_alias_maximum, 0, 0xFFFF)
+        problem = persistent_session_problem(self.clean_session, self.session_expiry_interval)
+        if problem:
+            raise InvalidArgument(f"session_expiry_interval 0 with clean_session False: {problem}")
         if not 0 <= self.keep_alive <= 0xFFFF:
             raise InvalidArgument(f"keep alive must be 0..65535 seconds, got {self.keep_alive}")
         if self.password is not None and self.username is None:
@@ -138,6 +176,79 @@ class SessionConfig:
             )
         if self.pubrec_window < 0:
             raise InvalidArgument(f"pubrec_window must be >= 0, got {self.pubrec_window}")
+
+    @property
+    def expiry(self) -> int:
+        """The Session Expiry Interval sent in CONNECT (see ``session_expiry_interval``)."""
+        if self.session_expiry_interval is not None:
+            return self.session_expiry_interval
+        return 0 if self.clean_session else SESSION_NEVER_EXPIRES
+
+    def connect_properties(self) -> Properties:
+        """CONNECT's properties at level 5 (section 3.1.2.11). Our Maximum Packet Size is the
+        largest whole packet the decoder takes (``max_packet_size`` is its Remaining Length)."""
+        size = self.max_packet_size
+        return Properties(
+            session_expiry_interval=self.expiry or None,
+            receive_maximum=self.receive_maximum,
+            maximum_packet_size=1 + len(encode_remaining_length(size)) + size,
+            topic_alias_maximum=(
+                DEFAULT_TOPIC_ALIAS_MAXIMUM
+                if self.topic_alias_maximum is None
+                else self.topic_alias_maximum
+            )
+            or None,
+            user_properties=list(self.user_properties),
+            authentication_method=self.authenticator.method if self.authenticator else None,
+            authentication_data=self.authenticator.initial_data() if self.authenticator else None,
+        )
+
+
+_V5_SETTINGS = (
+    "receive_maximum",
+    "session_expiry_interval",
+    "topic_alias_maximum",
+    "user_properties",
+    "authenticator",
+)
+
+DEFAULT_TOPIC_ALIAS_MAXIMUM = 0
+"""Topic aliases a level 5 session lets the broker set, unless told otherwise: none. An alias
+saves only the topic's bytes on the wire (the WAL stores the topic name anyway), and a broker
+that sends a message on a new connection with an alias of an old one (seen with mochi-mqtt
+2.7.9, against [MQTT-3.3.2-7]) leaves it without a topic: the session must then close the
+connection, and the broker repeats it on every reconnect."""
+
+
+def persistent_session_problem(clean_session: bool, session_expiry_interval: int | None) -> str:
+    """Why a level 5 session asked to persist (not ``clean_session``) cannot, or ``""``: an
+    expiry of 0 ends the session with each connection (section 3.1.2.11.2), so the messages
+    published while the client reconnects, and its QoS 2 state, would be lost."""
+    if clean_session or session_expiry_interval != 0:
+        return ""
+    return (
+        "the broker would end the session with every connection (MQTT 5.0 section "
+        "3.1.2.11.2) and drop the messages published while the client reconnects; leave the "
+        "expiry unset (the session then never expires) or give a number of seconds above 0"
+    )
+
+
+def _check_range(name: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise InvalidArgument(f"{name} must be {low}..{high}, got {value}")
+
+
+class Authenticator(Protocol):
+    """An enhanced authentication exchange (MQTT 5.0 section 4.12) that a caller drives:
+    ``method`` goes in CONNECT's Authentication Method, ``initial_data()`` in its
+    Authentication Data, and each AUTH with reason 0x18 (Continue authentication) from the
+    broker is answered with ``step(data)``. A password such as a JWT needs none of this."""
+
+    method: str
+
+    def initial_data(self) -> bytes | None: ...
+
+    def step(self, data: bytes | None) -> bytes | None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,6 +264,10 @@ class Connected:
     session_present: bool
     session_lost: bool
     forgotten_qos2: tuple[int, ...] = ()
+    limits: BrokerLimits | None = None
+    """MQTT 5: the broker's limits and assignments from CONNACK (None below level 5)."""
+    properties: Properties | None = None
+    """MQTT 5: CONNACK's properties as sent (reason string, user properties, ...)."""
 
 
 @dataclass(slots=True)
@@ -165,8 +280,15 @@ class Subscribed:
 
     @property
     def refused(self) -> list[str]:
+        """Filters the broker refused: 0x80 at 3.1.1, any reason code >= 0x80 at level 5."""
+        return [f for f, code in zip(self.filters, self.granted, strict=True) if is_failure(code)]
+
+    def reasons(self) -> list[str]:
+        """Each refused filter with its reason code's name (section 3.9.3)."""
         return [
-            f for f, code in zip(self.filters, self.granted, strict=True) if code == SUBACK_FAILURE
+            f"{f} ({reason_name(code, PacketType.SUBACK)})"
+            for f, code in zip(self.filters, self.granted, strict=True)
+            if is_failure(code)
         ]
 
 
@@ -184,9 +306,24 @@ class Released:
 
 @dataclass(slots=True)
 class PublishDone:
-    """An outbound QoS 1/2 message finished (PUBACK, or PUBCOMP for QoS 2)."""
+    """An outbound QoS 1/2 message finished (PUBACK, or PUBCOMP for QoS 2; at level 5 also
+    a PUBREC with a reason code >= 0x80). ``reason_code`` >= 0x80: the broker refused it."""
 
     packet_id: int
+    reason_code: int = 0
+
+
+@dataclass(slots=True)
+class ServerDisconnect:
+    """MQTT 5: the broker sent DISCONNECT with ``reason_code`` (section 3.14); the connection
+    is over. ``properties`` may hold a Reason String or a Server Reference."""
+
+    reason_code: int
+    properties: Properties | None = None
+
+    @property
+    def name(self) -> str:
+        return reason_name(self.reason_code, PacketType.DISCONNECT)
 
 
 @dataclass(slots=True)
@@ -210,6 +347,7 @@ Event = (
     | PublishDone
     | Pong
     | ProtocolViolation
+    | ServerDisconnect
 )
 
 
@@ -245,6 +383,11 @@ class BrokerFault(StrEnum):
     QOS_ABOVE_GRANTED = "qos-above-granted"
     """A message delivered at a QoS above every QoS this client subscribed with (section
     3.8.4: the delivery QoS is at most the granted maximum)."""
+    RECEIVE_MAXIMUM_EXCEEDED = "receive-maximum-exceeded"
+    """MQTT 5: a QoS 1/2 PUBLISH beyond our Receive Maximum of unacknowledged ones
+    ([MQTT-3.3.4-9]). The standard lets us disconnect with 0x93; the session takes the
+    message instead (the window is our request for memory, and backpressure still stops the
+    socket), so a broker that counts differently costs nothing."""
 
 
 _FAULT_TEXT = {
@@ -263,6 +406,10 @@ _FAULT_TEXT = {
     BrokerFault.QOS_ABOVE_GRANTED: (
         "PUBLISH with packet id {pid} delivered at QoS {qos}, above the QoS {granted} this "
         "client subscribed with (section 3.8.4); stored and acknowledged at QoS {qos}"
+    ),
+    BrokerFault.RECEIVE_MAXIMUM_EXCEEDED: (
+        "PUBLISH with packet id {pid} exceeds the Receive Maximum sent in CONNECT "
+        "([MQTT-3.3.4-9]); stored"
     ),
 }
 
@@ -292,6 +439,17 @@ class ClientSession:
         self.config = config
         self.state = State.DISCONNECTED
         self._decoder = StreamDecoder(config.level, config.max_packet_size)
+        self._v5 = config.level == ProtocolLevel.MQTT_5
+        self.client_id = config.client_id
+        """The client id sent in CONNECT: the configured one, or the one the broker assigned
+        for an empty one at level 5 (section 3.2.2.3.7), reused on every reconnect."""
+        self.keep_alive = config.keep_alive
+        """Keep alive in force: ours, or the broker's Server Keep Alive (section 3.2.2.3.14)."""
+        self.limits = BrokerLimits()
+        """The broker's limits for the current connection (level 5; defaults otherwise)."""
+        self._receive_maximum = (config.receive_maximum or MAX_RECEIVE_MAXIMUM) if self._v5 else 0
+        """Our Receive Maximum at level 5 (0: not checked)."""
+        self._aliases = TopicAliases(0)
         self._out: list[bytes] = []
         self.expect_session_present = False
         """Set True when a persistent session should exist (e.g. restored after a restart)."""
@@ -347,17 +505,25 @@ class ClientSession:
         cfg = self.config
         self._decoder = StreamDecoder(cfg.level, cfg.max_packet_size)
         self._reset_connection_state()
+        self.keep_alive = cfg.keep_alive
+        self.limits = BrokerLimits()
+        properties = None
+        if self._v5:
+            properties = cfg.connect_properties()
+            self._aliases = TopicAliases(properties.topic_alias_maximum or 0)
         self._send(
             encode(
                 Connect(
-                    client_id=cfg.client_id,
+                    client_id=self.client_id,
                     clean_session=cfg.clean_session,
                     keep_alive=cfg.keep_alive,
                     username=cfg.username,
                     password=cfg.password,
                     will=cfg.will,
                     protocol_level=cfg.level,
-                )
+                    properties=properties,
+                ),
+                cfg.level,
             ),
             now,
         )
@@ -368,7 +534,7 @@ class ClientSession:
     def disconnect(self, now: float) -> None:
         """Queue DISCONNECT (section 3.14); the caller then closes the connection."""
         if self.state is State.CONNECTED:
-            self._send(encode(Disconnect()), now)
+            self._send(encode(Disconnect(), self.config.level), now)
         self.state = State.CLOSED
 
     def connection_lost(self) -> None:
@@ -428,28 +594,46 @@ class ClientSession:
         self._next_id = pid % 0xFFFF + 1
         return pid
 
-    def subscribe(self, subscriptions: list[tuple[str, int]], now: float) -> int:
-        """Queue SUBSCRIBE for (filter, qos) pairs; returns its packet id."""
+    def subscribe(
+        self,
+        subscriptions: list[tuple[str, int]],
+        now: float,
+        properties: Properties | None = None,
+    ) -> int:
+        """Queue SUBSCRIBE for (filter, qos) pairs; returns its packet id. At level 5 the
+        number may be a whole Subscription Options byte (``packets.subscription_options``:
+        No Local, Retain As Published, Retain Handling; section 3.8.3.1), and ``properties``
+        may carry a Subscription Identifier and User Properties (section 3.8.2.1)."""
         self._require_connected("subscribe")
         if not subscriptions:
             raise InvalidArgument("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
-        for topic_filter, qos in subscriptions:
+        limit = 0xFF if self._v5 else 2
+        for topic_filter, options in subscriptions:
             validate_topic_filter(topic_filter)
-            if qos not in (0, 1, 2):
-                raise InvalidArgument(f"QoS must be 0, 1 or 2, got {qos!r}")
-        pid = self._allocate_id()
+            if not 0 <= options <= limit or options & 3 == 3:
+                raise InvalidArgument(
+                    f"QoS must be 0, 1 or 2, got {options!r}"
+                    if not self._v5
+                    else f"subscription options {options!r}: QoS 3 or not a byte (section 3.8.3.1)"
+                )
+        if properties is not None and not self._v5:
+            raise InvalidArgument("SUBSCRIBE properties need MQTT 5 (protocol level 5)")
+        packet = Subscribe(pid := self._allocate_id(), list(subscriptions), properties)
+        try:
+            frame = encode(packet, self.config.level)
+        except Exception:
+            self._next_id = pid  # nothing was sent: the id stays free
+            raise
         self._subscribing[pid] = [f for f, _ in subscriptions]
-        self.max_qos = max(self.max_qos or 0, *(qos for _, qos in subscriptions))
-        self._send(encode(Subscribe(pid, list(subscriptions)), self.config.level), now)
+        self.max_qos = max(self.max_qos or 0, *(options & 3 for _, options in subscriptions))
+        self._send(frame, now)
         return pid
 
     def unsubscribe(self, filters: list[str], now: float) -> int:
         """Queue UNSUBSCRIBE; returns its packet id."""
         self._require_connected("unsubscribe")
         if not filters:
-            raise InvalidArgument(
-                "UNSUBSCRIBE needs at least one topic filter (section 3.10.3)"
-            )
+            raise InvalidArgument("UNSUBSCRIBE needs at least one topic filter (section 3.10.3)")
         for topic_filter in filters:
             validate_topic_filter(topic_filter)
         pid = self._allocate_id()
@@ -458,22 +642,85 @@ class ClientSession:
         return pid
 
     def publish(
-        self, topic: str, payload: bytes, qos: int, now: float, retain: bool = False
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        now: float,
+        retain: bool = False,
+        properties: Properties | None = None,
     ) -> int | None:
-        """Queue an outbound PUBLISH; returns its packet id (None for QoS 0)."""
+        """Queue an outbound PUBLISH; returns its packet id (None for QoS 0). At level 5 it
+        carries ``properties`` and keeps to the broker's limits (``send_quota``, Maximum QoS,
+        Retain Available, Maximum Packet Size: section 3.2.2.3), refused with InvalidArgument
+        or ProtocolError before anything is queued."""
         self._require_connected("publish")
         validate_topic_name(topic)
-        if qos == 0:
-            self._send(encode_publish(topic, payload, 0, None, retain), now)
-            return None
-        if qos not in (1, 2):
+        if qos not in (0, 1, 2):
             raise InvalidArgument(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
+        if properties is not None and not self._v5:
+            raise InvalidArgument("PUBLISH properties need MQTT 5 (protocol level 5)")
+        if self._v5:
+            self._check_broker_limits(qos, retain)
+        if qos == 0:
+            self._send(self._publish_frame(topic, payload, 0, None, retain, properties), now)
+            return None
         pid = self._allocate_id()
         # Encode before recording, so a payload that cannot be sent leaves no state behind.
-        frame = encode_publish(topic, payload, qos, pid, retain)
-        self._outbound[pid] = Publish(topic, payload, qos, retain, False, pid)
+        frame = self._publish_frame(topic, payload, qos, pid, retain, properties)
+        self._outbound[pid] = Publish(topic, payload, qos, retain, False, pid, properties)
         self._send(frame, now)
         return pid
+
+    def _check_broker_limits(self, qos: int, retain: bool) -> None:
+        limits = self.limits
+        if qos > limits.maximum_qos:
+            raise InvalidArgument(
+                f"the broker accepts PUBLISH up to QoS {limits.maximum_qos} (CONNACK Maximum "
+                f"QoS, section 3.2.2.3.4); QoS {qos} was asked for"
+            )
+        if retain and not limits.retain_available:
+            raise InvalidArgument(
+                "the broker does not support retained messages (CONNACK Retain Available 0, "
+                "section 3.2.2.3.5)"
+            )
+        if qos and self.send_quota <= 0:
+            raise ProtocolError(
+                f"{len(self._outbound)} QoS 1/2 messages await the broker's acknowledgement, "
+                f"its Receive Maximum (section 4.9); wait for one (send_quota)"
+            )
+
+    def _publish_frame(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        pid: int | None,
+        retain: bool,
+        properties: Properties | None,
+        dup: bool = False,
+    ) -> bytes:
+        """One PUBLISH frame at this session's level; at level 5 none larger than the
+        broker's Maximum Packet Size ([MQTT-3.1.2-24])."""
+        if not self._v5:
+            return encode_publish(topic, payload, qos, pid, retain, dup)
+        frame = encode(
+            Publish(topic, payload, qos, retain, dup, pid, properties), ProtocolLevel.MQTT_5
+        )
+        limit = self.limits.maximum_packet_size
+        if limit is not None and len(frame) > limit:
+            raise InvalidArgument(
+                f"PUBLISH of {len(frame)} bytes exceeds the broker's Maximum Packet Size of "
+                f"{limit} bytes (section 3.2.2.3.6, [MQTT-3.1.2-24])"
+            )
+        return frame
+
+    @property
+    def send_quota(self) -> int:
+        """QoS 1/2 messages this client may still send before the broker acknowledges one:
+        the broker's Receive Maximum less those in flight (section 4.9; 65,535 below level
+        5, where the packet identifiers are the only limit)."""
+        return self.limits.receive_maximum - len(self._outbound)
 
     @property
     def outbound_in_flight(self) -> int:
@@ -575,6 +822,11 @@ class ClientSession:
             self._exchanges.move(pid, STORED)
         else:
             self._unacked[pid] = message
+
+    @property
+    def topic_aliases(self) -> int:
+        """Topic aliases the broker set on the current connection (level 5)."""
+        return len(self._aliases)
 
     @property
     def open_pubrecs(self) -> int:
@@ -681,7 +933,7 @@ class ClientSession:
 
     def next_deadline(self) -> float | None:
         """When ``tick`` next has work: a PINGREQ to send or a PINGRESP overdue."""
-        keep_alive = self.config.keep_alive
+        keep_alive = self.keep_alive
         if not keep_alive or self.state is not State.CONNECTED:
             if self.state is State.CONNECTING and keep_alive:
                 return self._last_sent + keep_alive
@@ -700,7 +952,7 @@ class ClientSession:
         """Keep-alive (section 3.1.2.10): send PINGREQ when nothing was sent or received for
         a keep-alive interval; raise KeepAliveTimeout when its answer is half an interval
         late, so a dead broker is detected within 1.5 x keep-alive of its last packet."""
-        keep_alive = self.config.keep_alive
+        keep_alive = self.keep_alive
         if not keep_alive:
             return
         if self.state is State.CONNECTING:
@@ -734,11 +986,13 @@ class ClientSession:
         self._last_received = now
         self._ping_sent_at = None
         violation: str | None = None
+        code = 0x82  # Protocol Error, unless the frame itself was bad
         try:
             packets = self._decoder.feed(data)
         except MalformedFrame as exc:
             packets = list(exc.packets)
             violation = str(exc)
+            code = 0x95 if isinstance(exc, PacketTooLarge) else 0x81
         events: list[Event] = []
         if self.state is State.CONNECTED:
             for packet in packets:
@@ -762,6 +1016,11 @@ class ClientSession:
                     violation = problem
                     break
         if violation is not None:
+            if self._v5 and self.state is State.CONNECTED:
+                # Section 4.13.2: say why before closing; the driver writes it if it can.
+                if violation.startswith("0x"):
+                    code = int(violation[2:4], 16)
+                self._send(encode(Disconnect(code), ProtocolLevel.MQTT_5), now)
             self.state = State.CLOSED
             self.violations_in_a_row += 1
             if self.violations_in_a_row >= self.config.max_violations_in_a_row:
@@ -775,6 +1034,10 @@ class ClientSession:
         """Process one non-PUBLISH packet (or any packet before CONNACK). Returns a
         violation reason, or None."""
         if self.state is State.CONNECTING:
+            if isinstance(packet, Auth):
+                return self._on_auth(packet, now)
+            if isinstance(packet, Disconnect) and self._v5:  # refused without a CONNACK
+                return self._on_disconnect(packet, events)
             if not isinstance(packet, Connack):
                 return (
                     f"expected CONNACK as the first packet from the broker, got "
@@ -799,12 +1062,16 @@ class ClientSession:
                 )
                 return None
             del self._outbound[packet.packet_id]
-            events.append(PublishDone(packet.packet_id))
+            self._publish_done(packet.packet_id, packet.reason_code, packet, events)
         elif isinstance(packet, Pubrec):
             if self._outbound_qos(packet.packet_id) != 2:
                 log.warning(
                     "ignoring PUBREC for packet id %d: no QoS 2 publish in flight", packet.packet_id
                 )
+                return None
+            if is_failure(packet.reason_code):  # the exchange ends here (section 4.3.3)
+                del self._outbound[packet.packet_id]
+                self._publish_done(packet.packet_id, packet.reason_code, packet, events)
                 return None
             self._outbound[packet.packet_id] = None
             self._send(encode_ack(PacketType.PUBREL, packet.packet_id), now)
@@ -830,9 +1097,21 @@ class ClientSession:
                     "used (section 3.11.2)"
                 )
             self._unsubscribing.discard(packet.packet_id)
+            for code in packet.reason_codes:
+                if is_failure(code):
+                    log.warning(
+                        "UNSUBACK %d: %s", packet.packet_id, reason_name(code, PacketType.UNSUBACK)
+                    )
             events.append(Unsubscribed(packet.packet_id))
         elif isinstance(packet, Pingresp):
             events.append(Pong())
+        elif isinstance(packet, Disconnect) and self._v5:
+            return self._on_disconnect(packet, events)
+        elif isinstance(packet, Auth):
+            return (
+                "AUTH after CONNACK: this client never starts re-authentication, and a broker "
+                "must not (section 4.12.1)"
+            )
         elif isinstance(packet, Connack):
             return "a second CONNACK on one connection (section 3.2)"
         else:
@@ -840,6 +1119,52 @@ class ClientSession:
                 f"a broker must not send {type(packet).__name__.upper()} to a client "
                 "(section 2.2.1)"
             )
+        return None
+
+    def _publish_done(
+        self, pid: int, code: int, packet: Puback | Pubrec | Pubcomp, events: list[Event]
+    ) -> None:
+        if is_failure(code):
+            log.warning(
+                "the broker refused our PUBLISH %d: %s%s",
+                pid,
+                reason_name(code, packet.type),
+                _reason_string(packet.properties),
+            )
+        events.append(PublishDone(pid, code))
+
+    def _on_disconnect(self, packet: Disconnect, events: list[Event]) -> str | None:
+        """A broker's DISCONNECT (level 5, section 3.14): the connection is over; logged
+        with its reason code's name, and reported as an event for the driver to decide."""
+        (log.info if packet.reason_code < 0x80 else log.warning)(
+            "the broker disconnected: %s%s",
+            reason_name(packet.reason_code, PacketType.DISCONNECT),
+            _reason_string(packet.properties),
+        )
+        self.state = State.CLOSED
+        events.append(ServerDisconnect(packet.reason_code, packet.properties))
+        return None
+
+    def _on_auth(self, packet: Auth, now: float) -> str | None:
+        """AUTH before CONNACK: a step of the enhanced authentication that our
+        Authentication Method began (section 4.12); the authenticator answers it."""
+        authenticator = self.config.authenticator
+        props = packet.properties
+        method = props.authentication_method if props is not None else None
+        if authenticator is None or method != authenticator.method:
+            return (
+                f"AUTH with method {method!r} on a connection that "
+                + (f"authenticates with {authenticator.method!r}" if authenticator else "sent none")
+                + " (section 4.12, [MQTT-4.12.0-1])"
+            )
+        if packet.reason_code != 0x18:
+            return (
+                f"AUTH before CONNACK with {reason_name(packet.reason_code, PacketType.AUTH)}; "
+                "only 0x18 Continue authentication may come then (section 4.12)"
+            )
+        data = authenticator.step(props.authentication_data if props is not None else None)
+        reply = Properties(authentication_method=method, authentication_data=data)
+        self._send(encode(Auth(0x18, reply), ProtocolLevel.MQTT_5), now)
         return None
 
     def _outbound_qos(self, packet_id: int) -> int | None:
@@ -892,6 +1217,10 @@ class ClientSession:
         the other: the read ends unacknowledged, and the broker resends both on the next
         connection. An identical copy of a message not yet stored is taken for a resend with a
         missing DUP flag."""
+        if packet.properties is not None:  # level 5 only
+            problem = self._aliases.resolve(packet, packet.properties)
+            if problem:
+                return problem
         pid = packet.packet_id
         qos = packet.qos
         if pid is None:  # QoS 0: the decoder gives a PUBLISH its packet id exactly at QoS 1/2
@@ -899,6 +1228,8 @@ class ClientSession:
             return None
         if self.max_qos is not None and qos > self.max_qos:
             self._fault(BrokerFault.QOS_ABOVE_GRANTED, packet)
+        if self._receive_maximum and self._inbound_in_flight() >= self._receive_maximum:
+            self._fault(BrokerFault.RECEIVE_MAXIMUM_EXCEEDED, packet)
         if packet.dup and not self._session_present and pid not in self._ids_here:
             self._fault(BrokerFault.DUP_ON_FIRST_DELIVERY, packet)
         if qos == 2:
@@ -958,12 +1289,21 @@ class ClientSession:
         events.append(packet)
         return None
 
+    def _inbound_in_flight(self) -> int:
+        """QoS 1/2 messages of this connection the broker counts against our Receive
+        Maximum: delivered and not acknowledged, or QoS 2 ones without PUBCOMP (section 4.9)."""
+        exchanges = self._exchanges
+        return len(self._inbound) + exchanges.room_taken + len(exchanges.queue)
+
     def _on_connack(self, packet: Connack, events: list[Event], now: float) -> str | None:
         if packet.return_code:
             self.state = State.CLOSED
-            error = CONNACK_ERRORS.get(packet.return_code, ConnectionRefused)
-            raise error()
+            raise connack_error(packet.return_code, self.config.level, packet.properties)
         self.state = State.CONNECTED
+        limits: BrokerLimits | None = None
+        if self._v5:
+            limits = self.limits = BrokerLimits.from_connack(packet.properties)
+            self._apply_limits(limits)
         expected = self.expect_session_present and not self.config.clean_session
         # A 3.1 CONNACK has no session-present flag: the broker keeps a session for
         # clean_session=False, and nothing on the wire says otherwise.
@@ -979,16 +1319,53 @@ class ClientSession:
             self._unacked.clear()
             self._lost.clear()
         self.expect_session_present = not self.config.clean_session
-        events.append(Connected(packet.session_present, lost, forgotten))
+        events.append(Connected(packet.session_present, lost, forgotten, limits, packet.properties))
         # Section 4.4: resend unacknowledged PUBLISH (DUP=1) and PUBREL, original ids, in order.
         for pid, message in self._outbound.items():
             if message is None:
                 self._send(encode_ack(PacketType.PUBREL, pid), now)
             else:
                 self._send(
-                    encode_publish(
-                        message.topic, message.payload, message.qos, pid, message.retain, dup=True
+                    self._publish_frame(
+                        message.topic,
+                        message.payload,
+                        message.qos,
+                        pid,
+                        message.retain,
+                        message.properties,
+                        dup=True,
                     ),
                     now,
                 )
         return None
+
+    def _apply_limits(self, limits: BrokerLimits) -> None:
+        """Take CONNACK's assignments (section 3.2.2.3): a client id for an empty one, kept
+        for every reconnect; the Server Keep Alive in place of ours; a shorter session."""
+        if limits.assigned_client_identifier is not None:
+            if self.client_id and limits.assigned_client_identifier != self.client_id:
+                log.warning(
+                    "the broker assigned client id %r although %r was sent (section 3.2.2.3.7)",
+                    limits.assigned_client_identifier,
+                    self.client_id,
+                )
+            else:
+                log.info("the broker assigned client id %r", limits.assigned_client_identifier)
+            self.client_id = limits.assigned_client_identifier
+        if limits.server_keep_alive is not None and limits.server_keep_alive != self.keep_alive:
+            log.info(
+                "the broker set keep alive to %d s in place of %d s (Server Keep Alive)",
+                limits.server_keep_alive,
+                self.keep_alive,
+            )
+            self.keep_alive = limits.server_keep_alive
+        asked = self.config.expiry
+        given = limits.session_expiry_interval
+        if given is not None and given != asked:
+            (log.warning if given < asked else log.info)(
+                "the broker keeps this session %d s after a disconnect, not the %d s asked for "
+                "(section 3.2.2.3.2): messages that arrive while the job is stopped longer "
+                "are dropped by the broker",
+                given,
+                asked,
+            )

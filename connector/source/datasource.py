@@ -6,7 +6,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 from .options import SourceOptions
 from .reader import MqttStreamReader
-from .schema import SCHEMA_DDL
+from .schema import schema_ddl
 
 
 class MqttDataSource(DataSource):
@@ -22,7 +22,8 @@ class MqttDataSource(DataSource):
         return "mqtt"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        """The rows' DDL: with a ``properties`` column for ``mqttVersion`` 5."""
+        return schema_ddl(self.parsed.mqtt5)
 
     def streamReader(self, schema: object) -> DataSourceStreamReader:
         return MqttStreamReader(self.parsed)

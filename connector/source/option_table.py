@@ -17,12 +17,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from connector.mqtt.negotiated import MAX_RECEIVE_MAXIMUM, SESSION_NEVER_EXPIRES
+from connector.mqtt.session import DEFAULT_TOPIC_ALIAS_MAXIMUM
+
 KINDS = ("url", "filter", "filters", "text", "secret", "path", "file", "bool", "int", "seconds",
          "choice", "version")  # fmt: skip
 """How an option's value is read; ``accepted`` describes each for the docs."""
 
 RECORDS_PER_PARTITION = 100_000
 """Default ``recordsPerPartition``: the most WAL records one Spark task reads (decision 30)."""
+
+MQTT5_OPTIONS = ("receiveMaximum", "sessionExpiryInterval", "topicAliasMaximum")
+"""Options refused unless ``mqttVersion`` is 5: they set MQTT 5.0 CONNECT properties."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,9 @@ OPTIONS: Mapping[str, Option] = {
     row.name: row
     for row in (
         Option("brokerUrl", "url",
-               "broker URL: `tcp://host:port` (1883), `ssl://` or `mqtts://host:port` (8883)",
+               "broker URL: `tcp://host:port` (1883), `ssl://` or `mqtts://host:port` (8883); "
+               "MQTT over WebSocket: `ws://host:port/path` (80) or `wss://` (443, TLS), path "
+               "`/mqtt` when none is given, a query string sent but never shown",
                shown="required"),
         Option("topic", "filter",
                "one topic filter (`+` and `#` wildcards, `$share/group/filter`)",
@@ -108,8 +116,28 @@ OPTIONS: Mapping[str, Option] = {
                "`false`: a persistent session, the broker queues messages while the query is "
                "down; `true`: it keeps nothing", default="false"),
         Option("mqttVersion", "version",
-               "`3.1` (`MQIsdp`, level 3) or `3.1.1` (`MQTT`, level 4)",
-               default="3.1.1", choices=("3.1", "3.1.1")),
+               "`3.1` (`MQIsdp`, level 3), `3.1.1` (`MQTT`, level 4) or `5` (MQTT 5.0, level "
+               "5; also `5.0`), which adds the `properties` column (the output schema in the "
+               "README)", default="3.1.1", choices=("3.1", "3.1.1", "5")),
+        Option("receiveMaximum", "int",
+               "MQTT 5 flow control (Receive Maximum, MQTT 5.0 section 3.1.2.11.3): the broker "
+               "sends at most this many unacknowledged QoS 1/2 messages; the WAL's group commit "
+               "acknowledges a socket read at a time, and nothing else caps what the receiver "
+               "holds unacknowledged (`maxBacklogMessages` counts stored, acknowledged records "
+               "and pauses reading the socket), hence the protocol's largest window",
+               default=str(MAX_RECEIVE_MAXIMUM), low=1, high=MAX_RECEIVE_MAXIMUM),
+        Option("sessionExpiryInterval", "int",
+               "MQTT 5: seconds the broker keeps the session (and queues messages for it) after "
+               "the connection ends (MQTT 5.0 section 3.1.2.11.2); brokers may cap it; `0` "
+               "(the session ends with each connection) only with `cleanSession` `true`",
+               low=0, high=SESSION_NEVER_EXPIRES,
+               shown=f"`0` with `cleanSession` `true`, else `{SESSION_NEVER_EXPIRES}` (never "
+               "expires, the lifetime of a 3.1.1 persistent session)"),
+        Option("topicAliasMaximum", "int",
+               "MQTT 5: topic aliases the broker may set on the connection (MQTT 5.0 section "
+               "3.1.2.11.5); a repeated topic then costs two bytes on the wire; off by default, "
+               "as some brokers send stale aliases after a reconnect (docs/mqtt5.md)",
+               default=str(DEFAULT_TOPIC_ALIAS_MAXIMUM), low=0, high=0xFFFF),
         Option("username", "text", "user name"),
         Option("password", "secret",
                "password, with `username`; never logged, shown in plans or written to the WAL",
@@ -167,21 +195,25 @@ OPTIONS: Mapping[str, Option] = {
                "executors elsewhere have idle cores",
                default=str(RECORDS_PER_PARTITION), low=1),
         Option("tls.caFile", "file",
-               "CA bundle that signed the broker's certificate (needs an `ssl://` or "
-               "`mqtts://` `brokerUrl`, as every `tls.*` option)"),
+               "CA bundle that signed the broker's certificate (needs an `ssl://`, `mqtts://` "
+               "or `wss://` `brokerUrl`, as every `tls.*` option)"),
         Option("tls.certFile", "file", "client certificate for mutual TLS, with `tls.keyFile`"),
         Option("tls.keyFile", "file", "client private key for mutual TLS, with `tls.certFile`"),
         Option("tls.verify", "bool", "verify the broker's certificate and host name",
                default="true"),
+        Option("tls.alpn", "text",
+               "ALPN protocols the TLS handshake offers, comma-separated (1 to 255 printable "
+               "ASCII characters each), e.g. `x-amzn-mqtt-ca` for AWS IoT Core's MQTT on port "
+               "443 with a client certificate"),
         Option("allowPasswordOverPlainTcp", "bool",
-               "a password over plain `tcp://` is refused, loopback included, unless this is "
-               "`true`", default="false"),
+               "a password over plain `tcp://` or `ws://` is refused, loopback included, unless "
+               "this is `true`", default="false"),
         Option("receivers", "int",
                "receivers (processes) for this query, each with its own connection and WAL; see "
                "\"Scaling past one core\" in docs/operations.md", default="1", low=1, high=64),
         Option("shardBy", "choice",
                "with `receivers` > 1: `share` (MQTT shared subscriptions, needs `mqttVersion` "
-               "3.1.1) or `topics` (each filter to one receiver; `receivers` ≤ number of "
+               "3.1.1 or 5) or `topics` (each filter to one receiver; `receivers` ≤ number of "
                "filters)", default="share", choices=("share", "topics")),
         Option("shareGroup", "text",
                "with `shardBy` `share`: the group in `$share/<group>/<filter>` (no `/`, `+`, "

@@ -4,7 +4,8 @@ Every invalid or missing option raises :class:`InvalidOptionError` naming the op
 accepted values, before any connection is made. Option names are case-insensitive (Spark passes
 them lower-cased). The password is kept out of ``repr`` and is never logged. Names, kinds,
 defaults, ranges and choices come from :mod:`connector.source.option_table`; what depends on
-several options (topics, client id, credentials, TLS, receivers) is checked here.
+several options (topics, client id, credentials, TLS, receivers, the MQTT 5 options) is
+checked here.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connector.mqtt.driver import BrokerAddress, TlsOptions
+from connector.mqtt.driver import BrokerAddress, TlsOptions, validate_alpn
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import ProtocolLevel
+from connector.mqtt.session import persistent_session_problem
 from connector.mqtt.topics import validate_topic_filter
-from connector.source.option_table import OPTIONS, Option, canonical_name
+from connector.source.option_table import MQTT5_OPTIONS, OPTIONS, Option, canonical_name
 from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION
 from connector.wal.location import WalLocationError, parse_location
 
@@ -78,9 +80,8 @@ def _version(row: Option, value: str) -> ProtocolLevel:
     try:
         return ProtocolLevel.parse(value)
     except ValueError:
-        raise InvalidOptionError(
-            f"option {row.name!r} must be {' or '.join(row.choices)}, got {value!r}"
-        ) from None
+        choices = f"{', '.join(row.choices[:-1])} or {row.choices[-1]}"
+        raise InvalidOptionError(f"option {row.name!r} must be {choices}, got {value!r}") from None
 
 
 _READERS: dict[str, Callable[[Option, str], Any]] = {
@@ -154,6 +155,18 @@ class SourceOptions:
     receivers: int = _default("receivers")
     shard_by: str = _default("shardBy")
     share_group: str = ""
+    receive_maximum: int | None = None
+    """MQTT 5 only (None below level 5): the option's value or the table's default."""
+    session_expiry_interval: int | None = None
+    """MQTT 5 only; None when not given: ``SessionConfig.expiry`` then follows
+    ``cleanSession``."""
+    topic_alias_maximum: int | None = None
+    """MQTT 5 only (None below level 5): the option's value or the table's default."""
+
+    @property
+    def mqtt5(self) -> bool:
+        """Whether the stream speaks MQTT 5.0 (its rows then have a ``properties`` column)."""
+        return self.mqtt_version == ProtocolLevel.MQTT_5
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
@@ -211,9 +224,9 @@ class SourceOptions:
         # another machine, and the rule is simpler to state and audit.
         if password is not None and not broker.tls and not allow_plain:
             raise InvalidOptionError(
-                f"option 'password' would be sent unencrypted to {broker}; use an ssl:// or "
-                "mqtts:// 'brokerUrl', or set option 'allowPasswordOverPlainTcp' to true to "
-                "send it over plain TCP anyway"
+                f"option 'password' would be sent unencrypted to {broker}; use an ssl://, "
+                "mqtts:// or wss:// 'brokerUrl', or set option 'allowPasswordOverPlainTcp' to "
+                "true to send it over plain TCP anyway"
             )
 
         tls = None
@@ -224,15 +237,22 @@ class SourceOptions:
                     raise InvalidOptionError(f"option {key!r}: no such file {opts[key]!r}")
             if ("tls.certFile" in opts) != ("tls.keyFile" in opts):
                 raise InvalidOptionError("options 'tls.certFile' and 'tls.keyFile' go together")
+            alpn: tuple[str, ...] = ()
+            if "tls.alpn" in opts:
+                try:
+                    alpn = validate_alpn(name.strip() for name in opts["tls.alpn"].split(","))
+                except ValueError as exc:
+                    raise InvalidOptionError(f"option 'tls.alpn': {exc}") from None
             tls = TlsOptions(
                 opts.get("tls.caFile"),
                 opts.get("tls.certFile"),
                 opts.get("tls.keyFile"),
                 _typed(opts, "tls.verify"),
+                alpn,
             )
         elif any(key in opts for key in tls_keys):
             raise InvalidOptionError(
-                "tls.* options need an ssl:// or mqtts:// 'brokerUrl', got " + str(broker)
+                "tls.* options need an ssl://, mqtts:// or wss:// 'brokerUrl', got " + str(broker)
             )
 
         min_messages = _typed(opts, "minMessagesPerTrigger")
@@ -246,6 +266,12 @@ class SourceOptions:
             "wal" if parse_location(wal_path).objects else "inline"
         )
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
+        mqtt5 = _parse_mqtt5(opts, version)
+        problem = persistent_session_problem(clean, mqtt5["session_expiry_interval"])
+        if problem:
+            raise InvalidOptionError(
+                f"option 'sessionExpiryInterval' 0 with 'cleanSession' false: {problem}"
+            )
         return cls(
             broker=broker,
             topics=topics,
@@ -272,6 +298,7 @@ class SourceOptions:
             receivers=receivers,
             shard_by=shard_by,
             share_group=share_group,
+            **mqtt5,
         )
 
     def redacted(self) -> dict[str, str]:
@@ -285,6 +312,13 @@ class SourceOptions:
             "mqttVersion": str(self.mqtt_version),
             "walPath": self.wal_path,
         }
+        for name, value in (
+            ("receiveMaximum", self.receive_maximum),
+            ("sessionExpiryInterval", self.session_expiry_interval),
+            ("topicAliasMaximum", self.topic_alias_maximum),
+        ):
+            if value is not None:
+                out[name] = str(value)
         if self.receivers > 1:
             out["receivers"] = str(self.receivers)
             out["shardBy"] = self.shard_by
@@ -295,6 +329,25 @@ class SourceOptions:
         if self.password is not None:
             out["password"] = "*********(redacted)"
         return out
+
+
+def _parse_mqtt5(opts: Mapping[str, str], version: ProtocolLevel) -> dict[str, int | None]:
+    """The MQTT 5 options as SourceOptions fields. Each value is checked against its range
+    first, then refused when ``mqttVersion`` is not 5; below level 5 all are None."""
+    values = {
+        "receive_maximum": _typed(opts, "receiveMaximum"),
+        "session_expiry_interval": _typed(opts, "sessionExpiryInterval"),
+        "topic_alias_maximum": _typed(opts, "topicAliasMaximum"),
+    }
+    if version == ProtocolLevel.MQTT_5:
+        return values
+    for name in MQTT5_OPTIONS:
+        if name in opts:
+            raise InvalidOptionError(
+                f"option {name!r} is an MQTT 5 setting: it needs option 'mqttVersion' 5 "
+                f"(got {version})"
+            )
+    return dict.fromkeys(values)
 
 
 def default_share_group(client_id: str) -> str:
@@ -323,10 +376,10 @@ def _parse_shards(
             "source makes the shared subscriptions itself (options 'shardBy', 'shareGroup')"
         )
     if shard_by == "share":
-        if version != ProtocolLevel.MQTT_3_1_1:
+        if version == ProtocolLevel.MQTT_3_1:
             raise InvalidOptionError(
                 "option 'shardBy' share (shared subscriptions, '$share/<group>/<filter>') needs "
-                "option 'mqttVersion' 3.1.1; use shardBy=topics with MQTT 3.1"
+                "option 'mqttVersion' 3.1.1 or 5; use shardBy=topics with MQTT 3.1"
             )
         return receivers, shard_by, group or default_share_group(client_id)
     if group is not None:

@@ -68,7 +68,7 @@ def in_source_runner() -> bool:
 @dataclass(frozen=True, slots=True)
 class MqttPartition(InputPartition):
     """WAL records [start, end) of one WAL (of receiver ``receiver``); ``blob`` carries them
-    when shipped inline."""
+    when shipped inline; ``mqtt5``: the rows have the ``properties`` column."""
 
     wal_path: str
     identity: str
@@ -76,6 +76,7 @@ class MqttPartition(InputPartition):
     end: int
     blob: bytes | None = None
     receiver: int = 0
+    mqtt5: bool = False
 
 
 def split_range(start: int, end: int, per_partition: int) -> list[tuple[int, int]]:
@@ -371,6 +372,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     b,
                     wal.encode_range(a, b) if wal is not None else None,
                     index,
+                    self.options.mqtt5,
                 )
                 for a, b in split_range(
                     first, ends[index].offset, self.options.records_per_partition
@@ -399,7 +401,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 partition.end,
                 f"expected {partition.end - partition.start} records, found {len(columns)}",
             )
-        yield from to_record_batches(columns, receiver=partition.receiver)
+        yield from to_record_batches(columns, receiver=partition.receiver, mqtt5=partition.mqtt5)
 
     def commit(self, end: dict) -> None:
         ends = self._positions(end)

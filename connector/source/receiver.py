@@ -4,7 +4,9 @@ It runs as a thread in the process that hosts the stream reader (Spark's Python 
 source runner on the driver) for the lifetime of the query. Per socket read
 (``Receiver._read``): read, store what the session delivered with one fsync, then
 acknowledge it (PUBCOMP / PUBACK / PUBREC) in one write (``_persist_then_ack``). A read of
-QoS 2 releases alone may first wait a moment for more (``_gather_releases``).
+QoS 2 releases alone may first wait a moment for more (``_gather_releases``). At MQTT 5 each
+message's properties are stored in its WAL record (:mod:`.wal_properties`), under the same
+rule: acknowledged only once durable.
 
 Which PUBLISH packets are resends of stored messages is decided once, by the session
 (:mod:`connector.mqtt.session`, docs/delivery.md), from the pending QoS 2 ids this WAL holds
@@ -28,6 +30,7 @@ from connector.wal import RecordTuple, WalLockedError, record_digest
 from connector.wal.opening import AnyWalWriter, open_writer, read_sidecar, write_sidecar
 
 from .options import SourceOptions
+from .wal_properties import encode_for_wal
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +186,9 @@ class Receiver:
             username=options.username,
             password=options.password.encode() if options.password is not None else None,
             level=options.mqtt_version,
+            receive_maximum=options.receive_maximum,
+            session_expiry_interval=options.session_expiry_interval,
+            topic_alias_maximum=options.topic_alias_maximum,
         )
         session = ClientSession(config, matches_stored=self._matches_stored)
         session.restore_qos2_pending(self.wal.qos2_pending)
@@ -407,9 +413,13 @@ class Receiver:
         if any(m.dup or m.qos == 2 for m in messages):
             self._count_possible_duplicates(messages)
         # Plain tuples in NewRecord's field order: a NamedTuple costs 5x more to build.
-        records: list[RecordTuple] = [
-            (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us) for m in messages
-        ]
+        records: list[RecordTuple]
+        if self.options.mqtt5:
+            records = _records_with_properties(messages, now_us)
+        else:
+            records = [
+                (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us) for m in messages
+            ]
         self.wal.append(records, released_qos2=read.released)
         self.stats.appended += len(records)
         self.client.acknowledge(messages, read.released)
@@ -439,3 +449,21 @@ class Receiver:
                 found,
                 self.stats.possible_duplicates,
             )
+
+
+def _records_with_properties(messages: list[Publish], now_us: int) -> list[RecordTuple]:
+    """MQTT 5 messages as WAL records with their properties (:func:`.encode_for_wal`, MQTT
+    5.0 section 3.3.2.3). The stream decoder shares one :class:`Properties` between the
+    messages of a connection whose property bytes are equal, so each distinct one is encoded
+    once per read (the messages keep the objects, and so their ids, alive meanwhile)."""
+    encoded: dict[int, bytes] = {}
+    records: list[RecordTuple] = []
+    for m in messages:
+        props = m.properties
+        if props is None:
+            raw = b""
+        else:
+            found = encoded.get(id(props))
+            raw = encoded[id(props)] = encode_for_wal(props) if found is None else found
+        records.append((m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us, raw))
+    return records

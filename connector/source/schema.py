@@ -1,4 +1,12 @@
-"""The output schema of the ``mqtt`` source and the WAL-columns -> Arrow conversion."""
+"""The output schema of the ``mqtt`` source and the WAL-columns -> Arrow conversion.
+
+With ``mqttVersion`` 5 the rows have one more column, ``properties``: the PUBLISH properties a
+consumer sees (MQTT 5.0 section 3.3.2.3, named and shaped by
+:func:`connector.mqtt.message_properties.message_properties`). For an MQTT 5 row the struct is
+never null: a property the message lacks is a null field, and ``userProperties`` and
+``subscriptionIdentifiers`` are empty arrays, never null (a message without any property has
+all of that). MQTT 3.1 and 3.1.1 streams keep the schema without the column.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +16,12 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector.mqtt.message_properties import FIELDS, message_properties
 from connector.wal import WalColumns
 from connector.wal.columns import ColumnPiece
 from connector.wal.records import FLAG_DUP, FLAG_HAS_ID, FLAG_QOS_MASK, FLAG_RETAIN
+
+from .wal_properties import decode_from_wal
 
 SCHEMA_DDL = (
     "topic STRING NOT NULL, payload BINARY NOT NULL, qos INT NOT NULL, "
@@ -35,20 +46,51 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+_USER_PROPERTY = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.string())])
+_PROPERTY_TYPES: dict[str, tuple[str, pa.DataType]] = {
+    "payloadFormatIndicator": ("INT", pa.int32()),
+    "messageExpiryInterval": ("BIGINT", pa.int64()),
+    "contentType": ("STRING", pa.string()),
+    "responseTopic": ("STRING", pa.string()),
+    "correlationData": ("BINARY", pa.binary()),
+    "userProperties": ("ARRAY<STRUCT<key: STRING, value: STRING>>", pa.list_(_USER_PROPERTY)),
+    "subscriptionIdentifiers": ("ARRAY<INT>", pa.list_(pa.int32())),
+}
+"""Spark and Arrow type of each field of ``properties``, by its name in FIELDS (whose order
+the struct keeps)."""
+
+PROPERTIES_TYPE = pa.struct([pa.field(name, _PROPERTY_TYPES[name][1]) for name in FIELDS])
+PROPERTIES_DDL = "STRUCT<" + ", ".join(f"{name}: {_PROPERTY_TYPES[name][0]}" for name in FIELDS)
+PROPERTIES_DDL += ">"
+PROPERTIES_COLUMN = "properties"
+
+SCHEMA_DDL_MQTT5 = f"{SCHEMA_DDL}, {PROPERTIES_COLUMN} {PROPERTIES_DDL}"
+"""Spark DDL of the rows of an MQTT 5 stream: :data:`SCHEMA_DDL` and ``properties``."""
+
+ARROW_SCHEMA_MQTT5 = ARROW_SCHEMA.append(pa.field(PROPERTIES_COLUMN, PROPERTIES_TYPE))
+
+
+def schema_ddl(mqtt5: bool) -> str:
+    """The source's Spark DDL: with ``properties`` for an MQTT 5 stream."""
+    return SCHEMA_DDL_MQTT5 if mqtt5 else SCHEMA_DDL
+
+
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 ARROW_BATCH_ROWS = 65_536
 
 _NULL_ID = pa.scalar(None, pa.int32())
+_NO_BYTES = pa.py_buffer(b"")
 
 
-def to_arrow(columns: WalColumns, receiver: int = 0) -> pa.RecordBatch:
+def to_arrow(columns: WalColumns, receiver: int = 0, *, mqtt5: bool = False) -> pa.RecordBatch:
     """All of ``columns`` as one Arrow record batch, built column-wise without a Python object
     per row. Each piece's buffers (a data block's bytes, or the arrays gathered from version 1
     records) are used as Arrow buffers: fixed-width columns as they are (one piece) or joined,
     payloads as one binary array per piece, concatenated; topics index each piece's topic
     dictionary; qos, flags and null message ids come from Arrow kernels on the flags, offsets
-    from a range."""
+    from a range. With ``mqtt5`` the batch has the ``properties`` column too
+    (:func:`_properties`)."""
     n = len(columns)
     pieces = columns.pieces
     flags = _fixed(pieces, "flags", pa.uint8(), n)
@@ -68,20 +110,56 @@ def to_arrow(columns: WalColumns, receiver: int = 0) -> pa.RecordBatch:
         payload.validate(full=True)  # positions stay inside the piece's bytes
         payloads.append(payload)
     first = columns.first_offset
-    return pa.RecordBatch.from_arrays(
-        [
-            _topics(pieces),
-            _concat(payloads, pa.binary()),
-            pc.bit_wise_and(flags, FLAG_QOS_MASK).cast(pa.int32()),
-            pc.not_equal(pc.bit_wise_and(flags, FLAG_RETAIN), 0),
-            pc.not_equal(pc.bit_wise_and(flags, FLAG_DUP), 0),
-            mids,
-            _fixed(pieces, "timestamps", _TIMESTAMP, n),
-            _range(first, first + n),
-            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array("i", [receiver]) * n)]),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    arrays = [
+        _topics(pieces),
+        _concat(payloads, pa.binary()),
+        pc.bit_wise_and(flags, FLAG_QOS_MASK).cast(pa.int32()),
+        pc.not_equal(pc.bit_wise_and(flags, FLAG_RETAIN), 0),
+        pc.not_equal(pc.bit_wise_and(flags, FLAG_DUP), 0),
+        mids,
+        _fixed(pieces, "timestamps", _TIMESTAMP, n),
+        _range(first, first + n),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array("i", [receiver]) * n)]),
+    ]
+    if not mqtt5:
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    arrays.append(_properties(pieces, first))
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_MQTT5)
+
+
+def _properties(pieces: tuple[ColumnPiece, ...], first: int) -> pa.Array:
+    """The ``properties`` column: each distinct stored value is decoded once and the column is
+    a take of those structs (publishers repeat their properties, and most rows of a block
+    without properties share the empty value). Pieces without property columns (blocks of
+    kind 5, version 1 rows) are rows without properties."""
+    parts = []
+    for piece in pieces:
+        count = piece.hi - piece.lo
+        if piece.property_ends is None:
+            zeros = pa.py_buffer(bytes(4 * (count + 1)))
+            parts.append(pa.Array.from_buffers(pa.binary(), count, [None, zeros, _NO_BYTES]))
+            continue
+        stored = pa.Array.from_buffers(
+            pa.binary(),
+            count,
+            [None, pa.py_buffer(piece.property_ends), pa.py_buffer(piece.property_data)],
+            0,
+            piece.lo,
+        )
+        stored.validate(full=True)  # positions stay inside the piece's bytes
+        parts.append(stored)
+    encoded = pc.dictionary_encode(_concat(parts, pa.binary()))
+    distinct = []
+    for value in encoded.dictionary.to_pylist():
+        try:
+            view = message_properties(decode_from_wal(value))
+        except ValueError as exc:
+            row = pc.index(encoded.dictionary, value).as_py()
+            at = pc.index(encoded.indices, row).as_py()
+            raise ValueError(f"WAL offset {first + at}: {exc}") from None
+        view["userProperties"] = [{"key": k, "value": v} for k, v in view["userProperties"]]
+        distinct.append(view)
+    return pa.array(distinct, PROPERTIES_TYPE).take(encoded.indices)
 
 
 def _fixed(pieces: tuple[ColumnPiece, ...], name: str, arrow_type: pa.DataType, n: int) -> pa.Array:
@@ -137,13 +215,17 @@ def _range(start: int, stop: int) -> pa.Array:
 
 
 def to_record_batches(
-    columns: WalColumns, batch_rows: int = ARROW_BATCH_ROWS, receiver: int = 0
+    columns: WalColumns,
+    batch_rows: int = ARROW_BATCH_ROWS,
+    receiver: int = 0,
+    *,
+    mqtt5: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the columns as Arrow record batches of at most ``batch_rows`` rows (zero-copy
-    slices of one batch)."""
+    slices of one batch); with ``mqtt5`` they have the ``properties`` column."""
     total = len(columns)
     if not total:
         return
-    whole = to_arrow(columns, receiver)
+    whole = to_arrow(columns, receiver, mqtt5=mqtt5)
     for start in range(0, total, batch_rows):
         yield whole.slice(start, batch_rows)

@@ -13,7 +13,7 @@ and immutable parts on shared storage or a FUSE mount of it (:mod:`.objects`,
 :class:`~connector.wal.object_writer.ObjectWalWriter`,
 :class:`~connector.wal.object_reader.ObjectWalReader`).
 
-On-disk format (version 2, all integers little endian)
+On-disk format (version 3, all integers little endian)
 ------------------------------------------------------
 Directory: ``wal.json`` (format name, version, identity = uuid4 hex), ``LOCK`` (flock of the
 single writer; holds its pid and host), segments ``<first offset, 20 digits>.seg`` and
@@ -51,6 +51,18 @@ crc32 covers exactly those bytes. Kinds:
   cut where the segment rolls over and where an index hint is due (so a block holds at most
   64 KiB of rows before its last row, and its payload positions stay below 2^31). Details in
   :mod:`connector.wal.block`.
+* 6 data block with properties (version 3): kind 5 plus each row's properties, opaque bytes
+  the WAL never parses (the source stores an MQTT 5 PUBLISH's property encoding there)::
+
+      ... n x u32 topic index | (n + 1) x u32 payload end position (first 0) |
+      (n + 1) x u32 property end position (first 0) | payloads | property bytes
+
+  Everything before the property ends is laid out as in kind 5; the property ends follow the
+  payload ends (so every column keeps its alignment), and row i's properties are bytes
+  [pend_i, pend_(i+1)) after the last payload; the body ends exactly after the last property
+  byte. A row without properties has an empty range. The writer writes kind 6 only for a
+  block in which some row has properties; a row's payload and properties together stay within
+  the 256 MiB of one MQTT packet.
 
 A segment file appears atomically (written as ``.tmp``, fsynced, renamed, directory fsynced)
 and only after the previous segment was sealed and fsynced, so every non-last segment is
@@ -58,12 +70,18 @@ sealed. A segment rolls over before a data record when it already holds data and
 ``segment_max_bytes`` long. Recovery rules: see :mod:`connector.wal.recovery`; a torn or
 corrupt last block is cut whole, like a torn record.
 
-Versions: version 1 segments hold kind 1 data records, version 2 segments data blocks. Readers
-accept both, and a version 1 segment that continues with blocks. A writer opening a version 1
-directory rewrites ``wal.json`` with version 2 before appending (its active version 1 segment
-keeps its header and receives blocks; new segments are version 2), so a reader that knows only
-version 1 stops at ``wal.json`` with "unsupported WAL format version 2" rather than at a record
-kind it does not know. The inline blob (:mod:`connector.wal.blob`) is version 2 as well.
+Versions: version 1 segments hold kind 1 data records, version 2 segments data blocks (kind
+5), version 3 adds blocks with properties (kind 6). Readers accept all three, and a segment
+that continues with a newer kind than its header says. A writer opening a version 1 directory
+rewrites ``wal.json`` with version 2 before appending (its active version 1 segment keeps its
+header and receives blocks; new segments are version 2), so a reader that knows only version 1
+stops at ``wal.json`` with "unsupported WAL format version 2" rather than at a record kind it
+does not know. A new WAL is version 2, and stays so, byte for byte, while no record has
+properties (MQTT 3.1 and 3.1.1 never have any). Before it writes the first kind 6 block, a
+writer rewrites ``wal.json`` with version 3 (atomically, like every ``wal.json``: a temporary
+file renamed, or one PUT); the active segment keeps its header and segments started later say
+version 3, so a reader that knows only version 2 stops at "unsupported WAL format version 3".
+The inline blob (:mod:`connector.wal.blob`) is version 2, or 3 when it holds a kind 6 block.
 """
 
 from .blob import decode_blob

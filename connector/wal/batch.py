@@ -2,12 +2,18 @@
 
 Encoding happens before any byte is written, so an invalid record (bad QoS, missing packet
 id, field out of range) raises ValueError with the QoS state restored and nothing written.
-Releases are applied before the append's records. The records become data blocks (kind 5, see
-:mod:`connector.wal.block`): one per append, split where the segment rolls over and where an
-index hint is due (every 64 KiB of segment), so a block stays small enough to seek into and
-every hint points at a block start. A segment rolls over before a data record when it already
-holds data and would be at least ``segment_max_bytes`` long with the rows before that record;
-the new segment starts with a snapshot of the state as of that record.
+Releases are applied before the append's records. The records become data blocks (kind 5, or
+kind 6 when a row has properties, see :mod:`connector.wal.block`): one per append, split where
+the segment rolls over and where an index hint is due (every 64 KiB of segment), so a block
+stays small enough to seek into and every hint points at a block start. A segment rolls over
+before a data record when it already holds data and would be at least ``segment_max_bytes``
+long with the rows before that record; the new segment starts with a snapshot of the state as
+of that record.
+
+An append of seven-field records (:data:`~connector.wal.records.PlainRecordTuple`, what the
+receiver builds for MQTT 3.1 and 3.1.1) runs a loop that never looks at properties; eight
+fields (a :class:`~connector.wal.records.NewRecord`, or what the receiver builds for MQTT 5)
+run its twin that also keeps each row's property bytes.
 """
 
 from __future__ import annotations
@@ -17,21 +23,23 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
-from .block import BLOCK_SLACK, ROW_BYTES, body_size, encode_block
+from .block import BLOCK_SLACK, PROPERTIES_ROW_BYTES, ROW_BYTES, body_size, encode_block
 from .records import (
     FLAGS,
     FRAME_SIZE,
     KIND_STATE,
     MAX_PAYLOAD_BYTES,
     MAX_TOPIC_BYTES,
+    PlainRecordTuple,
+    PropertiesRecordTuple,
     RecordTuple,
     digest_seed,
     encode_record,
     encode_release,
 )
-from .segment import INDEX_INTERVAL, encode_header
+from .segment import FORMAT_VERSION, INDEX_INTERVAL, encode_header
 from .state import QosState
 
 _TOPIC_CACHE_LIMIT = 4096
@@ -62,10 +70,12 @@ class SegmentWrite:
 
 @dataclass(slots=True)
 class EncodedAppend:
-    """One encoded append: its per-segment writes and where the next index hint is due after."""
+    """One encoded append: its per-segment writes, where the next index hint is due after, and
+    whether it holds a block with properties (kind 6: the WAL must be format version 3)."""
 
     writes: list[SegmentWrite]
     index_next: int
+    properties: bool = False
 
     @property
     def end_offset(self) -> int:
@@ -73,20 +83,28 @@ class EncodedAppend:
         return self.writes[-1].end_offset
 
 
-def segment_prefix(identity: bytes, first_offset: int, state: QosState) -> bytes:
-    """Header plus state snapshot: the first bytes of every segment."""
-    return encode_header(identity, first_offset) + encode_record(KIND_STATE, state.encode())
+def segment_prefix(
+    identity: bytes, first_offset: int, state: QosState, version: int = FORMAT_VERSION
+) -> bytes:
+    """Header (saying format ``version``) plus state snapshot: the first bytes of every
+    segment."""
+    header = encode_header(identity, first_offset, version)
+    return header + encode_record(KIND_STATE, state.encode())
 
 
 class AppendEncoder:
-    """Encodes appends for one WAL; keeps a cache of encoded topics."""
+    """Encodes appends for one WAL; keeps a cache of encoded topics. ``version`` is the format
+    version the headers of the segments it starts say (the WAL's, see :mod:`connector.wal`)."""
 
-    __slots__ = ("_identity", "_limit", "_topics")
+    __slots__ = ("_identity", "_limit", "_topics", "version")
 
-    def __init__(self, identity: bytes, segment_max_bytes: int) -> None:
+    def __init__(
+        self, identity: bytes, segment_max_bytes: int, version: int = FORMAT_VERSION
+    ) -> None:
         self._identity = identity
         self._limit = segment_max_bytes
         self._topics: dict[str, tuple[bytes, int]] = {}
+        self.version = version
 
     def encode(
         self,
@@ -133,63 +151,68 @@ class AppendEncoder:
         old_digests: dict[int, int | None],
         position: tuple[int, int, int, int],
     ) -> EncodedAppend:
-        """The hot loop of :meth:`encode`; records undo information in the two collections.
+        """Encode the release and the records with the loop their length calls for."""
+        offset, segment_first, pos, index_next = position
+        write = SegmentWrite(offset, [], new_segment=False)
+        if released:
+            release = encode_release(released)
+            write.parts.append(release)
+            pos += len(release)
+        cursor = _Cursor(
+            (self._identity, self._limit, self.version),
+            state,
+            old_digests,
+            write,
+            segment_first,
+            pos,
+            index_next,
+        )
+        if records and len(records[0]) > 7:
+            rows = cast("Sequence[PropertiesRecordTuple]", records)
+            offset = self._rows_with_properties(rows, cursor, offset, added)
+        else:
+            plain = cast("Sequence[PlainRecordTuple]", records)
+            offset = self._rows(plain, cursor, offset, added)
+        write = cursor.write
+        if len(cursor.block.flags):
+            write.parts.extend(cursor.close_block())
+        state.merge(cursor.digests, undo=old_digests)
+        write.end_offset = offset
+        return EncodedAppend(cursor.writes, cursor.index_next, cursor.properties)
+
+    def _rows(
+        self,
+        records: Sequence[PlainRecordTuple],
+        cursor: _Cursor,
+        offset: int,
+        added: list[int],
+    ) -> int:
+        """The hot loop for records without properties; returns the next offset.
 
         Rows go into the open data block's columns. Message digests of the append are collected
         in a dict of their own and merged into the state at the end (or before a segment
         snapshot), so only those merges need undo information. ``estimate`` bounds from above
         where the segment would end with the open block closed; rollover and index hints are
-        checked exactly only once it reaches the nearer of the two thresholds. A block is
-        closed where the segment rolls over and where an index hint is due, so every hint
-        points at a block start."""
-        offset, segment_first, pos, index_next = position
-        write = SegmentWrite(offset, [], new_segment=False)
-        writes = [write]
-        if released:
-            release = encode_release(released)
-            write.parts.append(release)
-            pos += len(release)
-        has_data = offset > segment_first
-        limit = self._limit
-        # 0: check again at the next record, once this segment holds data.
-        watch = min(limit, index_next) if has_data else 0
-        pending = state.pending_qos2
-        append_digests: dict[int, int] = {}
+        checked exactly (``_Cursor.check``) only once it reaches the nearer of the two
+        thresholds. A block is closed where the segment rolls over and where an index hint is
+        due, so every hint points at a block start."""
+        pending = cursor.state.pending_qos2
+        append_digests = cursor.digests
         cache, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
-        block = _OpenBlock(offset, pos)
+        block = cursor.block
         block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = block.appenders()
-        estimate, total = pos + BLOCK_SLACK, 0
+        estimate, total, watch = block.start + BLOCK_SLACK, 0, cursor.watch
         try:
             for topic, payload, qos, retained, duplicate, mid, stamp in records:
                 if estimate >= watch:
-                    here = block.end_position(total)
-                    if here >= watch:
-                        closed = False
-                        if here >= limit and has_data:
-                            if len(block.flags):
-                                write.parts.extend(block.encode())
-                            write.end_offset, write.seal = offset, True
-                            state.merge(append_digests, undo=old_digests)
-                            append_digests.clear()
-                            prefix = segment_prefix(self._identity, offset, state)
-                            write = SegmentWrite(offset, [prefix], new_segment=True)
-                            writes.append(write)
-                            here, has_data, closed = len(prefix), False, True
-                            index_next = here + INDEX_INTERVAL
-                        if here >= index_next:
-                            if not closed and len(block.flags):
-                                write.parts.extend(block.encode())
-                                closed = True
-                            write.index.append((offset, here))
-                            index_next = here + INDEX_INTERVAL
-                        if closed:
-                            block = _OpenBlock(offset, here)
-                            appenders = block.appenders()
-                            block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = (
-                                appenders
-                            )
-                            estimate, total = here + BLOCK_SLACK, 0
-                        watch = min(limit, index_next) if has_data else 0
+                    cursor.offset = offset
+                    watch = cursor.check(total, 0)
+                    if cursor.block is not block:
+                        block = cursor.block
+                        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = (
+                            block.appenders()
+                        )
+                        estimate, total = block.start + BLOCK_SLACK, 0
                 tid = block_topic(topic)
                 if tid is None:
                     entry = cache.get(topic)
@@ -219,14 +242,81 @@ class AppendEncoder:
                 payloads(payload)
                 estimate += ROW_BYTES + size
                 offset += 1
-                has_data = True
         except (OverflowError, struct.error) as exc:
             raise ValueError(f"record at offset {offset} has a field out of range: {exc}") from exc
-        if len(block.flags):
-            write.parts.extend(block.encode())
-        state.merge(append_digests, undo=old_digests)
-        write.end_offset = offset
-        return EncodedAppend(writes, index_next)
+        cursor.offset = offset
+        return offset
+
+    def _rows_with_properties(
+        self,
+        records: Sequence[PropertiesRecordTuple],
+        cursor: _Cursor,
+        offset: int,
+        added: list[int],
+    ) -> int:
+        """:meth:`_rows` for records with a ``properties`` field: the same loop, which also
+        keeps each row's property bytes (a row's payload and properties together are held to
+        the payload limit, as one PUBLISH holds both)."""
+        pending = cursor.state.pending_qos2
+        append_digests = cursor.digests
+        cache, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
+        block = cursor.block
+        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = block.appenders()
+        property_ends, properties_out = block.property_appenders()
+        estimate, total, property_total = block.start + BLOCK_SLACK, 0, 0
+        watch = cursor.watch
+        try:
+            for topic, payload, qos, retained, duplicate, mid, stamp, properties in records:
+                if estimate >= watch:
+                    cursor.offset = offset
+                    watch = cursor.check(total, property_total)
+                    if cursor.block is not block:
+                        block = cursor.block
+                        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = (
+                            block.appenders()
+                        )
+                        property_ends, properties_out = block.property_appenders()
+                        estimate, total, property_total = block.start + BLOCK_SLACK, 0, 0
+                tid = block_topic(topic)
+                if tid is None:
+                    entry = cache.get(topic)
+                    if entry is None:
+                        entry = self._cache_topic(topic)
+                    tid = block.add_topic(topic, entry)
+                    estimate += 2 + len(entry[0])
+                flags = flags_of.get((qos, retained, duplicate, mid is not None))
+                if flags is None:
+                    raise ValueError(f"invalid record at offset {offset}: qos={qos!r}")
+                if qos:
+                    if not mid:
+                        raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
+                    append_digests[mid] = crc32(payload, seeds[tid])
+                    if qos == 2 and mid not in pending:
+                        pending.add(mid)
+                        added.append(mid)
+                size = len(payload)
+                extra = len(properties)
+                if size + extra > MAX_PAYLOAD_BYTES:
+                    raise ValueError(
+                        f"record at offset {offset} is too large ({size} payload and {extra} "
+                        "property bytes)"
+                    )
+                ids(tid)
+                flags_out(flags)
+                mids(mid or 0)
+                stamps(stamp)
+                total += size
+                ends(total)
+                payloads(payload)
+                property_total += extra
+                property_ends(property_total)
+                properties_out(properties)
+                estimate += PROPERTIES_ROW_BYTES + size + extra
+                offset += 1
+        except (OverflowError, struct.error) as exc:
+            raise ValueError(f"record at offset {offset} has a field out of range: {exc}") from exc
+        cursor.offset = offset
+        return offset
 
     def _cache_topic(self, topic: str) -> tuple[bytes, int]:
         """A topic's UTF-8 bytes and the crc32 seed of its digest; cached."""
@@ -239,8 +329,97 @@ class AppendEncoder:
         return entry
 
 
+class _Cursor:
+    """Where one append stands: the segment writes so far, the open block, the digests
+    collected since the last snapshot, and the thresholds of the next rollover and index
+    hint. The hot loops call :meth:`check` only when their estimate reaches ``watch``."""
+
+    __slots__ = (
+        "block",
+        "digests",
+        "identity",
+        "index_next",
+        "limit",
+        "offset",
+        "old_digests",
+        "properties",
+        "segment_first",
+        "state",
+        "version",
+        "watch",
+        "write",
+        "writes",
+    )
+
+    def __init__(
+        self,
+        encoder: tuple[bytes, int, int],
+        state: QosState,
+        old_digests: dict[int, int | None],
+        write: SegmentWrite,
+        segment_first: int,
+        pos: int,
+        index_next: int,
+    ) -> None:
+        self.identity, self.limit, self.version = encoder  # the encoder's identity, limit, version
+        self.state = state
+        self.old_digests = old_digests
+        self.write = write
+        self.writes = [write]
+        self.segment_first = segment_first
+        self.offset = write.first_offset
+        self.index_next = index_next
+        self.digests: dict[int, int] = {}
+        self.block = _OpenBlock(write.first_offset, pos)
+        self.properties = False
+        # 0: check again at the next record, once this segment holds data.
+        self.watch = min(self.limit, index_next) if self.offset > segment_first else 0
+
+    def close_block(self) -> list[bytes]:
+        """The open block's record, noting whether it is one with properties (kind 6)."""
+        if self.block.property_ends[-1]:
+            self.properties = True
+        return self.block.encode()
+
+    def check(self, payload_bytes: int, property_bytes: int) -> int:
+        """Before the record at ``self.offset``, with the open block holding these bytes: roll
+        the segment over or add an index hint where due (closing the block: the caller then
+        starts filling ``self.block`` anew); returns the next ``watch``."""
+        offset, block, limit = self.offset, self.block, self.limit
+        has_data = offset > self.segment_first
+        here = block.end_position(payload_bytes, property_bytes)
+        if here < self.watch:
+            return self.watch
+        write = self.write
+        closed = False
+        if here >= limit and has_data:
+            if len(block.flags):
+                write.parts.extend(self.close_block())
+            write.end_offset, write.seal = offset, True
+            self.state.merge(self.digests, undo=self.old_digests)
+            self.digests.clear()
+            prefix = segment_prefix(self.identity, offset, self.state, self.version)
+            write = self.write = SegmentWrite(offset, [prefix], new_segment=True)
+            self.writes.append(write)
+            self.segment_first = offset
+            here, has_data, closed = len(prefix), False, True
+            self.index_next = here + INDEX_INTERVAL
+        if here >= self.index_next:
+            if not closed and len(block.flags):
+                write.parts.extend(self.close_block())
+                closed = True
+            write.index.append((offset, here))
+            self.index_next = here + INDEX_INTERVAL
+        if closed:
+            self.block = _OpenBlock(offset, here)
+        self.watch = min(limit, self.index_next) if has_data else 0
+        return self.watch
+
+
 class _OpenBlock:
-    """The columns of the data block being encoded, starting at segment byte ``start``."""
+    """The columns of the data block being encoded, starting at segment byte ``start``.
+    ``property_ends`` and ``properties`` are filled by the loop for records with properties
+    only; the block is kind 6 when they hold a byte."""
 
     __slots__ = (
         "ends",
@@ -249,6 +428,8 @@ class _OpenBlock:
         "message_ids",
         "names",
         "payloads",
+        "properties",
+        "property_ends",
         "seeds",
         "start",
         "table_bytes",
@@ -270,6 +451,8 @@ class _OpenBlock:
         self.timestamps = array("q")
         self.ends = array("i", [0])
         self.payloads: list[bytes] = []
+        self.property_ends = array("i", [0])
+        self.properties: list[bytes] = []
 
     def appenders(self) -> _Appenders:
         """The bound methods the hot loop calls per row (and the seeds list)."""
@@ -284,6 +467,11 @@ class _OpenBlock:
             self.payloads.append,
         )
 
+    def property_appenders(self) -> tuple[Callable[[int], None], Callable[[bytes], None]]:
+        """The bound methods the loop for records with properties calls per row as well:
+        property end, property bytes."""
+        return self.property_ends.append, self.properties.append
+
     def add_topic(self, topic: str, entry: tuple[bytes, int]) -> int:
         """Add a topic to the block's table; returns its index."""
         tid = self.topics[topic] = len(self.names)
@@ -292,15 +480,18 @@ class _OpenBlock:
         self.table_bytes += 2 + len(entry[0])
         return tid
 
-    def end_position(self, payload_bytes: int) -> int:
-        """The segment size once this block (holding ``payload_bytes``) is written."""
+    def end_position(self, payload_bytes: int, property_bytes: int = 0) -> int:
+        """The segment size once this block (holding ``payload_bytes`` and ``property_bytes``)
+        is written."""
         count = len(self.flags)
         if not count:
             return self.start
-        return self.start + FRAME_SIZE + 1 + body_size(count, self.table_bytes, payload_bytes)
+        size = body_size(count, self.table_bytes, payload_bytes, property_bytes)
+        return self.start + FRAME_SIZE + 1 + size
 
     def encode(self) -> list[bytes]:
-        """The framed block record as parts."""
+        """The framed block record as parts: kind 6 when a row has property bytes."""
+        with_properties = self.property_ends[-1] > 0
         return encode_block(
             self.first,
             self.names,
@@ -310,4 +501,6 @@ class _OpenBlock:
             self.topic_ids,
             self.ends,
             self.payloads,
+            self.property_ends if with_properties else None,
+            self.properties if with_properties else None,
         )

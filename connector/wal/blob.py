@@ -4,8 +4,9 @@ Layout: ``4s magic "MQWB" | u16 version | u16 reserved | u64 first offset | u64 
 followed by the stored records that hold offsets ``[first, first + count)``, in the segment
 framing (CRC-checked on decode): version 1 data records and data blocks, whole. A block may
 begin before ``first`` or end after ``first + count``; the decoder keeps only the range's rows.
-Version 2 blobs may hold blocks; version 1 blobs (exactly ``count`` version 1 data records
-from ``first``) decode the same way.
+Version 3 blobs hold a data block with properties (kind 6) and are written only then; version
+2 blobs may hold blocks without properties; version 1 blobs (exactly ``count`` version 1 data
+records from ``first``) decode the same way.
 """
 
 from __future__ import annotations
@@ -15,19 +16,23 @@ import struct
 from .columns import WalColumns
 from .decode import DONE, DataSink, scan
 from .errors import WalCorruptError
-from .records import OFFSET_AT
+from .records import FRAME_SIZE, KIND_PROPERTIES_BLOCK, OFFSET_AT
 
 BLOB_MAGIC = b"MQWB"
 BLOB_VERSION = 2
-READABLE_BLOB_VERSIONS = (1, 2)
+PROPERTIES_BLOB_VERSION = 3
+READABLE_BLOB_VERSIONS = (1, 2, 3)
 BLOB_HEAD = struct.Struct("<4sHHQQ")
 _OFFSET = struct.Struct("<Q")
 _WHERE = "<WAL blob>"
 
 
 def pack_blob(first_offset: int, count: int, frames: list[memoryview] | list[bytes]) -> bytes:
-    """A blob of offsets ``[first_offset, first_offset + count)`` held by ``frames``."""
-    head = BLOB_HEAD.pack(BLOB_MAGIC, BLOB_VERSION, 0, first_offset, count)
+    """A blob of offsets ``[first_offset, first_offset + count)`` held by ``frames``; version 3
+    when a frame is a data block with properties (one look per frame, not per row)."""
+    properties = any(frame[FRAME_SIZE] == KIND_PROPERTIES_BLOCK for frame in frames)
+    version = PROPERTIES_BLOB_VERSION if properties else BLOB_VERSION
+    head = BLOB_HEAD.pack(BLOB_MAGIC, version, 0, first_offset, count)
     return b"".join([head, *frames])
 
 

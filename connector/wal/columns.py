@@ -4,7 +4,9 @@ A :class:`WalColumns` is a sequence of :class:`ColumnPiece`: each piece holds th
 buffers of one data block (zero-copy views of the block's bytes) or of a run of version 1
 data records, and the rows ``[lo, hi)`` of those buffers that belong to the range. A consumer
 such as the Arrow converter uses the buffers as they are; the list attributes (``topics``,
-``payloads``, ``qos``, ...) are built on first use, for tests and tools.
+``payloads``, ``qos``, ...) are built on first use, for tests and tools. Only a piece of a
+block with properties (kind 6) has property columns; the rows of any other piece have none
+(``b""``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class ColumnPiece:
     ``topic_ids`` (int32) index ``topic_names``; ``flags`` (uint8), ``message_ids`` (uint16,
     meaningful where the flags have FLAG_HAS_ID) and ``timestamps`` (int64 microseconds) hold
     one value per row; ``payload_ends`` (int32, ``n + 1`` values, the first 0) delimit row i's
-    payload as ``payload_data[ends[i]:ends[i + 1]]``.
+    payload as ``payload_data[ends[i]:ends[i + 1]]``. ``property_ends`` and ``property_data``
+    delimit each row's property bytes the same way; both None when no row of the buffers has
+    any.
     """
 
     __slots__ = (
@@ -45,6 +49,8 @@ class ColumnPiece:
         "message_ids",
         "payload_data",
         "payload_ends",
+        "property_data",
+        "property_ends",
         "timestamps",
         "topic_ids",
         "topic_names",
@@ -61,6 +67,9 @@ class ColumnPiece:
         payload_data: Buffer,
         lo: int = 0,
         hi: int | None = None,
+        *,
+        property_ends: Buffer | None = None,
+        property_data: Buffer | None = None,
     ) -> None:
         self.topic_names = topic_names
         self.topic_ids = topic_ids
@@ -71,6 +80,8 @@ class ColumnPiece:
         self.payload_data = payload_data
         self.lo = lo
         self.hi = len(flags) if hi is None else hi
+        self.property_ends = property_ends
+        self.property_data = property_data
 
     def rows(self, lo: int, hi: int) -> ColumnPiece:
         """The same buffers with rows ``[lo, hi)`` in use (relative to the buffers)."""
@@ -84,6 +95,8 @@ class ColumnPiece:
             self.payload_data,
             lo,
             hi,
+            property_ends=self.property_ends,
+            property_data=self.property_data,
         )
 
     def __len__(self) -> int:
@@ -92,6 +105,13 @@ class ColumnPiece:
     def payloads(self) -> list[bytes]:
         """The payloads of the rows in use, as bytes."""
         ends, data = self.payload_ends, self.payload_data
+        return [bytes(data[ends[i] : ends[i + 1]]) for i in range(self.lo, self.hi)]
+
+    def properties(self) -> list[bytes]:
+        """The property bytes of the rows in use (``b""`` for a row without)."""
+        ends, data = self.property_ends, self.property_data
+        if ends is None or data is None:
+            return [b""] * (self.hi - self.lo)
         return [bytes(data[ends[i] : ends[i + 1]]) for i in range(self.lo, self.hi)]
 
     def topics(self) -> Iterator[str]:
@@ -121,14 +141,20 @@ class WalColumns:
         names: dict[str, int] = {}
         ids, flags, mids, stamps = array("i"), bytearray(), array("H"), array("q")
         ends, data = array("i", [0]), bytearray()
-        for topic, payload, qos, retained, duplicate, mid, stamp in records:
+        property_ends, property_data = array("i", [0]), bytearray()
+        for record in records:
+            topic, payload, qos, retained, duplicate, mid, stamp = record[:7]
             ids.append(names.setdefault(topic, len(names)))
             flags.append(FLAGS[(qos, retained, duplicate, mid is not None)])
             mids.append(mid or 0)
             stamps.append(stamp)
             data += payload
             ends.append(len(data))
+            property_data += record[7] if len(record) > 7 else b""
+            property_ends.append(len(property_data))
         piece = ColumnPiece(list(names), ids, flags, mids, stamps, ends, bytes(data))
+        if property_data:
+            piece.property_ends, piece.property_data = property_ends, bytes(property_data)
         return cls(first_offset, [piece])
 
     @classmethod
@@ -222,6 +248,18 @@ class WalColumns:
     def timestamps_us(self) -> list[int]:
         return self._list("timestamps_us", lambda: self.timestamps.tolist())
 
+    @property
+    def properties(self) -> list[bytes]:
+        """Each row's property bytes, ``b""`` for a row without."""
+        return self._list(
+            "properties", lambda: _concat(piece.properties() for piece in self.pieces)
+        )
+
+    @property
+    def has_properties(self) -> bool:
+        """Whether a piece has property columns (some row of its block has properties)."""
+        return any(piece.property_ends is not None for piece in self.pieces)
+
     def records(self) -> Iterator[WalRecord]:
         """Yield the rows as :class:`WalRecord` (convenient, slower than the columns)."""
         return map(
@@ -234,6 +272,7 @@ class WalColumns:
             self.duplicate,
             self.message_ids,
             self.timestamps_us,
+            self.properties,
         )
 
 
@@ -253,4 +292,5 @@ _COLUMN_NAMES = (
     "duplicate",
     "message_ids",
     "timestamps_us",
+    "properties",
 )

@@ -2,8 +2,9 @@
 
 Used by the reader for segment files and by the blob codec. Every record is CRC-checked and
 every data record's offset (a data block's first offset) must be the next expected one, so
-gaps or reordering are caught. A data block whose rows reach into [start, end) is kept whole
-(raw) or as a piece of only those rows; rows outside are never looked at.
+gaps or reordering are caught. A data block (kind 5, or 6 with properties) whose rows reach
+into [start, end) is kept whole (raw) or as a piece of only those rows; rows outside are never
+looked at.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .records import (
     FRAME_SIZE,
     KIND_BLOCK,
     KIND_DATA,
+    KIND_PROPERTIES_BLOCK,
     KIND_RELEASE,
     KIND_SEAL,
     KIND_STATE,
@@ -181,7 +183,7 @@ def scan(
                     if len(payload_data) > _RUN_PAYLOAD_LIMIT:
                         sink.flush()
             expected = offset + 1
-        elif kind == KIND_BLOCK:
+        elif kind in (KIND_BLOCK, KIND_PROPERTIES_BLOCK):
             if length < BLOCK_HEAD_LENGTH:
                 raise WalCorruptError(where, base + pos, f"data block too short ({length})")
             first, count, _ = BLOCK_HEAD.unpack_from(buf, pos + OFFSET_AT)
@@ -194,7 +196,8 @@ def scan(
                 if raw is not None:
                     raw.append(view[pos:stop])
                 else:
-                    piece = decode_block(bytes(view[pos + OFFSET_AT : stop]), where, base + pos)
+                    body = bytes(view[pos + OFFSET_AT : stop])
+                    piece = decode_block(body, where, base + pos, kind)
                     sink.add_block(piece.rows(max(start - first, 0), min(end, expected) - first))
             pos = stop
             continue

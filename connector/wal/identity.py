@@ -3,9 +3,10 @@
 The identity (uuid4 hex) is also stamped into every segment header. A Spark source stores it
 in its checkpoint so that a recreated WAL directory is never mistaken for the old one. The
 version is the newest format any segment of the directory may use: a writer opening a
-version 1 directory rewrites ``wal.json`` with version 2 before it appends anything, so a
-reader that knows only version 1 refuses the directory with "unsupported WAL format version"
-instead of meeting a record kind it does not know.
+version 1 directory rewrites ``wal.json`` with version 2 before it appends anything, and a
+writer about to store the first data block with properties (kind 6) in a version 2 WAL
+rewrites it with version 3, so a reader that knows only an older version refuses the WAL with
+"unsupported WAL format version" instead of meeting a record kind it does not know.
 """
 
 from __future__ import annotations
@@ -59,21 +60,21 @@ def decode_meta(raw: bytes, file: str | Path) -> tuple[str, int]:
     return identity, version
 
 
-def encode_meta(identity: str) -> bytes:
-    """The bytes of a ``wal.json`` for ``identity`` at the current format version."""
-    body = json.dumps(
-        {"format": FORMAT_NAME, "version": FORMAT_VERSION, "identity": identity}, indent=2
-    )
+def encode_meta(identity: str, version: int = FORMAT_VERSION) -> bytes:
+    """The bytes of a ``wal.json`` for ``identity`` at format ``version``."""
+    body = json.dumps({"format": FORMAT_NAME, "version": version, "identity": identity}, indent=2)
     return body.encode("ascii") + b"\n"
 
 
-def write_identity(root: Path, identity: str, *, fsync: bool) -> None:
-    """Atomically create or replace ``wal.json`` with the current format version
-    (temporary file, fsync, rename, directory fsync)."""
+def write_identity(
+    root: Path, identity: str, *, fsync: bool, version: int = FORMAT_VERSION
+) -> None:
+    """Atomically create or replace ``wal.json`` saying format ``version`` (temporary file,
+    fsync, rename, directory fsync)."""
     temp = root / (META_NAME + TEMP_SUFFIX)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, encode_meta(identity))
+        os.write(fd, encode_meta(identity, version))
         if fsync:
             os.fsync(fd)
     finally:

@@ -29,7 +29,13 @@ from .location import WalLocation
 from .objects import ObjectStore, Part, segment_dir, store_error
 from .records import SEAL_RECORD_SIZE, RecordTuple, encode_seal
 from .recovery import SegmentWalk, verify_sealed_data, walk_segment
-from .segment import HEADER_SIZE, decode_header, read_header_bytes
+from .segment import (
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    PROPERTIES_VERSION,
+    decode_header,
+    read_header_bytes,
+)
 from .state import QosState
 from .views import WriterState
 
@@ -54,16 +60,18 @@ class ObjectWalWriter(WriterState):
         *,
         segment_max_bytes: int,
         segment_max_parts: int,
+        version: int = FORMAT_VERSION,
     ) -> None:
         """Use :meth:`open`; ``tail`` is (active segment first offset, next offset, size,
-        crc, parts) of a recovered, leased WAL."""
+        crc, parts) of a recovered, leased WAL whose ``wal.json`` says format ``version``."""
         self._store = store
         self._identity = identity
+        self._version = version
         self._lease = lease
         self._segments = segments
         self._state = state
         self._seg_first, self._next_offset, self._seg_size, self._seg_crc, self._parts = tail
-        self._encoder = AppendEncoder(bytes.fromhex(identity), segment_max_bytes)
+        self._encoder = AppendEncoder(bytes.fromhex(identity), segment_max_bytes, version)
         self._limit = segment_max_bytes
         self._max_parts = segment_max_parts
         self._mutex = threading.Lock()
@@ -114,7 +122,9 @@ class ObjectWalWriter(WriterState):
         cls, store: ObjectStore, lease: Lease, segment_max_bytes: int, segment_max_parts: int
     ) -> ObjectWalWriter:
         """Establish the identity, validate the segments, drop a torn last part."""
-        identity = read_object_identity(store)
+        meta = read_object_meta(store)
+        identity = None if meta is None else meta[0]
+        version = FORMAT_VERSION if meta is None else max(meta[1], FORMAT_VERSION)
         firsts = store.segments()
         if identity is None:
             if firsts:  # died between writing segment 0 and wal.json
@@ -155,6 +165,7 @@ class ObjectWalWriter(WriterState):
             tail,
             segment_max_bytes=segment_max_bytes,
             segment_max_parts=segment_max_parts,
+            version=version,
         )
         if walk.sealed:  # died between sealing a segment and starting the next
             writer._start_segment(walk.expected)
@@ -192,6 +203,8 @@ class ObjectWalWriter(WriterState):
             if encoded is None:
                 return self._next_offset
             try:
+                if encoded.properties and self._version < PROPERTIES_VERSION:
+                    self._upgrade_for_properties()
                 for write in encoded.writes:
                     self._write(write)  # a failure leaves next_offset as it was
             except OSError as exc:
@@ -205,6 +218,18 @@ class ObjectWalWriter(WriterState):
                 ) from exc
             self._next_offset = encoded.end_offset
             return self._next_offset
+
+    def _upgrade_for_properties(self) -> None:
+        """Before the first data block with properties (kind 6): ``wal.json`` says format
+        version 3 (as :meth:`connector.wal.writer.WalWriter._upgrade_for_properties`)."""
+        self._store.replace(META_NAME, encode_meta(self._identity, PROPERTIES_VERSION))
+        log.info(
+            "WAL %s: format version %d upgraded to %d (data blocks with MQTT 5 properties)",
+            self.path,
+            self._version,
+            PROPERTIES_VERSION,
+        )
+        self._version = self._encoder.version = PROPERTIES_VERSION
 
     def _write(self, write: SegmentWrite) -> None:
         """Write one segment's share of an append as one part, its seal included."""
@@ -225,7 +250,9 @@ class ObjectWalWriter(WriterState):
 
     def _start_segment(self, first_offset: int) -> None:
         """Start segment ``first_offset`` after a sealed one (recovery)."""
-        prefix = segment_prefix(bytes.fromhex(self._identity), first_offset, self._state)
+        prefix = segment_prefix(
+            bytes.fromhex(self._identity), first_offset, self._state, self._version
+        )
         self._store.write_part(first_offset, 0, first_offset, prefix)
         self._segments.append(first_offset)
         self._seg_first, self._seg_size, self._parts = first_offset, len(prefix), 1
@@ -272,11 +299,17 @@ class ObjectWalWriter(WriterState):
 
 def read_object_identity(store: ObjectStore) -> str | None:
     """The identity in the store's ``wal.json``, None when absent."""
+    meta = read_object_meta(store)
+    return None if meta is None else meta[0]
+
+
+def read_object_meta(store: ObjectStore) -> tuple[str, int] | None:
+    """``(identity, format version)`` from the store's ``wal.json``, None when absent."""
     try:
         raw = store.read(META_NAME)
     except FileNotFoundError:
         return None
-    return decode_meta(raw, store.where(META_NAME))[0]
+    return decode_meta(raw, store.where(META_NAME))
 
 
 def _recover_last(

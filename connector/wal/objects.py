@@ -159,6 +159,31 @@ class ObjectStore:
         finally:
             os.close(dir_fd)
 
+    def replace(self, name: str, data: bytes) -> None:
+        """Replace object ``name`` so that a reader finds the old bytes or the new, never a
+        mix: one PUT on object stores; on a local file system a temporary file written and
+        fsynced, then renamed over ``name`` (a mount that cannot rename gets :meth:`write`,
+        whose file its store takes whole when it is closed)."""
+        if not self._local:
+            self.write(name, data)
+            return
+        temp = f"{name}.tmp"
+        self.write(temp, data)
+        path = self._path(name)
+        try:
+            os.replace(self._path(temp), path)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOTSUP, errno.EPERM, errno.ENOSYS):
+                raise
+            self.delete(temp)
+            self.write(name, data)
+            return
+        dir_fd = os.open(path.rsplit("/", 1)[0], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _fsync_if_supported(dir_fd)
+        finally:
+            os.close(dir_fd)
+
     def delete(self, name: str) -> None:
         """Delete object ``name``; absent is fine."""
         with contextlib.suppress(FileNotFoundError):

@@ -24,6 +24,7 @@ from .records import (
     FRAME_SIZE,
     KIND_BLOCK,
     KIND_DATA,
+    KIND_PROPERTIES_BLOCK,
     MAX_RECORD_LENGTH,
 )
 from .segment import HEADER_SIZE, decode_header, index_lookup, list_segments, segment_name
@@ -33,7 +34,11 @@ log = logging.getLogger(__name__)
 
 _READ_SIZE = 1024 * 1024
 _HINT_HEAD = struct.Struct("<IIBQ")  # length, crc32, kind, (first) offset
-_SMALLEST_LENGTH = {KIND_DATA: DATA_HEAD_SIZE, KIND_BLOCK: BLOCK_HEAD_LENGTH}
+_SMALLEST_LENGTH = {
+    KIND_DATA: DATA_HEAD_SIZE,
+    KIND_BLOCK: BLOCK_HEAD_LENGTH,
+    KIND_PROPERTIES_BLOCK: BLOCK_HEAD_LENGTH,
+}
 
 
 class WalReader(RangeReader):

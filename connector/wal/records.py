@@ -16,7 +16,9 @@ KIND_RELEASE = 2
 KIND_STATE = 3
 KIND_SEAL = 4
 KIND_BLOCK = 5
-KNOWN_KINDS = frozenset((KIND_DATA, KIND_RELEASE, KIND_STATE, KIND_SEAL, KIND_BLOCK))
+KIND_PROPERTIES_BLOCK = 6
+BLOCK_KINDS = frozenset((KIND_BLOCK, KIND_PROPERTIES_BLOCK))
+KNOWN_KINDS = frozenset((KIND_DATA, KIND_RELEASE, KIND_STATE, KIND_SEAL, *BLOCK_KINDS))
 
 FLAG_QOS_MASK = 0x03
 FLAG_RETAIN = 0x04
@@ -36,13 +38,15 @@ SEAL_BODY = struct.Struct("<QI")  # end offset, crc32 of every segment byte befo
 SEAL_RECORD_SIZE = FRAME_SIZE + 1 + SEAL_BODY.size
 COUNT = struct.Struct("<I")
 BLOCK_HEAD = struct.Struct("<QII")  # a data block's first offset, row count, topic table bytes
-BLOCK_HEAD_LENGTH = 1 + BLOCK_HEAD.size  # smallest valid ``length`` of a data block
+BLOCK_HEAD_LENGTH = 1 + BLOCK_HEAD.size  # smallest valid ``length`` of a data block (5 or 6)
 
 MAX_TOPIC_BYTES = 0xFFFF
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # MQTT's largest packet is 256 MiB
+"""The most payload bytes of a row, its property bytes included (both travel in one PUBLISH)."""
 MAX_DATA_LENGTH = DATA_HEAD_SIZE + MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES  # one kind 1 record
-# A block holds less than one index interval (64 KiB) of rows before its last row, whose topic
-# and payload fit MAX_DATA_LENGTH; 1 MiB covers the rest of the block's per-row columns.
+# A block holds less than one index interval (64 KiB) of rows before its last row, whose topic,
+# payload and properties fit MAX_DATA_LENGTH; 1 MiB covers the rest of the block's per-row
+# columns.
 MAX_RECORD_LENGTH = MAX_DATA_LENGTH + (1 << 20)
 
 # (qos, retained, duplicate, has message id) -> flags byte; a missing key is an invalid record.
@@ -64,7 +68,10 @@ DUPLICATE_OF: tuple[bool, ...] = tuple(bool(f & FLAG_DUP) for f in range(256))
 
 
 class NewRecord(NamedTuple):
-    """A message to append; the WAL assigns its offset. ``message_id`` is None for QoS 0."""
+    """A message to append; the WAL assigns its offset. ``message_id`` is None for QoS 0.
+
+    ``properties`` are opaque bytes the WAL stores beside the payload and never parses (the
+    source puts an MQTT 5 PUBLISH's property encoding there); ``b""`` for none."""
 
     topic: str
     payload: bytes
@@ -73,15 +80,24 @@ class NewRecord(NamedTuple):
     duplicate: bool
     message_id: int | None
     timestamp_us: int
+    properties: bytes = b""
 
 
-RecordTuple = tuple[str, bytes, int, bool, bool, int | None, int]
-"""A message to append as a plain tuple in :class:`NewRecord`'s field order (cheaper to build
-than a NewRecord, which is one)."""
+PlainRecordTuple = tuple[str, bytes, int, bool, bool, int | None, int]
+"""A message without properties as a plain tuple in :class:`NewRecord`'s field order, the
+first seven (cheaper to build than a NewRecord)."""
+
+PropertiesRecordTuple = tuple[str, bytes, int, bool, bool, int | None, int, bytes]
+"""A message with its ``properties`` bytes (``b""`` for none) as a plain tuple: all eight of
+:class:`NewRecord`'s fields."""
+
+RecordTuple = PlainRecordTuple | PropertiesRecordTuple
+"""A message to append. Every record of one append has the same length: seven fields (the
+encoder's loop then never looks at properties) or eight (a NewRecord is eight)."""
 
 
 class WalRecord(NamedTuple):
-    """A stored message with its offset."""
+    """A stored message with its offset; ``properties`` ``b""`` when it has none."""
 
     offset: int
     topic: str
@@ -91,6 +107,7 @@ class WalRecord(NamedTuple):
     duplicate: bool
     message_id: int | None
     timestamp_us: int
+    properties: bytes = b""
 
 
 def record_digest(topic: str, payload: bytes) -> int:
@@ -144,7 +161,7 @@ def frame_problem(buf: bytes | memoryview, pos: int) -> str | None:
         return f"unknown record kind {kind}"
     if kind == KIND_DATA and length < DATA_HEAD_SIZE:
         return f"data record too short ({length} bytes)"
-    if kind == KIND_BLOCK and length < BLOCK_HEAD_LENGTH:
+    if kind in BLOCK_KINDS and length < BLOCK_HEAD_LENGTH:
         return f"data block too short ({length} bytes)"
     if kind == KIND_SEAL and length != 1 + SEAL_BODY.size:
         return f"seal record has length {length}"

@@ -5,12 +5,12 @@ Rules:
 * Every non-last segment must be sealed: its seal's CRC of all preceding bytes must match and
   its end offset must equal the next segment's first offset. Anything else is corruption
   (WalCorruptError naming the file and byte position); nothing is repaired.
-* The last (active) segment is scanned record by record (a data block is one record; its
-  rows rebuild the QoS state). Its header and leading state snapshot must be intact. The
-  first record that is short, has a bad length or a bad CRC starts a torn tail: the file is
-  cut there (fsynced, logged as a warning), so a torn or corrupt last block goes whole. A
-  record with a valid CRC but wrong content (offset out of sequence, misplaced state record,
-  a block whose layout does not add up) is corruption.
+* The last (active) segment is scanned record by record (a data block, with properties or
+  not, is one record; its rows rebuild the QoS state). Its header and leading state snapshot
+  must be intact. The first record that is short, has a bad length or a bad CRC starts a
+  torn tail: the file is cut there (fsynced, logged as a warning), so a torn or corrupt last
+  block goes whole. A record with a valid CRC but wrong content (offset out of sequence,
+  misplaced state record, a block whose layout does not add up) is corruption.
 * Leftover ``*.tmp`` files and index hints without a segment are deleted.
 
 Cost: one sequential read of every retained segment (CRC at C speed, about 1 s per GB) plus
@@ -43,6 +43,7 @@ from .records import (
     FRAME_SIZE,
     KIND_BLOCK,
     KIND_DATA,
+    KIND_PROPERTIES_BLOCK,
     KIND_RELEASE,
     KIND_SEAL,
     KIND_STATE,
@@ -278,11 +279,11 @@ def walk_segment(data: bytes, file: str | Path, first: int) -> SegmentWalk:
                 if flags & FLAG_QOS_MASK == 2:
                     qos2_ids.append(mid)
             expected += 1
-        elif kind == KIND_BLOCK:
+        elif kind in (KIND_BLOCK, KIND_PROPERTIES_BLOCK):
             block_first, count, _ = BLOCK_HEAD.unpack_from(data, pos + OFFSET_AT)
             if block_first != expected:
                 raise WalCorruptError(file, pos, f"expected offset {expected}, found {block_first}")
-            piece = decode_block(bytes(view[pos + OFFSET_AT : stop]), str(file), pos)
+            piece = decode_block(bytes(view[pos + OFFSET_AT : stop]), str(file), pos, kind)
             if pos >= index_next:
                 walk.index.append((block_first, pos))
                 index_next = pos + INDEX_INTERVAL

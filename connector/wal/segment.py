@@ -24,8 +24,9 @@ TEMP_SUFFIX = ".tmp"
 _NAME_DIGITS = 20
 
 MAGIC = b"MQTTWAL\0"
-FORMAT_VERSION = 2  # what new segments and wal.json say; see connector.wal for the history
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 2  # what a new WAL's wal.json and segments say; see connector.wal for the history
+PROPERTIES_VERSION = 3  # what wal.json says once a block with properties (kind 6) may be stored
+READABLE_VERSIONS = (1, 2, 3)
 HEADER = struct.Struct("<8sHH16sQI")  # magic, version, reserved, identity, first offset, crc32
 HEADER_SIZE = HEADER.size
 INDEX_ENTRY = struct.Struct("<QQ")  # offset, byte position of that data record
@@ -68,9 +69,9 @@ def list_segments(root: Path) -> list[int]:
     return sorted(first for first in firsts if first is not None)
 
 
-def encode_header(identity: bytes, first_offset: int) -> bytes:
-    """The 40-byte segment header."""
-    head = HEADER.pack(MAGIC, FORMAT_VERSION, 0, identity, first_offset, 0)[:-4]
+def encode_header(identity: bytes, first_offset: int, version: int = FORMAT_VERSION) -> bytes:
+    """The 40-byte segment header of a segment created while the WAL is at ``version``."""
+    head = HEADER.pack(MAGIC, version, 0, identity, first_offset, 0)[:-4]
     return head + struct.pack("<I", zlib.crc32(head))
 
 

@@ -30,6 +30,7 @@ from .recovery import ActiveSegment, recover_log, remove_leftovers
 from .segment import (
     FORMAT_VERSION,
     INDEX_INTERVAL,
+    PROPERTIES_VERSION,
     create_segment,
     encode_index,
     fsync_dir,
@@ -61,17 +62,20 @@ class WalWriter(WriterState):
         *,
         segment_max_bytes: int,
         fsync: bool,
+        version: int = FORMAT_VERSION,
     ) -> None:
-        """Use :meth:`open`; this adopts an already recovered, locked directory."""
+        """Use :meth:`open`; this adopts an already recovered, locked directory whose
+        ``wal.json`` says format ``version``."""
         self._root = root
         self._identity = identity
+        self._version = version
         self._lock = lock
         self._mutex = threading.Lock()
         self._fsync = fsync
         self._segments = segments
         self._next_offset = active.next_offset
         self._state = active.state
-        self._encoder = AppendEncoder(bytes.fromhex(identity), segment_max_bytes)
+        self._encoder = AppendEncoder(bytes.fromhex(identity), segment_max_bytes, version)
         self._failure: BaseException | None = None
         self._closed = False
         self._seg_first = active.first_offset
@@ -123,6 +127,7 @@ class WalWriter(WriterState):
         remove_leftovers(root, list_segments(root))
         meta = read_meta(root)
         identity = None if meta is None else meta[0]
+        version = FORMAT_VERSION if meta is None else max(meta[1], FORMAT_VERSION)
         firsts = list_segments(root)
         if identity is None:
             if firsts:  # crashed between creating segment 0 and wal.json
@@ -149,7 +154,9 @@ class WalWriter(WriterState):
             )
         remove_leftovers(root, firsts)
         if active.sealed:  # crashed between sealing a segment and creating the next one
-            prefix = segment_prefix(bytes.fromhex(identity), active.next_offset, active.state)
+            prefix = segment_prefix(
+                bytes.fromhex(identity), active.next_offset, active.state, version
+            )
             os.close(create_segment(root, active.next_offset, prefix, fsync=fsync))
             firsts.append(active.next_offset)
             active = ActiveSegment(
@@ -169,6 +176,7 @@ class WalWriter(WriterState):
             active,
             segment_max_bytes=segment_max_bytes,
             fsync=fsync,
+            version=version,
         )
 
     # ----------------------------------------------------------------------------- properties
@@ -201,6 +209,8 @@ class WalWriter(WriterState):
             if encoded is None:
                 return self._next_offset
             try:
+                if encoded.properties and self._version < PROPERTIES_VERSION:
+                    self._upgrade_for_properties()
                 self._write(encoded.writes)
             except OSError as exc:
                 self._fail(exc)
@@ -211,6 +221,19 @@ class WalWriter(WriterState):
             self._index_next = encoded.index_next
             self._next_offset = encoded.end_offset
             return self._next_offset
+
+    def _upgrade_for_properties(self) -> None:
+        """Before the first data block with properties (kind 6): ``wal.json`` says format
+        version 3, so a reader that knows only version 2 refuses the WAL instead of meeting a
+        record kind it does not know. Segments started from now on say version 3 as well."""
+        write_identity(self._root, self._identity, fsync=self._fsync, version=PROPERTIES_VERSION)
+        log.info(
+            "WAL %s: format version %d upgraded to %d (data blocks with MQTT 5 properties)",
+            self._root,
+            self._version,
+            PROPERTIES_VERSION,
+        )
+        self._version = self._encoder.version = PROPERTIES_VERSION
 
     def _write(self, writes: list[SegmentWrite]) -> None:
         """Write the encoded segment writes, rolling segments over; ends with the append's fsync."""

@@ -31,7 +31,10 @@ BAD_VALUES = {
     "maxBacklogMessages": ["0", "lots"],
     "failOnDataLoss": ["maybe", "2"],
     "cleanSession": ["perhaps"],
-    "mqttVersion": ["5", "3.2"],
+    "mqttVersion": ["6", "3.2", "5.1"],
+    "receiveMaximum": ["0", "65536", "8"],  # 8: valid, but an MQTT 5 setting on 3.1.1
+    "sessionExpiryInterval": ["-1", "4294967296", "60"],
+    "topicAliasMaximum": ["-1", "65536", "x"],
     "partitionData": ["s3", "both"],
     "recordsPerPartition": ["0"],
     "availableNowIdleTimeout": ["0", "-2"],

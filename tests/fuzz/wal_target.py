@@ -52,6 +52,7 @@ def _records(count: int) -> list[NewRecord]:
                 duplicate=n % 7 == 0,
                 message_id=(n % 50) + 1 if qos else None,
                 timestamp_us=1_700_000_000_000_000 + n,
+                properties=b"\x03\x00\x04json" if n % 4 == 1 else b"",  # some blocks kind 6
             )
         )
     return out

@@ -366,7 +366,7 @@ def test_sub_unreachable_broker() -> None:
         (["--broker", "ftp://127.0.0.1:1"], "scheme 'ftp' is not supported"),
         (["--topic", "a/#/b"], "--topic 'a/#/b'"),
         (["--mqtt-version", "3.1", "--client-id", "c" * 24], "1 to 23 characters"),
-        (["--cafile", "/nonexistent"], "need an ssl:// or mqtts:// broker URL"),
+        (["--cafile", "/nonexistent"], "need an ssl://, mqtts:// or wss:// broker URL"),
     ],
     ids=["scheme", "filter", "3.1-client-id", "tls-options-without-tls"],
 )

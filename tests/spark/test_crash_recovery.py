@@ -24,6 +24,10 @@ Spark process reads the Delta table and prints its (topic, sequence) pairs as JS
 published number must be there: exactly once for QoS 2; for QoS 1 at least once, every extra
 copy a broker resend (DUP=1) of a message whose acknowledgement was in flight when the job was
 killed (docs/delivery.md: a new process cannot tell those from new messages).
+
+Each QoS runs at MQTT 3.1.1 and at MQTT 5 (``--mqtt-version 5``; the publishers then send
+MQTT 5 messages with a Content Type and a User Property, and every row must carry them in
+``properties``: the WAL's data blocks with properties survive the kills as the rest does).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from pathlib import Path
 import pytest
 
 from connector.mqtt.driver import MqttClient
+from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.session import SessionConfig
 from devtools.process_tree import alive_in, process_groups
 from tests.brokers import BrokerFactory, MosquittoBroker
@@ -59,6 +64,7 @@ TRIGGER = "processing-time=300 milliseconds"
 SEQUENCE_DIGITS = 10  # the pub tool starts each payload with a 10-digit sequence number
 PAYLOAD_BYTES = 64
 PUBLISH_INFLIGHT = 20  # Mosquitto drops QoS 2 PUBLISHes beyond max_inflight_messages (20)
+CONTENT_TYPE = "application/json"  # of the MQTT 5 publishers' messages (not parsed here)
 
 STAGE_A = ("crash/a", 3_000, None)  # topic, count, rate (None: as fast as the broker takes)
 STAGE_B = ("crash/b", 6_000, 400.0)  # ~15 s: on into the next run
@@ -99,6 +105,13 @@ for r in rows:
     out["topics"].setdefault(r.topic, []).append(r.seq)
     if not r.duplicate:
         out["first"].setdefault(r.topic, []).append(r.seq)
+if "properties" in df.columns:
+    groups = df.groupBy(
+        "topic",
+        F.col("properties.contentType").alias("ct"),
+        F.to_json("properties.userProperties").alias("up"),
+    ).count()
+    out["properties"] = [[g.topic, g.ct, g.up, g["count"]] for g in groups.collect()]
 print(json.dumps(out))
 spark.stop()
 """
@@ -125,7 +138,12 @@ class Publisher:
 
     @classmethod
     def start(
-        cls, broker: MosquittoBroker, stage: tuple[str, int, float | None], qos: int, workdir: Path
+        cls,
+        broker: MosquittoBroker,
+        stage: tuple[str, int, float | None],
+        qos: int,
+        workdir: Path,
+        mqtt: str = "3.1.1",
     ) -> Publisher:
         topic, count, rate = stage
         log = workdir / f"pub-{topic.replace('/', '-')}.log"
@@ -136,6 +154,9 @@ class Publisher:
         ]  # fmt: skip
         if rate is not None:
             command += ["--rate", str(rate)]
+        if mqtt == "5":
+            command += ["--mqtt-version", "5", "--content-type", CONTENT_TYPE]
+            command += ["--user-property", f"stage={topic}"]
         with log.open("w") as err:
             proc = subprocess.Popen(
                 command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=err, text=True
@@ -253,6 +274,7 @@ class Scenario:
     qos: int
     workdir: Path
     client_id: str
+    mqtt: str = "3.1.1"
     runs: int = 0
     jobs: list[Job] = field(default_factory=list)
 
@@ -271,7 +293,7 @@ class Scenario:
             sys.executable, str(INGEST), "--broker", self.broker.url, "--topic", TOPIC_FILTER,
             "--qos", str(self.qos), "--table", str(self.table),
             "--checkpoint", str(self.checkpoint), "--client-id", self.client_id,
-            "--trigger", trigger, "--log-level", "INFO",
+            "--trigger", trigger, "--log-level", "INFO", "--mqtt-version", self.mqtt,
         ]  # fmt: skip
         env = {**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS}
         with log.open("wb") as out:
@@ -296,18 +318,23 @@ class Scenario:
 
 
 @contextlib.contextmanager
-def scenario(broker: MosquittoBroker, qos: int, workdir: Path) -> Iterator[Scenario]:
-    run = Scenario(broker, qos, workdir, client_id=f"crash-recovery-q{qos}")
+def scenario(broker: MosquittoBroker, qos: int, workdir: Path, mqtt: str) -> Iterator[Scenario]:
+    client_id = f"crash-recovery-q{qos}-v{mqtt}"
+    run = Scenario(broker, qos, workdir, client_id=client_id, mqtt=mqtt)
     try:
         yield run
     finally:
         run.cleanup()
 
 
-def create_session(broker: MosquittoBroker, client_id: str, qos: int) -> None:
-    """The job's persistent session exists before anything is published."""
+def create_session(broker: MosquittoBroker, client_id: str, qos: int, mqtt: str) -> None:
+    """The job's persistent session exists before anything is published (at the job's MQTT
+    version: at 5 its Session Expiry Interval is the job's, never)."""
+    level = ProtocolLevel.parse(mqtt)
     client = MqttClient(
-        broker.url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, qos)]
+        broker.url,
+        SessionConfig(client_id, clean_session=False, level=level),
+        [(TOPIC_FILTER, qos)],
     )
     connected = client.connect()
     assert not connected.session_present
@@ -349,18 +376,19 @@ def exactly_once_problems(
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("mqtt", ["3.1.1", "5"], ids=["mqtt311", "mqtt5"])
 @pytest.mark.parametrize("qos", [1, 2], ids=["qos1", "qos2"])
 def test_kill_9_and_restart_delivers_exactly_once(
-    broker_factory: BrokerFactory, tmp_path: Path, qos: int
+    broker_factory: BrokerFactory, tmp_path: Path, qos: int, mqtt: str
 ) -> None:
     broker = broker_factory(max_queued_messages=1_000_000)
     publishers: list[Publisher] = []
-    with scenario(broker, qos, tmp_path) as run:
-        create_session(broker, run.client_id, qos)
+    with scenario(broker, qos, tmp_path, mqtt) as run:
+        create_session(broker, run.client_id, qos, mqtt)
         try:
             # (a) a backlog, a run killed while its first batch is in flight (planned, not
             # committed).
-            publishers.append(Publisher.start(broker, STAGE_A, qos, tmp_path))
+            publishers.append(Publisher.start(broker, STAGE_A, qos, tmp_path, mqtt))
             publishers[-1].finish()
             job = run.start_job()
             job.wait_for("the first batch planned", lambda: job.offsets, START_TIMEOUT)
@@ -373,7 +401,7 @@ def test_kill_9_and_restart_delivers_exactly_once(
             # (b) killed mid-stream while a publisher is sending, not aligned with batches.
             job = run.start_job()
             job.wait_new_commits(1, START_TIMEOUT)
-            publishers.append(Publisher.start(broker, STAGE_B, qos, tmp_path))
+            publishers.append(Publisher.start(broker, STAGE_B, qos, tmp_path, mqtt))
             wal = job.wal_position()
             job.wait_for("the receiver appending", lambda: job.wal_position() != wal, 30)
             assert publishers[-1].running, "kill (b) was meant to land while messages flow"
@@ -389,7 +417,7 @@ def test_kill_9_and_restart_delivers_exactly_once(
 
             # Last run: stage c is queued by the broker while no job runs; with every
             # publisher done, the available-now run drains the session's queue and exits.
-            publishers.append(Publisher.start(broker, STAGE_C, qos, tmp_path))
+            publishers.append(Publisher.start(broker, STAGE_C, qos, tmp_path, mqtt))
             for publisher in publishers:
                 publisher.finish()
             job = run.start_job("available-now")
@@ -425,3 +453,12 @@ def test_kill_9_and_restart_delivers_exactly_once(
     if qos == 2:
         assert resent == 0
     assert table["qos"] == [qos]
+    if mqtt == "5":  # every row, resends included, with its message's properties
+        rows_per_topic = {topic: len(seqs) for topic, seqs in table["topics"].items()}
+        compact = (",", ":")  # as Spark's to_json writes
+        user = {t: json.dumps([{"key": "stage", "value": t}], separators=compact) for t in expected}
+        assert sorted(table["properties"]) == sorted(
+            [topic, CONTENT_TYPE, user[topic], rows_per_topic[topic]] for topic in expected
+        )
+    else:
+        assert "properties" not in table

@@ -40,7 +40,15 @@ INVALID = [
     pytest.param({"qos": "3"}, ["'qos'", "0..2", "got 3"], id="qos-3"),
     pytest.param({"topic": "a/#/b"}, ["'topic'", "#"], id="bad-topic-filter"),
     pytest.param({"topics": "a,b"}, ["'topic'", "'topics'", "not both"], id="topic-and-topics"),
-    pytest.param({"mqttVersion": "5"}, ["'mqttVersion'", "3.1.1"], id="mqtt-version-5"),
+    pytest.param({"mqttVersion": "6"}, ["'mqttVersion'", "3.1.1", "5"], id="mqtt-version-6"),
+    pytest.param(
+        {"receiveMaximum": "10"}, ["'receiveMaximum'", "'mqttVersion' 5"], id="v5-option-on-3.1.1"
+    ),
+    pytest.param(
+        {"mqttVersion": "5", "topicAliasMaximum": "65536"},
+        ["'topicAliasMaximum'", "0..65535"],
+        id="topic-alias-maximum-range",
+    ),
     pytest.param(
         {"maxMessagesPerTrigger": "0"}, ["'maxMessagesPerTrigger'", ">= 1"], id="max-per-trigger-0"
     ),

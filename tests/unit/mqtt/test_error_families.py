@@ -110,7 +110,7 @@ def test_a_topic_is_checked_with_one_message_whichever_side_gave_it() -> None:
         lambda: connected().publish("a/+", b"", 1, 1.0),
         lambda: ClientSession(SessionConfig("c")).restore_qos2_pending([0]),
         lambda: BrokerAddress.parse("http://broker"),
-        lambda: ProtocolLevel.parse("5"),
+        lambda: ProtocolLevel.parse("6"),
         lambda: StreamDecoder(max_packet_size=0),
         lambda: encode_remaining_length(-1),
         lambda: encode_publish("t", b"", 1, None),

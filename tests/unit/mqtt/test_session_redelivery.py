@@ -35,7 +35,10 @@ def connect(session: ClientSession, *, present: bool = True, now: float = 0.0) -
 
 
 def session_with(
-    *, pending: set[int] = frozenset(), present: bool = True, **kwargs: object  # type: ignore[assignment]
+    *,
+    pending: set[int] = frozenset(),
+    present: bool = True,
+    **kwargs: object,  # type: ignore[assignment]
 ) -> ClientSession:
     session = ClientSession(SessionConfig("c"), **kwargs)  # type: ignore[arg-type]
     session.restore_qos2_pending(pending)

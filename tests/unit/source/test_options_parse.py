@@ -35,7 +35,7 @@ def test_option_names_are_case_insensitive() -> None:
         ({"qos": "3"}, "qos"),
         ({"topic": "a/#/b"}, "topic"),
         ({"topics": "a"}, "topics"),
-        ({"mqttVersion": "5"}, "mqttVersion"),
+        ({"mqttVersion": "6"}, "mqttVersion"),
         ({"maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
         ({"tls.caFile": "/nonexistent"}, "tls."),
         ({"password": "pw"}, "username"),

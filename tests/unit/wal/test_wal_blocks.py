@@ -328,8 +328,8 @@ def test_a_version_1_blob_still_decodes() -> None:
     frames = [v1_data_record(10 + i, r) for i, r in enumerate(V1_RECORDS)]
     blob = BLOB_HEAD.pack(BLOB_MAGIC, 1, 0, 10, 4) + b"".join(frames)
     assert list(decode_blob(blob).records()) == expected(10, V1_RECORDS)
-    with pytest.raises(WalCorruptError, match="unsupported blob version 3"):
-        decode_blob(BLOB_HEAD.pack(BLOB_MAGIC, 3, 0, 10, 4) + b"".join(frames))
+    with pytest.raises(WalCorruptError, match="unsupported blob version 4"):
+        decode_blob(BLOB_HEAD.pack(BLOB_MAGIC, 4, 0, 10, 4) + b"".join(frames))
 
 
 def test_versions_a_reader_does_not_know_are_refused_clearly(
@@ -351,9 +351,9 @@ def test_versions_a_reader_does_not_know_are_refused_clearly(
     monkeypatch.undo()
     assert list(WalReader(path).read(0, 5).records()) == expected(0, numbered(0, 5))
     (path / "wal.json").write_text(
-        json.dumps({"format": "connector-mqtt-wal", "version": 3, "identity": "0" * 32})
+        json.dumps({"format": "connector-mqtt-wal", "version": 4, "identity": "0" * 32})
     )
-    with pytest.raises(WalCorruptError, match="unsupported WAL format version 3"):
+    with pytest.raises(WalCorruptError, match="unsupported WAL format version 4"):
         read_identity(path)
 
 

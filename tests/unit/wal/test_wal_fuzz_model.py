@@ -37,6 +37,7 @@ def new_records(draw: st.DrawFn) -> NewRecord:
         duplicate=draw(st.booleans()),
         message_id=draw(st.integers(1, 6)) if qos else None,
         timestamp_us=draw(st.integers(-(2**63), 2**63 - 1)),
+        properties=draw(st.one_of(st.just(b""), st.binary(max_size=30))),
     )
 
 
