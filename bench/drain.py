@@ -92,6 +92,7 @@ from .common import (
     profile_report,
     rate,
     ratio,
+    spawn_worker,
     write_results,
 )
 
@@ -470,15 +471,7 @@ def _drain_worker(
         command += ["--profile", profile]
     if qos != 1:
         command += ["--qos", str(qos)]
-    start = time.perf_counter()
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout + 30, cwd=REPO_ROOT
-    )
-    wall = time.perf_counter() - start
-    lines = done.stdout.strip().splitlines()
-    if not lines:
-        raise BenchError(f"{peer} worker printed nothing ({done.returncode}): {done.stderr}")
-    details = json.loads(lines[-1])
+    wall, details, done = spawn_worker(command, timeout + 30, peer)
     if done.returncode != 0:
         still_open = details.get("open_exchanges")
         open_note = f" with {still_open} QoS 2 exchange(s) still open" if still_open else ""

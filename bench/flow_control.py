@@ -82,7 +82,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .common import (
-    REPO_ROOT,
     RESULTS_DIR,
     BenchError,
     Stats,
@@ -92,6 +91,7 @@ from .common import (
     paired_ratio,
     rate,
     ratio,
+    spawn_worker,
     write_results,
 )
 from .drain import (
@@ -405,15 +405,7 @@ def _run_worker(
     ]  # fmt: skip
     if arm.mqtt5:
         command += ["--mqtt5", "--receive-maximum", str(receive_maximum)]
-    start = time.perf_counter()
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout + 60, cwd=REPO_ROOT
-    )
-    wall = time.perf_counter() - start
-    lines = done.stdout.strip().splitlines()
-    if not lines:
-        raise BenchError(f"arm {arm.key} worker printed nothing ({done.returncode}): {done.stderr}")
-    details = json.loads(lines[-1])
+    wall, details, done = spawn_worker(command, timeout + 60, f"arm {arm.key}")
     if done.returncode != 0:
         raise BenchError(
             f"arm {arm.key} got {details['distinct']} of {count} distinct messages before it "

@@ -191,7 +191,6 @@ def _options(url: str, wal: Path, client_id: str, qos: int) -> Any:
     )
 
 
-
 def one_run(
     setting: Setting, count: int, cut_at: int, size: int, timeout: float, workdir: Path, tag: str
 ) -> dict[str, Any]:

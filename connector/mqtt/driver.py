@@ -107,6 +107,11 @@ class WebSocketViolation(ConnectionLost, PeerViolation):
     (a ConnectionLost), and the broker is at fault (a PeerViolation)."""
 
 
+class DisconnectedByBroker(ConnectionLost):
+    """MQTT 5: the broker ended the connection with DISCONNECT and a reason code after which
+    a reconnect may succeed (not in FATAL_DISCONNECTS); the message names the code."""
+
+
 class ByteStream(Protocol):
     """What the driver calls on its connection: a socket (``tcp://``, ``ssl://``) or a
     :class:`connector.mqtt.websocket.WebSocketStream` (``ws://``, ``wss://``)."""
@@ -350,7 +355,7 @@ class MqttClient:
                 self.session.connect(self.clock())
                 self.flush()
                 connected = self._wait_for(Connected, deadline, "CONNACK")
-            except WebSocketViolation:
+            except (WebSocketViolation, DisconnectedByBroker):
                 raise
             except ConnectionLost as exc:
                 # TLS 1.3 finishes the client's handshake before the broker has checked the
@@ -604,7 +609,7 @@ class MqttClient:
         if event.reason_code in FATAL_DISCONNECTS:
             log.error("%s; not reconnecting", text)
             return BrokerDisconnected(event.reason_code, text)
-        return ConnectionLost(text)
+        return DisconnectedByBroker(text)
 
     def close(self) -> None:
         """Close the socket without DISCONNECT (the session stays for a persistent client)."""
