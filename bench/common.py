@@ -207,6 +207,21 @@ class BenchError(RuntimeError):
     """A benchmark could not prepare its input, a peer failed or a check did not hold."""
 
 
+def wait_stored(receiver: Any, count: int, deadline: float, stall: float) -> float:
+    """Watch a started receiver's WAL until it holds ``count`` records, ``deadline`` (a
+    ``time.perf_counter()`` time) passes, nothing new is stored for ``stall`` seconds, or the
+    receiver fails; returns the time it stopped watching."""
+    last, stored = time.perf_counter(), 0
+    while receiver.wal.next_offset < count:
+        now = time.perf_counter()
+        if now > deadline or now - last > stall or receiver.error is not None:
+            break
+        if receiver.wal.next_offset != stored:
+            stored, last = receiver.wal.next_offset, now
+        time.sleep(0.0005)
+    return time.perf_counter()
+
+
 def spawn_worker(
     command: Sequence[str], timeout: float, name: str
 ) -> tuple[float, dict[str, Any], subprocess.CompletedProcess[str]]:

@@ -93,6 +93,7 @@ from .common import (
     rate,
     ratio,
     spawn_worker,
+    wait_stored,
     write_results,
 )
 
@@ -259,16 +260,8 @@ def worker_ours_wal(
         receiver.start()  # connects, then runs its loop in a thread
         connected = time.perf_counter()
         deadline = start + timeout
-        last, stored = connected, 0
         try:
-            while receiver.wal.next_offset < count:
-                now = time.perf_counter()
-                if now > deadline or now - last > stall or receiver.error is not None:
-                    break
-                if receiver.wal.next_offset != stored:
-                    stored, last = receiver.wal.next_offset, now
-                time.sleep(0.0005)
-            last = complete = time.perf_counter()
+            last = complete = wait_stored(receiver, count, deadline, stall)
             if qos == 2 and receiver.wal.next_offset >= count:
                 complete, still_open = _wait_released(receiver, deadline, stall)
             elif qos == 2:

@@ -92,6 +92,7 @@ from .common import (
     rate,
     ratio,
     spawn_worker,
+    wait_stored,
     write_results,
 )
 from .drain import (
@@ -264,18 +265,9 @@ def drain_receiver(
             )
         start = time.perf_counter()
         receiver.start()
-        connected = last = time.perf_counter()
-        deadline = start + timeout
-        stored = 0
+        connected = time.perf_counter()
         try:
-            while receiver.wal.next_offset < count:
-                now = time.perf_counter()
-                if now > deadline or now - last > stall or receiver.error is not None:
-                    break
-                if receiver.wal.next_offset != stored:
-                    stored, last = receiver.wal.next_offset, now
-                time.sleep(0.0005)
-            last = time.perf_counter()
+            last = wait_stored(receiver, count, start + timeout, stall)
         finally:
             receiver.stop()
         stored = receiver.wal.next_offset
