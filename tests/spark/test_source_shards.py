@@ -111,13 +111,17 @@ def assert_shard_offsets(rows: Sequence[Row], offset: dict, receivers: int) -> N
 # ---------------------------------------------------------------------------- share
 
 
+@pytest.mark.parametrize("version", ["3.1.1", "5"], ids=["v311", "v5"])
 @pytest.mark.parametrize("qos", [1, 2], ids=["qos1", "qos2"])
 def test_shared_subscription_receivers_deliver_exactly_once_across_a_restart(
-    spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, qos: int
+    spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, qos: int, version: str
 ) -> None:
     broker = broker_factory()
     client_id = unique_id()
-    options = {"topic": "shr/#", "qos": qos, "clientId": client_id, "receivers": 2}
+    options = {
+        "topic": "shr/#", "qos": qos, "clientId": client_id, "receivers": 2,
+        "mqttVersion": version,
+    }  # fmt: skip
     retained = [Message("shr/state", b"retained-state", qos, retain=True)]
     publish(broker, retained)  # every member gets a copy on subscribe: stored once
     before = numbered("shr/a", 60, qos=qos, tag="before") + numbered("shr/b", 40, qos=1, tag="b")
