@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .packets import Packet
+    from .properties import Properties
 
 
 class MqttError(Exception):
@@ -157,7 +158,7 @@ _CONNACK_ERRORS_5: dict[int, type[ConnectionRefused]] = {
 }
 
 
-def connack_error(code: int, level: int, properties: object = None) -> ConnectionRefused:
+def connack_error(code: int, level: int, properties: Properties | None = None) -> ConnectionRefused:
     """The error for a CONNACK that refused the connection with ``code`` at protocol
     ``level``: at level 5 its message names the reason code (MQTT 5.0 section 3.2.2.2, e.g.
     "0x86 Bad User Name or Password") with the broker's Reason String and Server Reference."""
@@ -167,8 +168,8 @@ def connack_error(code: int, level: int, properties: object = None) -> Connectio
     from .reasons import reason_name
 
     text = f"the broker refused the connection: CONNACK {reason_name(code, PacketType.CONNACK)}"
-    reason_string = getattr(properties, "reason_string", None)
-    reference = getattr(properties, "server_reference", None)
+    reason_string = properties.reason_string if properties is not None else None
+    reference = properties.server_reference if properties is not None else None
     if reason_string:
         text += f" ({reason_string})"
     if reference:
