@@ -143,6 +143,7 @@ class IngestConfig:
     receive_maximum: int | None = None
     session_expiry: int | None = None
     topic_alias_maximum: int | None = None
+    max_packet_size: int | None = None
     username: str | None = None
     password_env: str = _DEFAULTS["password_env"]
     password_file: str | None = None

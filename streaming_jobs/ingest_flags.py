@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
+from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE
 from connector.source.option_table import OPTIONS, Option
 from connector.source.option_table import markdown as options_markdown
 
@@ -207,6 +208,9 @@ FLAGS: tuple[Flag, ...] = (
          default=None, shown=_mqtt5_default("sessionExpiryInterval"), to_option=_number),
     Flag("--topic-alias-maximum", MQTT, option="topicAliasMaximum", metavar="N", default=None,
          shown=_mqtt5_default("topicAliasMaximum"), to_option=_number),
+    Flag("--max-packet-size", MQTT, option="maxPacketSize", metavar="BYTES", default=None,
+         shown=f"`{DEFAULT_MAXIMUM_PACKET_SIZE}` (16 MiB) with `--mqtt-version 5`, else the "
+         "protocol's largest", to_option=_number),
     Flag("--username", MQTT, option="username", metavar="NAME", shown="`$MQTT_USERNAME`"),
     Flag("--password-env", MQTT, "environment variable holding the password (never a flag: it "
          "would show in `ps`)", option="password", metavar="NAME", default="MQTT_PASSWORD"),

@@ -22,6 +22,7 @@ from connector.mqtt.packets import (
     Packet,
     Pingreq,
     Pingresp,
+    ProtocolLevel,
     Puback,
     Suback,
     Subscribe,
@@ -50,9 +51,16 @@ def trickle(conn: socket.socket, data: bytes, interval: float) -> None:
 class ScriptedBroker:
     """Accepts connections on 127.0.0.1 and plays ``script`` on each one."""
 
-    def __init__(self, script: Script, on_connect: OnConnect = send_connack) -> None:
+    def __init__(
+        self,
+        script: Script,
+        on_connect: OnConnect = send_connack,
+        level: int = ProtocolLevel.MQTT_3_1_1,
+    ) -> None:
         self.script = script
         self.on_connect = on_connect
+        self.level = level
+        """The protocol level the client's packets are decoded at (and SUBACK encoded)."""
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.url = f"tcp://127.0.0.1:{self.port}"
@@ -80,7 +88,7 @@ class ScriptedBroker:
             ).start()
 
     def _handle(self, conn: socket.socket, number: int) -> None:
-        decoder = StreamDecoder()
+        decoder = StreamDecoder(self.level)
         received = self.received.setdefault(number, [])
         conn.settimeout(None)  # close() shuts the socket down to end this handler
         with conn:
@@ -97,7 +105,7 @@ class ScriptedBroker:
                             conn.sendall(PINGRESP)
                         elif isinstance(packet, Subscribe):
                             codes = [qos for _, qos in packet.subscriptions]
-                            conn.sendall(encode(Suback(packet.packet_id, codes)))
+                            conn.sendall(encode(Suback(packet.packet_id, codes), self.level))
                             self.script(conn, number)
             except (OSError, MqttError):
                 return

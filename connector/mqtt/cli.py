@@ -25,6 +25,11 @@ from collections.abc import Callable, Sequence
 from .driver import BrokerAddress, MqttClient, TlsOptions, validate_alpn
 from .errors import MqttError
 from .message_properties import message_properties
+from .negotiated import (
+    DEFAULT_MAXIMUM_PACKET_SIZE,
+    MIN_MAXIMUM_PACKET_SIZE,
+    PROTOCOL_MAXIMUM_PACKET_SIZE,
+)
 from .packets import ProtocolLevel, Publish
 from .properties import Properties
 from .session import ClientSession, SessionConfig
@@ -96,6 +101,13 @@ def _add_connection_args(parser: argparse.ArgumentParser) -> None:
         "--topic-alias-maximum",
         type=_count(0, 0xFFFF),
         help="MQTT 5: topic aliases the broker may set (default 0: none)",
+    )
+    parser.add_argument(
+        "--max-packet-size",
+        type=_count(MIN_MAXIMUM_PACKET_SIZE, PROTOCOL_MAXIMUM_PACKET_SIZE),
+        metavar="BYTES",
+        help="the largest packet taken from the broker, sent as Maximum Packet Size at MQTT 5 "
+        f"(default: {DEFAULT_MAXIMUM_PACKET_SIZE} at MQTT 5, else the protocol's largest)",
     )
     parser.add_argument("--keepalive", type=int, default=60, help="keep alive in seconds")
     parser.add_argument("--username")
@@ -206,6 +218,7 @@ def _client(args: argparse.Namespace, subscriptions: list[tuple[str, int]]) -> M
             receive_maximum=args.receive_maximum,
             session_expiry_interval=args.session_expiry,
             topic_alias_maximum=args.topic_alias_maximum,
+            maximum_packet_size=args.max_packet_size,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None

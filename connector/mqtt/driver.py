@@ -100,11 +100,16 @@ class WebSocketRefused(ConnectionRefused):
         self.status = status
 
 
-class WebSocketViolation(ConnectionLost, PeerViolation):
+class BrokerViolation(ConnectionLost, PeerViolation):
+    """The broker broke the protocol and the client closed the connection (section 4.8): a
+    lost connection, followed by a reconnect (a ConnectionLost), and the broker is at fault (a
+    PeerViolation). The session counts each toward giving up
+    (:class:`RepeatedProtocolViolation`)."""
+
+
+class WebSocketViolation(BrokerViolation):
     """The broker broke the WebSocket transport's rules: a text frame (MQTT section 6,
-    [MQTT-6.0.0-1]) or broken framing. The client closed the connection with a Close frame;
-    like any protocol violation it counts as a lost connection and is followed by a reconnect
-    (a ConnectionLost), and the broker is at fault (a PeerViolation)."""
+    [MQTT-6.0.0-1]) or broken framing. The client closed the connection with a Close frame."""
 
 
 class DisconnectedByBroker(ConnectionLost):
@@ -355,7 +360,7 @@ class MqttClient:
                 self.session.connect(self.clock())
                 self.flush()
                 connected = self._wait_for(Connected, deadline, "CONNACK")
-            except (WebSocketViolation, DisconnectedByBroker):
+            except (BrokerViolation, DisconnectedByBroker):
                 raise
             except ConnectionLost as exc:
                 # TLS 1.3 finishes the client's handshake before the broker has checked the
@@ -580,7 +585,7 @@ class MqttClient:
             for event in events:
                 if isinstance(event, ProtocolViolation):
                     self._say_why()
-                    raise ConnectionLost(f"protocol violation by {self.broker}: {event.reason}")
+                    raise BrokerViolation(f"protocol violation by {self.broker}: {event.reason}")
                 if isinstance(event, ServerDisconnect):
                     raise self._server_disconnect(event)
             found = next((event for event in events if isinstance(event, kind)), None)
@@ -697,16 +702,27 @@ class MqttClient:
         try:
             events = self.session.receive_data(data, now)
         except RepeatedProtocolViolation as exc:
-            log.error("giving up on %s: %s", self.broker, exc.reason)
-            raise RepeatedProtocolViolation(exc.count, exc.reason, str(self.broker)) from None
+            self._say_why()
+            raise self._giving_up(exc) from None
         self.session.tick(now)
         return events
 
+    def _giving_up(self, exc: RepeatedProtocolViolation) -> RepeatedProtocolViolation:
+        """``exc`` logged, and again with the broker's address for the caller."""
+        log.error("giving up on %s: %s", self.broker, exc.reason)
+        return RepeatedProtocolViolation(exc.count, exc.reason, str(self.broker), code=exc.code)
+
     def _websocket_error(self, exc: OSError) -> None:
-        """Raise WebSocketViolation when ``exc`` is the broker breaking the WebSocket rules."""
+        """Raise WebSocketViolation when ``exc`` is the broker breaking the WebSocket rules,
+        counted by the session like a violation in the MQTT bytes (RepeatedProtocolViolation
+        at the limit)."""
         from .websocket import FrameViolation
 
         if isinstance(exc, FrameViolation):
+            try:
+                self.session.transport_violation(f"WebSocket: {exc}")
+            except RepeatedProtocolViolation as repeated:
+                raise self._giving_up(repeated) from exc
             raise WebSocketViolation(f"reading from {self.broker} failed: {exc}") from exc
 
     def poll(self, timeout: float | None = None) -> Read:
@@ -867,6 +883,7 @@ def _ssl_reason(exc: ssl.SSLError) -> str:
 __all__ = [
     "BrokerAddress",
     "BrokerUnreachable",
+    "BrokerViolation",
     "ByteStream",
     "ConnectionRefused",
     "MqttClient",

@@ -54,21 +54,27 @@ class MalformedFrame(MalformedPacket, PeerViolation):
 
 
 class PacketTooLarge(MalformedFrame):
-    """A packet whose Remaining Length is above the configured maximum."""
+    """A packet larger than the client's maximum (its Remaining Length is above the one that
+    maximum leaves, MQTT 5.0 section 3.1.2.11.4)."""
 
 
 class RepeatedProtocolViolation(PeerViolation):
     """The broker broke the protocol on ``count`` connections in a row with no message or
     release delivered in between: reconnecting again would not help, so the client gives up.
 
-    ``reason`` is the last rule broken (with its spec section); ``broker`` is filled in by the
+    ``reason`` is the last rule broken (with its spec section); ``code`` the MQTT 5 reason
+    code that names it (0x81 Malformed Packet, 0x82 Protocol Error, 0x94 Topic Alias invalid,
+    0x95 Packet too large; the level 5 DISCONNECT sends it); ``broker`` is filled in by the
     driver, which knows the address.
     """
 
-    def __init__(self, count: int, reason: str, broker: str | None = None) -> None:
+    def __init__(
+        self, count: int, reason: str, broker: str | None = None, *, code: int = 0x82
+    ) -> None:
         self.count = count
         self.reason = reason
         self.broker = broker
+        self.code = code
         super().__init__(
             f"{broker or 'the broker'} broke the MQTT protocol {count} times in a row without "
             f"delivering a message in between; giving up. Last violation: {reason}"

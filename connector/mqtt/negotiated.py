@@ -15,6 +15,32 @@ MAX_RECEIVE_MAXIMUM = 0xFFFF
 SESSION_NEVER_EXPIRES = 0xFFFF_FFFF
 """Session Expiry Interval that means the session does not expire (section 3.1.2.11.2)."""
 
+PROTOCOL_MAXIMUM_PACKET_SIZE = 1 + 4 + 268_435_455
+"""The largest packet the protocol can frame, all of it: the first byte, four bytes of
+Remaining Length and a Remaining Length of 268,435,455 (section 2.2.3)."""
+
+DEFAULT_MAXIMUM_PACKET_SIZE = 16 * 1024 * 1024
+"""The Maximum Packet Size a level 5 session sends unless told otherwise (section
+3.1.2.11.4): 16 MiB, above the limits common brokers set on what they accept (docs/mqtt5.md),
+so one message cannot make the receiver buffer hundreds of megabytes. A broker does not send
+a larger packet to this client: it discards that message ([MQTT-3.1.2-25]). Below level 5
+nothing is sent and the protocol's largest holds unless the caller sets a limit."""
+
+MIN_MAXIMUM_PACKET_SIZE = 64
+"""The smallest Maximum Packet Size a session accepts as a setting: room for CONNACK, SUBACK
+and the acknowledgements of any broker (a value this low is for tests)."""
+
+
+def largest_remaining_length(packet_size: int) -> int:
+    """The largest Remaining Length of a packet of at most ``packet_size`` bytes in all: one
+    byte of type and flags, the Remaining Length in 1 to 4 bytes, then that many (sections
+    2.1.1 and 2.2.3; MQTT 5.0 section 3.1.2.11.4 counts the whole packet)."""
+    for digits, most in ((1, 0x7F), (2, 0x3FFF), (3, 0x1F_FFFF), (4, 0xFFF_FFFF)):
+        length = packet_size - 1 - digits
+        if length <= most:
+            return length
+    return 0xFFF_FFFF
+
 
 @dataclass(slots=True)
 class BrokerLimits:

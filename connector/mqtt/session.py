@@ -41,12 +41,10 @@ from typing import Protocol
 
 from .codec import (
     ACK_WORDS,
-    MAX_REMAINING_LENGTH,
     encode,
     encode_ack,
     encode_acks,
     encode_publish,
-    encode_remaining_length,
 )
 from .decoder import StreamDecoder
 from .errors import (
@@ -69,7 +67,16 @@ from .exchanges import (
     Exchange,
     Exchanges,
 )
-from .negotiated import MAX_RECEIVE_MAXIMUM, SESSION_NEVER_EXPIRES, BrokerLimits, TopicAliases
+from .negotiated import (
+    DEFAULT_MAXIMUM_PACKET_SIZE,
+    MAX_RECEIVE_MAXIMUM,
+    MIN_MAXIMUM_PACKET_SIZE,
+    PROTOCOL_MAXIMUM_PACKET_SIZE,
+    SESSION_NEVER_EXPIRES,
+    BrokerLimits,
+    TopicAliases,
+    largest_remaining_length,
+)
 from .packets import (
     Auth,
     Connack,
@@ -120,7 +127,11 @@ class SessionConfig:
     password: bytes | None = field(default=None, repr=False)
     level: ProtocolLevel = ProtocolLevel.MQTT_3_1_1
     will: Will | None = None
-    max_packet_size: int = MAX_REMAINING_LENGTH
+    maximum_packet_size: int | None = None
+    """The largest packet, all of it, this client takes from the broker (MQTT 5.0 section
+    3.1.2.11.4), sent as Maximum Packet Size at level 5; a larger one is refused (DISCONNECT
+    0x95 at level 5) and never acknowledged. None: :data:`DEFAULT_MAXIMUM_PACKET_SIZE` at
+    level 5, the protocol's largest below (see ``packet_limit``)."""
     max_violations_in_a_row: int = 5
     """Protocol violations on consecutive connections, with no message delivered in between,
     after which ``receive_data`` raises :class:`RepeatedProtocolViolation` instead of asking
@@ -176,6 +187,21 @@ class SessionConfig:
             )
         if self.pubrec_window < 0:
             raise InvalidArgument(f"pubrec_window must be >= 0, got {self.pubrec_window}")
+        _check_range(
+            "maximum_packet_size",
+            self.maximum_packet_size,
+            MIN_MAXIMUM_PACKET_SIZE,
+            PROTOCOL_MAXIMUM_PACKET_SIZE,
+        )
+
+    @property
+    def packet_limit(self) -> int:
+        """The largest packet in force, all of it (``maximum_packet_size`` or its default)."""
+        if self.maximum_packet_size is not None:
+            return self.maximum_packet_size
+        if self.level == ProtocolLevel.MQTT_5:
+            return DEFAULT_MAXIMUM_PACKET_SIZE
+        return PROTOCOL_MAXIMUM_PACKET_SIZE
 
     @property
     def expiry(self) -> int:
@@ -185,13 +211,12 @@ class SessionConfig:
         return 0 if self.clean_session else SESSION_NEVER_EXPIRES
 
     def connect_properties(self) -> Properties:
-        """CONNECT's properties at level 5 (section 3.1.2.11). Our Maximum Packet Size is the
-        largest whole packet the decoder takes (``max_packet_size`` is its Remaining Length)."""
-        size = self.max_packet_size
+        """CONNECT's properties at level 5 (section 3.1.2.11); Maximum Packet Size is
+        ``packet_limit``, what the decoder takes."""
         return Properties(
             session_expiry_interval=self.expiry or None,
             receive_maximum=self.receive_maximum,
-            maximum_packet_size=1 + len(encode_remaining_length(size)) + size,
+            maximum_packet_size=self.packet_limit,
             topic_alias_maximum=(
                 DEFAULT_TOPIC_ALIAS_MAXIMUM
                 if self.topic_alias_maximum is None
@@ -438,7 +463,7 @@ class ClientSession:
     ) -> None:
         self.config = config
         self.state = State.DISCONNECTED
-        self._decoder = StreamDecoder(config.level, config.max_packet_size)
+        self._decoder = self._new_decoder()
         self._v5 = config.level == ProtocolLevel.MQTT_5
         self.client_id = config.client_id
         """The client id sent in CONNECT: the configured one, or the one the broker assigned
@@ -496,6 +521,11 @@ class ClientSession:
         self.violations_in_a_row = 0
         """Violations since a read last delivered a message, release or outbound ack."""
 
+    def _new_decoder(self) -> StreamDecoder:
+        """A decoder for a new connection, refusing packets above ``packet_limit``."""
+        config = self.config
+        return StreamDecoder(config.level, largest_remaining_length(config.packet_limit))
+
     # ---------------------------------------------------------------- connection lifecycle
 
     def connect(self, now: float) -> None:
@@ -503,7 +533,7 @@ class ClientSession:
         if self.state not in (State.DISCONNECTED, State.CLOSED):
             raise ProtocolError(f"connect() while {self.state.value}")
         cfg = self.config
-        self._decoder = StreamDecoder(cfg.level, cfg.max_packet_size)
+        self._decoder = self._new_decoder()
         self._reset_connection_state()
         self.keep_alive = cfg.keep_alive
         self.limits = BrokerLimits()
@@ -989,10 +1019,17 @@ class ClientSession:
         code = 0x82  # Protocol Error, unless the frame itself was bad
         try:
             packets = self._decoder.feed(data)
+        except PacketTooLarge as exc:
+            packets = list(exc.packets)
+            violation = (
+                f"0x95 Packet too large: {exc}, above the Maximum Packet Size of "
+                f"{self.config.packet_limit} bytes in all this client takes (MQTT 5.0 section "
+                "3.1.2.11.4); the message is not acknowledged"
+            )
         except MalformedFrame as exc:
             packets = list(exc.packets)
             violation = str(exc)
-            code = 0x95 if isinstance(exc, PacketTooLarge) else 0x81
+            code = 0x81
         events: list[Event] = []
         if self.state is State.CONNECTED:
             for packet in packets:
@@ -1016,19 +1053,30 @@ class ClientSession:
                     violation = problem
                     break
         if violation is not None:
+            if violation.startswith("0x"):
+                code = int(violation[2:4], 16)
             if self._v5 and self.state is State.CONNECTED:
                 # Section 4.13.2: say why before closing; the driver writes it if it can.
-                if violation.startswith("0x"):
-                    code = int(violation[2:4], 16)
                 self._send(encode(Disconnect(code), ProtocolLevel.MQTT_5), now)
-            self.state = State.CLOSED
-            self.violations_in_a_row += 1
-            if self.violations_in_a_row >= self.config.max_violations_in_a_row:
-                raise RepeatedProtocolViolation(self.violations_in_a_row, violation)
+            self._count_violation(violation, code)
             events.append(ProtocolViolation(violation))
         elif self.violations_in_a_row and any(type(e) in _PROGRESS for e in events):
             self.violations_in_a_row = 0
         return events
+
+    def transport_violation(self, reason: str) -> None:
+        """The transport under the session broke its own rules (a WebSocket text frame or
+        broken framing, MQTT section 6): the connection is over, and the violation counts
+        toward ``max_violations_in_a_row`` like one in the MQTT bytes (section 4.8)."""
+        self._count_violation(reason, 0x82)
+
+    def _count_violation(self, violation: str, code: int) -> None:
+        """Close the session for a violation, then raise RepeatedProtocolViolation when it is
+        the ``max_violations_in_a_row``-th with no progress since the first."""
+        self.state = State.CLOSED
+        self.violations_in_a_row += 1
+        if self.violations_in_a_row >= self.config.max_violations_in_a_row:
+            raise RepeatedProtocolViolation(self.violations_in_a_row, violation, code=code)
 
     def _handle(self, packet: Packet, events: list[Event], now: float) -> str | None:
         """Process one non-PUBLISH packet (or any packet before CONNACK). Returns a
@@ -1299,7 +1347,14 @@ class ClientSession:
         if packet.return_code:
             self.state = State.CLOSED
             raise connack_error(packet.return_code, self.config.level, packet.properties)
-        self.state = State.CONNECTED
+        self.state = State.CONNECTED  # from here a violation is said with DISCONNECT (level 5)
+        if packet.session_present and self.config.clean_session:
+            return (
+                "0x82 Protocol Error: CONNACK with Session Present 1 answers a CONNECT that "
+                "asked for a clean session: this client holds no session state and must close "
+                "the connection (MQTT 5.0 [MQTT-3.2.2-4]; the broker must send 0, "
+                "[MQTT-3.2.2-2], 3.1.1 [MQTT-3.2.2-1])"
+            )
         limits: BrokerLimits | None = None
         if self._v5:
             limits = self.limits = BrokerLimits.from_connack(packet.properties)

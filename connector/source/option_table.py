@@ -17,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from connector.mqtt.negotiated import MAX_RECEIVE_MAXIMUM, SESSION_NEVER_EXPIRES
+from connector.mqtt.negotiated import (
+    DEFAULT_MAXIMUM_PACKET_SIZE,
+    MAX_RECEIVE_MAXIMUM,
+    MIN_MAXIMUM_PACKET_SIZE,
+    PROTOCOL_MAXIMUM_PACKET_SIZE,
+    SESSION_NEVER_EXPIRES,
+)
 from connector.mqtt.session import DEFAULT_TOPIC_ALIAS_MAXIMUM
 
 KINDS = ("url", "filter", "filters", "text", "secret", "path", "file", "bool", "int", "seconds",
@@ -138,6 +144,16 @@ OPTIONS: Mapping[str, Option] = {
                "3.1.2.11.5); a repeated topic then costs two bytes on the wire; off by default, "
                "as some brokers send stale aliases after a reconnect (docs/mqtt5.md)",
                default=str(DEFAULT_TOPIC_ALIAS_MAXIMUM), low=0, high=0xFFFF),
+        Option("maxPacketSize", "int",
+               "the largest MQTT packet, all of it, the receiver takes; with `mqttVersion` 5 "
+               "it is sent as Maximum Packet Size and the broker discards a larger message "
+               "for this client instead of sending it (MQTT 5.0 section 3.1.2.11.4, "
+               "[MQTT-3.1.2-25]); a larger packet that comes anyway is refused (DISCONNECT "
+               "0x95 at level 5), never acknowledged, and the query fails once the broker "
+               "repeats it (docs/mqtt5.md)",
+               low=MIN_MAXIMUM_PACKET_SIZE, high=PROTOCOL_MAXIMUM_PACKET_SIZE,
+               shown=f"`{DEFAULT_MAXIMUM_PACKET_SIZE}` (16 MiB) with `mqttVersion` 5, else the "
+               f"protocol's largest (`{PROTOCOL_MAXIMUM_PACKET_SIZE}`)"),
         Option("username", "text", "user name"),
         Option("password", "secret",
                "password, with `username`; never logged, shown in plans or written to the WAL",

@@ -162,6 +162,9 @@ class SourceOptions:
     ``cleanSession``."""
     topic_alias_maximum: int | None = None
     """MQTT 5 only (None below level 5): the option's value or the table's default."""
+    max_packet_size: int | None = None
+    """``maxPacketSize``; None when not given: ``SessionConfig.packet_limit`` then follows
+    ``mqttVersion``."""
 
     @property
     def mqtt5(self) -> bool:
@@ -298,6 +301,7 @@ class SourceOptions:
             receivers=receivers,
             shard_by=shard_by,
             share_group=share_group,
+            max_packet_size=_typed(opts, "maxPacketSize"),
             **mqtt5,
         )
 
@@ -316,6 +320,7 @@ class SourceOptions:
             ("receiveMaximum", self.receive_maximum),
             ("sessionExpiryInterval", self.session_expiry_interval),
             ("topicAliasMaximum", self.topic_alias_maximum),
+            ("maxPacketSize", self.max_packet_size),
         ):
             if value is not None:
                 out[name] = str(value)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from connector.mqtt.driver import MqttClient, Read
+from connector.mqtt.errors import RepeatedProtocolViolation
 from connector.mqtt.packets import Publish
 from connector.mqtt.session import ClientSession, Connected, SessionConfig
 from connector.wal import RecordTuple, WalLockedError, record_digest
@@ -39,6 +40,9 @@ SUBSCRIPTIONS_FILE = "subscriptions.json"
 
 STOP_JOIN_SECONDS = 30.0
 """How long ``stop`` waits for the receiver loop to end before it disconnects anyway."""
+
+PACKET_TOO_LARGE = 0x95
+"""The reason code of a violation of our Maximum Packet Size (MQTT 5.0 section 3.1.2.11.4)."""
 
 LOCK_WAIT_SECONDS = 15.0
 """How long a starting query waits for the WAL lock of a query that is still shutting down."""
@@ -189,6 +193,7 @@ class Receiver:
             receive_maximum=options.receive_maximum,
             session_expiry_interval=options.session_expiry_interval,
             topic_alias_maximum=options.topic_alias_maximum,
+            maximum_packet_size=options.max_packet_size,
         )
         session = ClientSession(config, matches_stored=self._matches_stored)
         session.restore_qos2_pending(self.wal.qos2_pending)
@@ -325,8 +330,17 @@ class Receiver:
 
     def check(self) -> None:
         """Raise the receiver's fatal error, if any, in the caller's thread."""
-        if self.error is not None:
-            raise RuntimeError(f"the MQTT receiver failed: {self.error}") from self.error
+        error = self.error
+        if error is None:
+            return
+        hint = ""
+        if isinstance(error, RepeatedProtocolViolation) and error.code == PACKET_TOO_LARGE:
+            hint = (
+                f" (the broker keeps sending a message above the maximum packet size of "
+                f"{self.client.session.config.packet_limit} bytes: raise the source option "
+                "'maxPacketSize' above the largest message)"
+            )
+        raise RuntimeError(f"the MQTT receiver failed: {error}{hint}") from error
 
     def wait_idle(self, idle: float, timeout: float | None = None) -> None:
         """Block until nothing arrived for ``idle`` seconds (the broker's queue is drained), or

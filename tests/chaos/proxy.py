@@ -6,6 +6,9 @@ threads (client -> broker, broker -> client). Faults:
 * ``cut()``: close every current connection at once (both sides, RST), as a dropped link does;
 * ``stall()``: stop forwarding on the current connections while their sockets stay open (a
   half-open peer: nothing arrives, nothing fails); ``resume()`` ends it;
+* ``hold_upstream()``: stop forwarding what clients send on the current connections while the
+  broker's packets still reach them (acknowledgements written, never delivered: the moment a
+  link goes half-open between a PUBLISH and its acknowledgement); ``resume()`` ends it;
 * ``fragment(size)``: forward in writes of at most ``size`` bytes, so frames arrive split at
   every byte position;
 * ``blackhole(True)``: new connections are accepted and read, never answered (a broker that
@@ -107,6 +110,8 @@ class _Link:
         self.client = client
         self.upstream: socket.socket | None = None
         self.flowing = threading.Event()
+        self.upstream_flowing = threading.Event()
+        self.upstream_flowing.set()
         self.closed = threading.Event()
         self.pending_injection: bytes | None = None
         self.boundaries = FrameBoundaries()
@@ -152,13 +157,16 @@ class _Link:
                 self._wait_flowing()
                 if downstream:
                     data = self._with_injection(data)
+                else:
+                    self._wait_flowing(self.upstream_flowing)
                 self._send(target, data)
         except OSError:
             pass
         self.close()
 
-    def _wait_flowing(self) -> None:
-        while not self.flowing.wait(0.1):
+    def _wait_flowing(self, flowing: threading.Event | None = None) -> None:
+        flowing = flowing or self.flowing
+        while not flowing.wait(0.1):
             if self.closed.is_set():
                 raise OSError("link closed while stalled")
 
@@ -187,6 +195,7 @@ class _Link:
             return
         self.closed.set()
         self.flowing.set()
+        self.upstream_flowing.set()
         for sock in (self.client, self.upstream):
             if sock is None:
                 continue
@@ -258,13 +267,23 @@ class ChaosProxy:
         log.info("proxy %d: stalled %d connection(s)", self.port, len(links))
         return len(links)
 
+    def hold_upstream(self) -> int:
+        """Stop forwarding client -> broker on every current connection (broker -> client
+        still flows); returns how many connections hold."""
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.upstream_flowing.clear()
+        return len(links)
+
     def resume(self) -> None:
-        """Forward again on stalled connections; new connections flow."""
+        """Forward again on stalled or held connections; new connections flow."""
         with self._lock:
             links = list(self._links)
             self._stall_new = False
         for link in links:
             link.flowing.set()
+            link.upstream_flowing.set()
 
     def fragment(self, size: int | None) -> None:
         """Forward in writes of at most ``size`` bytes (None or 0: whole reads)."""

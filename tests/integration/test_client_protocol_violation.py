@@ -34,6 +34,7 @@ from tests.hostile_broker import CONNACK, ScriptedBroker, send_connack, trickle
 from tests.waiting import wait_until
 
 MAX_PACKET = 1 << 20
+"""The largest Remaining Length the client takes: a whole packet of 1 + 3 + 2^20 bytes."""
 CONNECT_TIMEOUT = 2.0
 POLL = 0.2
 POLL_BOUND = POLL + CONNECT_TIMEOUT + 1.0
@@ -137,7 +138,7 @@ def make_client(broker: ScriptedBroker, client_id: str, **config: object) -> Mqt
             client_id,
             clean_session=True,
             keep_alive=30,
-            max_packet_size=MAX_PACKET,
+            maximum_packet_size=1 + 3 + MAX_PACKET,
             **config,  # type: ignore[arg-type]
         ),
         [("a/#", 2)],

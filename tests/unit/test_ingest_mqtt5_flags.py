@@ -73,3 +73,13 @@ def test_property_columns_are_fields_of_the_properties() -> None:
         parse_config([*V5, "--property-columns", "contentType,contentType"], environ={})
     with pytest.raises(UsageError, match="--property-columns needs --mqtt-version 5"):
         parse_config([*BASE, "--property-columns", "contentType"], environ={})
+
+
+def test_max_packet_size_becomes_the_source_option_at_any_level() -> None:
+    for argv in (BASE, V5):
+        config, _ = parse_config([*argv, "--max-packet-size", "4096"], environ={})
+        assert source_options(config)["maxPacketSize"] == "4096"
+        config, _ = parse_config(argv, environ={})
+        assert "maxPacketSize" not in source_options(config)  # the session's default applies
+    with pytest.raises(UsageError, match=r"--max-packet-size must be 64\.\.268435460, got 10"):
+        parse_config([*V5, "--max-packet-size", "10"], environ={})

@@ -245,3 +245,45 @@ def test_acks_whose_write_failed_untaken_wait_for_the_resend() -> None:
     assert session.receive_data(wire(*resends), 2.0) == []
     assert session.data_to_send() == wire(Puback(1), Puback(2))
     assert session.redeliveries == 2
+
+
+# ------------------------------------------------------------------ a read dropped, then a cut
+
+
+def test_a_read_dropped_for_a_malformed_frame_then_a_cut_stores_each_qos2_message_once() -> None:
+    """A read that a malformed frame ends is dropped whole (nothing of it stored or
+    acknowledged): its QoS 2 PUBLISH, a resend of a stored exchange and a PUBREL. The
+    connection after it is cut before anything more arrives, and the next one gets the
+    broker's resends (section 4.4: PUBLISH with DUP=1 where no PUBREC came, PUBREL where one
+    did). Each message is delivered, and so stored, once; each release comes once more and is
+    completed after it is stored."""
+    session = session_with()
+    stored = Publish("t", b"stored", 2, packet_id=1)  # stored and answered on this connection
+    released = Publish("t", b"released", 2, packet_id=2)
+    assert deliver_and_ack(session, stored) == encode(Pubrec(1))
+    assert deliver_and_ack(session, released) == encode(Pubrec(2))
+
+    new = Publish("t", b"new", 2, packet_id=3)
+    bad = bytes.fromhex("30 04 00 02 C3 28")  # a topic that is not UTF-8 (section 1.5.3)
+    events = session.receive_data(wire(new, Pubrel(2)) + bad, 2.0)
+    assert [type(e).__name__ for e in events] == ["Publish", "Released", "ProtocolViolation"]
+    session.data_to_send()
+    session.connection_lost()  # the driver drops the read: nothing stored, nothing acked
+
+    assert connect(session, now=3.0) == [Connected(True, False)]
+    session.connection_lost()  # cut before the broker resent anything
+
+    assert connect(session, now=4.0) == [Connected(True, False)]
+    resends = [
+        Publish("t", b"stored", 2, dup=True, packet_id=1),
+        Pubrel(2),
+        Publish("t", b"new", 2, dup=True, packet_id=3),
+    ]
+    events = session.receive_data(wire(*resends), 5.0)
+    assert events == [Released(2), resends[2]]  # id 1 withheld: pending (section 4.3.3)
+    assert session.data_to_send() == encode(Pubrec(1))
+    session.ack(resends[2], 6.0)
+    session.complete(2, 6.0)
+    assert session.data_to_send() == encode(Pubrec(3)) + encode(Pubcomp(2))
+    assert session.export_qos2_pending() == {1, 3}
+    assert session.redeliveries == 1

@@ -14,7 +14,7 @@ from connector.mqtt.errors import (
     InvalidArgument,
     ProtocolError,
 )
-from connector.mqtt.negotiated import SESSION_NEVER_EXPIRES
+from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE, SESSION_NEVER_EXPIRES
 from connector.mqtt.packets import (
     Auth,
     Connack,
@@ -91,7 +91,7 @@ def test_connect_carries_the_session_settings_as_properties() -> None:
     assert props.session_expiry_interval == SESSION_NEVER_EXPIRES  # persistent by default
     assert props.receive_maximum == 500
     assert props.topic_alias_maximum == 16
-    assert props.maximum_packet_size == 268_435_460  # the largest whole packet decoded
+    assert props.maximum_packet_size == DEFAULT_MAXIMUM_PACKET_SIZE  # 16 MiB unless set
     assert props.user_properties == [("job", "ingest"), ("job", "again")]
 
 

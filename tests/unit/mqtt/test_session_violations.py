@@ -265,7 +265,8 @@ def test_a_partial_frame_never_completes_a_packet_or_raises() -> None:
 
 
 def test_a_lower_max_packet_size_refuses_an_oversized_announcement_at_once() -> None:
-    session = connected_session(max_packet_size=1024)
+    session = connected_session(maximum_packet_size=1 + 2 + 1024)
     [event] = session.receive_data(h("30 81 08"), 1.0)  # 1025 bytes announced, none sent
     assert isinstance(event, ProtocolViolation)
     assert "exceeds the maximum of 1024" in event.reason
+    assert "Maximum Packet Size of 1027 bytes" in event.reason

@@ -42,7 +42,12 @@ from connector.mqtt.driver import (
     WebSocketRefused,
     WebSocketViolation,
 )
-from connector.mqtt.errors import ConnectionLost, ConnectionRefused, PeerViolation
+from connector.mqtt.errors import (
+    ConnectionLost,
+    ConnectionRefused,
+    PeerViolation,
+    RepeatedProtocolViolation,
+)
 from connector.mqtt.session import SessionConfig
 from connector.mqtt.websocket import FrameViolation, WebSocketStream
 from tests.waiting import wait_until
@@ -300,6 +305,33 @@ def test_a_text_frame_is_a_broker_fault_closed_with_1003() -> None:
     assert isinstance(violation.value, PeerViolation)
     assert "text frame" in str(violation.value) and "MQTT-6.0.0-1" in str(violation.value)
     assert not mqtt.connected
+
+
+def test_text_frames_on_every_connection_give_up_like_tcp_violations() -> None:
+    """Each WebSocket fault counts toward ``max_violations_in_a_row``, as a violation in the
+    MQTT bytes does: a broker that sends a text frame after every CONNACK is given up
+    (RepeatedProtocolViolation naming the WebSocket rule) instead of reconnected forever."""
+
+    def script(side: ServerSide) -> None:
+        side.connack_and_suback()
+        side.send(TextMessage(data="not MQTT"))
+
+    broker = FakeBroker(script=script)
+    with fake_broker(broker) as port:
+        mqtt = MqttClient(
+            f"ws://127.0.0.1:{port}",
+            SessionConfig("ws-unit", max_violations_in_a_row=3),
+            [("t/#", 1)],
+            connect_timeout=TIMEOUT,
+        )
+        mqtt.reconnect_policy.initial = mqtt.reconnect_policy.maximum = 0.01
+        with pytest.raises(RepeatedProtocolViolation) as given_up:
+            wait_until(lambda: mqtt.poll(0.05) and False, TIMEOUT, interval=0)
+        mqtt.close()
+    assert given_up.value.count == 3
+    assert "WebSocket" in given_up.value.reason and "MQTT-6.0.0-1" in given_up.value.reason
+    assert f"127.0.0.1:{port}" in str(given_up.value)
+    assert len(broker.requests) == 3
 
 
 def test_a_close_frame_is_a_lost_connection_naming_code_and_reason(

@@ -106,3 +106,17 @@ def test_mqtt_3_1_limits_client_ids_to_23_characters() -> None:
     with pytest.raises(InvalidOptionError, match="clientId"):
         SourceOptions.parse({**BASE, "mqttVersion": "3.1", "clientId": "x" * 24})
     assert SourceOptions.parse({**BASE, "mqttVersion": "3.1"}).client_id
+
+
+def test_max_packet_size_is_checked_and_left_to_the_session_when_absent() -> None:
+    from connector.mqtt.session import SessionConfig
+
+    base = {"brokerUrl": "tcp://127.0.0.1:1883", "topic": "a/#"}
+    assert SourceOptions.parse(base).max_packet_size is None
+    five = SourceOptions.parse({**base, "mqttVersion": "5"})
+    config = SessionConfig("x", level=five.mqtt_version, maximum_packet_size=five.max_packet_size)
+    assert config.packet_limit == 16 * 1024 * 1024
+    opts = SourceOptions.parse({**base, "maxPacketSize": "2048"})
+    assert opts.max_packet_size == 2048 and opts.redacted()["maxPacketSize"] == "2048"
+    with pytest.raises(InvalidOptionError, match=r"'maxPacketSize' must be 64\.\.268435460"):
+        SourceOptions.parse({**base, "maxPacketSize": "63"})
