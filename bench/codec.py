@@ -41,11 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from connector.mqtt.codec import TOPIC_CACHE_SIZE, encode_publish
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.decode import TOPIC_CACHE_SIZE
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Packet, ProtocolLevel, Publish
 from connector.mqtt.properties import Properties
-from connector.mqtt.session import ClientSession, SessionConfig
+from connector.mqtt.session import ClientSession
 
 from .common import (
     Stats,

@@ -255,8 +255,8 @@ def pub_command(url: str, topic: str, qos: int, count: int, size: int) -> list[s
 def create_session(url: str, client_id: str, topic_filter: str, qos: int = 1) -> None:
     """Connect with clean_session=False, subscribe ``topic_filter`` with ``qos``, leave: the
     broker keeps the session and queues what matches until the client comes back."""
+    from connector.mqtt.config import SessionConfig
     from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
 
     client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(topic_filter, qos)])
     if client.connect().session_present:
@@ -275,8 +275,8 @@ def publish_windowed(
     """Publish messages ``message(0) .. message(count - 1)`` (topic, payload) with our client,
     at most ``inflight`` unacknowledged; returns the rate once the broker acknowledged every
     one, i.e. queued it."""
+    from connector.mqtt.config import SessionConfig
     from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
 
     client = MqttClient(url, SessionConfig(f"bench-pub-{time.time_ns()}"), [])
     with client:

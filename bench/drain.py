@@ -140,8 +140,8 @@ def worker_ours(
     """Drain with our driver: poll, check, acknowledge; stop at ``count`` distinct messages
     (QoS 2: and once every exchange is complete, i.e. each PUBREL was answered with PUBCOMP
     and the session has no id left awaiting its PUBREL)."""
+    from connector.mqtt.config import SessionConfig
     from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
 
     seen, counters = _sequence_checker(count)
     client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(TOPIC_FILTER, qos)])
@@ -416,8 +416,8 @@ def _left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, 
     import socket
     from urllib.parse import urlsplit
 
-    from connector.mqtt.codec import encode
     from connector.mqtt.decoder import StreamDecoder
+    from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Publish, Pubrel
 
     parts = urlsplit(url)

@@ -158,8 +158,8 @@ def ratio_name(top: str, bottom: str) -> str:
 
 
 def _session_config(client_id: str, mqtt5: bool, receive_maximum: int) -> Any:
+    from connector.mqtt.config import SessionConfig
     from connector.mqtt.packets import ProtocolLevel
-    from connector.mqtt.session import SessionConfig
 
     if not mqtt5:
         return SessionConfig(client_id, clean_session=False)
@@ -363,8 +363,8 @@ def create_session(url: str, client_id: str, mqtt5: bool, receive_maximum: int) 
 def mqtt_round_trip(url: str, attempts: int = 3) -> float:
     """The shortest of ``attempts`` CONNECT -> CONNACK exchanges of a throwaway clean client at
     ``url`` (the TCP handshake excluded): one MQTT round trip."""
-    from connector.mqtt.codec import encode
     from connector.mqtt.decoder import StreamDecoder
+    from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Disconnect
 
     parts = urlsplit(url)

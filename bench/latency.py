@@ -115,8 +115,8 @@ def publish_at_rate(
 ) -> dict[str, Any]:
     """Publish ``rate * duration`` QoS 1 messages on a token-bucket schedule; returns the
     achieved rate and how far behind schedule the publisher fell at worst."""
+    from connector.mqtt.config import SessionConfig
     from connector.mqtt.driver import MqttClient
-    from connector.mqtt.session import SessionConfig
 
     total = round(rate * duration)
     client = MqttClient(url, SessionConfig(client_id), [])

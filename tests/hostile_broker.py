@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from connector.mqtt.codec import encode, encode_publish
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MqttError
 from connector.mqtt.packets import (
     Connack,

@@ -5,8 +5,10 @@ Nothing here imports Spark. The codec and the session take bytes and return pack
 bytes to send; :mod:`connector.mqtt.driver` owns sockets, TLS, clocks and reconnects.
 """
 
-from .codec import decode_packet, encode, encode_ack, encode_publish
+from .config import SessionConfig
+from .decode import decode_packet
 from .decoder import StreamDecoder
+from .encode import encode, encode_ack, encode_publish
 from .errors import (
     BadUsernameOrPassword,
     ConnectionLost,
@@ -15,23 +17,22 @@ from .errors import (
     InvalidArgument,
     InvalidTopic,
     KeepAliveTimeout,
+    LocalProtocolError,
     MalformedFrame,
     MalformedPacket,
     MqttError,
     NotAuthorized,
     PacketTooLarge,
-    PeerViolation,
-    ProtocolError,
+    RemoteProtocolError,
     RepeatedProtocolViolation,
     ServerUnavailable,
     SubscriptionRefused,
     UnacceptableProtocolVersion,
-    UsageError,
 )
 from .packets import Auth, ProtocolLevel, Publish, subscription_options
 from .properties import Properties
 from .reasons import is_failure, reason_name
-from .session import ClientSession, SessionConfig
+from .session import ClientSession
 
 __all__ = [
     "Auth",
@@ -43,23 +44,22 @@ __all__ = [
     "InvalidArgument",
     "InvalidTopic",
     "KeepAliveTimeout",
+    "LocalProtocolError",
     "MalformedFrame",
     "MalformedPacket",
     "MqttError",
     "NotAuthorized",
     "PacketTooLarge",
-    "PeerViolation",
     "Properties",
-    "ProtocolError",
     "ProtocolLevel",
     "Publish",
+    "RemoteProtocolError",
     "RepeatedProtocolViolation",
     "ServerUnavailable",
     "SessionConfig",
     "StreamDecoder",
     "SubscriptionRefused",
     "UnacceptableProtocolVersion",
-    "UsageError",
     "decode_packet",
     "encode",
     "encode_ack",

@@ -22,7 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from .driver import BrokerAddress, MqttClient, TlsOptions, validate_alpn
+from .address import BrokerAddress
+from .config import SessionConfig
+from .driver import MqttClient
 from .errors import MqttError
 from .message_properties import message_properties
 from .negotiated import (
@@ -32,7 +34,8 @@ from .negotiated import (
 )
 from .packets import ProtocolLevel, Publish
 from .properties import Properties
-from .session import ClientSession, SessionConfig
+from .session import ClientSession
+from .tls import TlsOptions, validate_alpn
 from .topics import validate_topic_filter, validate_topic_name
 
 log = logging.getLogger("connector.mqtt.cli")

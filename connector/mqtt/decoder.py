@@ -11,19 +11,18 @@ per decoder, and a Remaining Length not in the fewest bytes is malformed (MQTT 5
 
 from __future__ import annotations
 
-from .codec import (
-    ACK_FIRST_BYTES,
-    MAX_REMAINING_LENGTH,
+from .decode import (
     PROPERTIES_CACHE_SIZE,
     TOPIC_CACHE_SIZE,
     check_flags,
     decode_packet,
     decode_publish,
     decode_publish_v5,
-    decode_remaining_length,
     trim_cache,
 )
+from .encode import ACK_FIRST_BYTES
 from .errors import InvalidArgument, MalformedFrame, PacketTooLarge
+from .fields import MAX_REMAINING_LENGTH, decode_remaining_length
 from .packets import Packet, PacketType, ProtocolLevel, Pubrel
 from .properties import Properties
 

@@ -3,7 +3,8 @@
 All protocol decisions live in the session; this module moves bytes. One socket read is
 decoded at once and the acknowledgements for it go out in one write. Over ``ws://`` and
 ``wss://`` the bytes go through :mod:`connector.mqtt.websocket`, which gives the driver the
-same socket methods; ``tcp://`` and ``ssl://`` use the socket itself.
+same socket methods; ``tcp://`` and ``ssl://`` use the socket itself. Where the broker is:
+:mod:`connector.mqtt.address`; TLS settings and failures: :mod:`connector.mqtt.tls`.
 """
 
 from __future__ import annotations
@@ -11,42 +12,43 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import re
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
-from urllib.parse import urlsplit
 
+from .address import DEFAULT_PORTS, BrokerAddress
+from .config import SessionConfig
 from .errors import (
-    FATAL_DISCONNECTS,
-    BrokerDisconnected,
+    BrokerUnreachable,
+    BrokerViolation,
     ConnectionLost,
     ConnectionRefused,
-    InvalidArgument,
     KeepAliveTimeout,
     MqttError,
-    PeerViolation,
     RepeatedProtocolViolation,
+    ServerDisconnected,
     SubscriptionRefused,
+    WebSocketRefused,
+    WebSocketViolation,
 )
-from .packets import Publish
-from .properties import Properties
-from .session import (
-    ClientSession,
+from .events import (
     Connected,
     Event,
     ProtocolViolation,
     PublishDone,
     Released,
     ServerDisconnect,
-    SessionConfig,
-    State,
     Subscribed,
 )
+from .packets import Publish
+from .properties import Properties
+from .reasons import FATAL_DISCONNECTS
+from .session import ClientSession, State
+from .tls import TlsOptions, is_rejection, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -55,66 +57,9 @@ _Awaited = TypeVar("_Awaited", Connected, Subscribed)
 DISCONNECT_DRAIN = 0.5
 """Seconds ``disconnect`` waits for the broker to close the connection after DISCONNECT."""
 
-DEFAULT_PORTS = {
-    "tcp": 1883,
-    "mqtt": 1883,
-    "ssl": 8883,
-    "mqtts": 8883,
-    "tls": 8883,
-    "ws": 80,
-    "wss": 443,
-}
-TLS_SCHEMES = frozenset({"ssl", "mqtts", "tls", "wss"})
-WEBSOCKET_SCHEMES = frozenset({"ws", "wss"})
-DEFAULT_WEBSOCKET_PATH = "/mqtt"
-"""The request path of a ``ws://``/``wss://`` URL without one: paho's default, and the path of
-HiveMQ, EMQX, AWS IoT Core and Azure Event Grid (Mosquitto and mochi-mqtt take any path)."""
-ACCEPTED_URLS = (
-    "tcp://host:port, ssl://host:port, mqtts://host:port, ws://host:port/path or "
-    "wss://host:port/path"
-)
-_URL_TEXT = re.compile(r"[!-~]*")
-"""What a request target may hold as given: printable ASCII, no spaces (RFC 3986 section 2)."""
-_ALPN_NAME = re.compile(r"[!-~]{1,255}")
-
-
-class BrokerUnreachable(MqttError):
-    """The broker's address could not be reached (refused, unknown host, timeout), or it hung
-    up during the TLS or WebSocket handshake, or answered it with a server error: a later
-    attempt may succeed."""
-
-
-class TlsError(MqttError):
-    """The TLS handshake failed (e.g. the broker's certificate is not trusted)."""
-
-
-class WebSocketRefused(ConnectionRefused):
-    """The server refused the WebSocket upgrade (an HTTP status other than 101 and than the
-    ones a later attempt may pass: 408, 429, 5xx), answered without the subprotocol ``mqtt``
-    (MQTT section 6, [MQTT-6.0.0-4]) or not as a WebSocket server. A ConnectionRefused: like a
-    refusing CONNACK, reconnecting does not help; the URL, path or credentials need fixing.
-    ``status`` is the HTTP status, None when the server did not answer with one."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class BrokerViolation(ConnectionLost, PeerViolation):
-    """The broker broke the protocol and the client closed the connection (section 4.8): a
-    lost connection, followed by a reconnect (a ConnectionLost), and the broker is at fault (a
-    PeerViolation). The session counts each toward giving up
-    (:class:`RepeatedProtocolViolation`)."""
-
-
-class WebSocketViolation(BrokerViolation):
-    """The broker broke the WebSocket transport's rules: a text frame (MQTT section 6,
-    [MQTT-6.0.0-1]) or broken framing. The client closed the connection with a Close frame."""
-
-
-class DisconnectedByBroker(ConnectionLost):
-    """MQTT 5: the broker ended the connection with DISCONNECT and a reason code after which
-    a reconnect may succeed (not in FATAL_DISCONNECTS); the message names the code."""
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Seconds for TCP, TLS, the WebSocket handshake and CONNACK unless told otherwise (the
+source option ``connectTimeout`` and the command line take this default)."""
 
 
 class ByteStream(Protocol):
@@ -128,135 +73,11 @@ class ByteStream(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerAddress:
-    """Where the broker is and how to reach it.
-
-    ``tcp://host:port`` (port 1883 by default; also ``mqtt://``), ``ssl://``, ``mqtts://`` or
-    ``tls://host:port`` (8883, TLS), ``ws://host:port/path`` (80) and ``wss://host:port/path``
-    (443, TLS): MQTT over WebSocket (MQTT section 6) with ``path`` as the request path,
-    ``/mqtt`` when the URL has none. The query of a WebSocket URL (cloud brokers authenticate
-    WebSocket connections with signed query strings) goes with the request but is never
-    shown: ``str()`` and ``repr()``, and so logs and error messages, leave it out, as they do
-    credentials (a URL with credentials is refused). TLS sends the host as SNI (RFC 6066
-    section 3), but for an IP address (Python's ssl leaves it out, as the RFC says).
-    """
-
-    host: str
-    port: int
-    tls: bool
-    websocket: bool = False
-    path: str = ""
-    """The WebSocket request path as given (percent-encoded); empty for TCP."""
-    query: str = field(default="", repr=False)
-    """The WebSocket request's query without ``?``: sent, never shown."""
-
-    @classmethod
-    def parse(cls, url: str) -> BrokerAddress:
-        """Parse a broker URL; InvalidArgument (a ValueError) names what is wrong and what
-        is accepted.
-
-        Credentials in the URL (``tcp://user:secret@host``) are refused, and error messages
-        never repeat them, nor the query string."""
-        parts = urlsplit(url if "://" in url else f"tcp://{url}")
-        shown = url
-        if parts.query or parts.fragment:
-            shown = parts._replace(query="", fragment="").geturl()
-        if "@" in parts.netloc:
-            hidden = parts._replace(
-                netloc="***@" + parts.netloc.rsplit("@", 1)[1], query="", fragment=""
-            )
-            raise InvalidArgument(
-                f"broker URL {hidden.geturl()!r} carries credentials; give them as the user "
-                "name and password settings instead (they are never shown or logged)"
-            )
-        scheme = parts.scheme.lower()
-        if scheme not in DEFAULT_PORTS:
-            raise InvalidArgument(
-                f"broker URL {shown!r}: scheme {scheme!r} is not supported; use {ACCEPTED_URLS}"
-            )
-        try:
-            port = parts.port or DEFAULT_PORTS[scheme]
-        except ValueError:
-            raise InvalidArgument(
-                f"broker URL {shown!r}: the port is not a number in 1..65535"
-            ) from None
-        if not parts.hostname:
-            raise InvalidArgument(f"broker URL {shown!r} has no host name")
-        tls = scheme in TLS_SCHEMES
-        if scheme not in WEBSOCKET_SCHEMES:
-            return cls(parts.hostname, port, tls)
-        path = parts.path or DEFAULT_WEBSOCKET_PATH
-        if not _URL_TEXT.fullmatch(path):
-            raise InvalidArgument(
-                f"broker URL {shown!r}: the path must be printable ASCII without spaces "
-                "(percent-encode other characters)"
-            )
-        if not _URL_TEXT.fullmatch(parts.query):
-            raise InvalidArgument(
-                f"broker URL {shown!r}: the query (not shown) must be printable ASCII without "
-                "spaces (percent-encode other characters)"
-            )
-        return cls(parts.hostname, port, tls, websocket=True, path=path, query=parts.query)
-
-    @property
-    def request_target(self) -> str:
-        """The WebSocket request's target: the path and the query. Never log it."""
-        return f"{self.path}?{self.query}" if self.query else self.path
-
-    def __str__(self) -> str:
-        if self.websocket:
-            return f"{'wss' if self.tls else 'ws'}://{self.host}:{self.port}{self.path}"
-        return f"{'ssl' if self.tls else 'tcp'}://{self.host}:{self.port}"
-
-
-def validate_alpn(names: Iterable[str]) -> tuple[str, ...]:
-    """ALPN protocol names (RFC 7301 section 3.1: non-empty, at most 255 bytes), as a tuple;
-    InvalidArgument names the first bad one. They must be printable ASCII without spaces,
-    as the registered names are (``x-amzn-mqtt-ca``, ``mqtt``, ``http/1.1``)."""
-    out = tuple(names)
-    for name in out:
-        if not _ALPN_NAME.fullmatch(name):
-            raise InvalidArgument(
-                f"ALPN protocol name {name!r} must be 1 to 255 printable ASCII characters "
-                "without spaces"
-            )
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class TlsOptions:
-    """TLS settings: CA bundle, client certificate and key; server verification by default.
-
-    ``alpn``: the application protocols offered in the handshake (RFC 7301), e.g.
-    ``("x-amzn-mqtt-ca",)`` for MQTT with a client certificate on AWS IoT Core's port 443. A
-    server that requires one of its own refuses the handshake (a TlsError naming the alert); a
-    server that knows no ALPN selects none, and the connection goes on (logged at INFO)."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    verify: bool = True
-    alpn: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "alpn", validate_alpn(self.alpn))
-
-    def context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
-        if not self.verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if self.cert_file:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
-        if self.alpn:
-            ctx.set_alpn_protocols(list(self.alpn))
-        return ctx
-
-
 @dataclass(slots=True)
 class ReconnectPolicy:
-    """Exponential backoff with full jitter between ``initial`` and ``maximum`` seconds."""
+    """Exponential backoff with equal jitter: the n-th delay is drawn uniformly from the upper
+    half of ``min(maximum, initial * multiplier**n)`` seconds, so attempts spread out but
+    never come sooner than half the exponential step."""
 
     initial: float = 0.1
     maximum: float = 30.0
@@ -308,7 +129,7 @@ class MqttClient:
         subscriptions: list[tuple[str, int]] | None = None,
         *,
         tls: TlsOptions | None = None,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         reconnect: ReconnectPolicy | None = None,
         read_size: int = 1 << 20,
         on_connect: Callable[[Connected], None] | None = None,
@@ -360,7 +181,7 @@ class MqttClient:
                 self.session.connect(self.clock())
                 self.flush()
                 connected = self._wait_for(Connected, deadline, "CONNACK")
-            except (BrokerViolation, DisconnectedByBroker):
+            except (BrokerViolation, ServerDisconnected):
                 raise
             except ConnectionLost as exc:
                 # TLS 1.3 finishes the client's handshake before the broker has checked the
@@ -457,17 +278,9 @@ class MqttClient:
                 f"{self.connect_timeout} s"
             ) from exc
         except ssl.SSLError as exc:
-            # TLS 1.3 finishes the client's handshake before the broker has checked the client
-            # certificate: its rejection arrives as an alert on the first read.
             sock.close()
-            if "ALERT" not in (exc.reason or ""):
-                raise BrokerUnreachable(
-                    f"WebSocket handshake with {broker} failed: {_ssl_reason(exc)}"
-                ) from exc
-            raise TlsError(
-                f"TLS: {broker} rejected the connection ({_ssl_reason(exc)})"
-                + self._client_certificate_hint(exc)
-            ) from exc
+            assert self.tls is not None  # TLS errors come only over wss://
+            raise tls_failure(exc, broker, self.tls, after="WebSocket handshake") from exc
         except OSError as exc:
             sock.close()
             raise BrokerUnreachable(
@@ -491,31 +304,9 @@ class MqttClient:
             return sock
         try:
             wrapped = self.tls.context().wrap_socket(sock, server_hostname=self.broker.host)
-        except ssl.SSLCertVerificationError as exc:
-            sock.close()
-            raise TlsError(
-                f"TLS: the certificate of {self.broker} is not trusted ({exc.verify_message}); "
-                "check the CA file (tls.caFile / --cafile) and the host name"
-            ) from exc
-        except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:
-            # The broker hung up mid-handshake (restarting, overloaded, not a TLS port):
-            # worth retrying, unlike a handshake the broker refused.
-            sock.close()
-            raise BrokerUnreachable(
-                f"TLS handshake with {self.broker} failed: the broker closed the connection "
-                f"({exc}); is it a TLS listener?"
-            ) from exc
-        except ssl.SSLError as exc:
-            sock.close()
-            raise TlsError(
-                f"TLS handshake with {self.broker} failed: {_ssl_reason(exc)}"
-                + self._client_certificate_hint(exc)
-            ) from exc
         except OSError as exc:
             sock.close()
-            raise BrokerUnreachable(
-                f"TLS handshake with {self.broker} failed: {exc}; is it a TLS listener?"
-            ) from exc
+            raise tls_failure(exc, self.broker, self.tls) from exc
         if self.tls.alpn:
             log.info(
                 "TLS with %s: ALPN protocol %s selected (offered: %s)",
@@ -525,54 +316,26 @@ class MqttClient:
             )
         return wrapped
 
-    def _client_certificate_hint(self, exc: ssl.SSLError) -> str:
-        """Explain a TLS alert by which the broker rejected our (missing) certificate, or the
-        ALPN protocols we offered."""
-        if self.tls is None:
-            return ""
-        # OpenSSL 3 names this alert in the message only (``reason`` is None).
-        if "no application protocol" in str(exc).lower().replace("_", " "):
-            offered = ", ".join(self.tls.alpn) or "none"
-            return (
-                f"; the broker accepts none of the ALPN protocols offered ({offered}): set the "
-                "one it expects with tls.alpn / --alpn (AWS IoT Core, MQTT on port 443: "
-                "x-amzn-mqtt-ca)"
-            )
-        if "ALERT" not in (exc.reason or ""):
-            return ""
-        if self.tls.cert_file is None:
-            return (
-                "; the broker probably requires a client certificate: set the certificate and "
-                "key (tls.certFile and tls.keyFile / --certfile and --keyfile)"
-            )
-        return (
-            f"; the broker rejected the client certificate {self.tls.cert_file}: check that "
-            "it is signed by a CA the broker trusts"
-        )
-
-    def _tls_rejection(self, lost: ConnectionLost, deadline: float) -> TlsError | None:
+    def _tls_rejection(self, lost: ConnectionLost, deadline: float) -> MqttError | None:
         """A TlsError when ``lost`` (before CONNACK) was the broker refusing our TLS
         credentials with an alert; None when it was anything else."""
         sock = self._sock
         cause = lost.__cause__
         if self.tls is None or sock is None or not isinstance(cause, OSError):
             return None
-        if not (isinstance(cause, ssl.SSLError) and "ALERT" in (cause.reason or "")):
+        if not is_rejection(cause):
             # A failed write leaves the broker's alert unread: read it to learn why.
             try:
                 sock.settimeout(max(0.05, min(1.0, deadline - self.clock())))
                 sock.recv(1)
                 return None
             except ssl.SSLError as exc:
-                if "ALERT" not in (exc.reason or ""):
+                if not is_rejection(exc):
                     return None
                 cause = exc
             except OSError:
                 return None
-        return TlsError(
-            f"TLS: {self.broker} rejected the connection ({_ssl_reason(cause)})"
-            + self._client_certificate_hint(cause)
-        )
+        return tls_failure(cause, self.broker, self.tls, after="CONNECT")
 
     def _wait_for(self, kind: type[_Awaited], deadline: float, what: str) -> _Awaited:
         while True:
@@ -601,20 +364,20 @@ class MqttClient:
         with contextlib.suppress(ConnectionLost):
             self.flush()
 
-    def _server_disconnect(self, event: ServerDisconnect) -> MqttError:
-        """The error for a broker's DISCONNECT (MQTT 5, section 3.14): BrokerDisconnected for
-        a reason code in FATAL_DISCONNECTS (the client stops), else ConnectionLost (the
-        client reconnects with backoff)."""
+    def _server_disconnect(self, event: ServerDisconnect) -> ServerDisconnected:
+        """The error for a broker's DISCONNECT (MQTT 5, section 3.14), fatal for a reason
+        code in FATAL_DISCONNECTS (the client stops; logged as an error here), else followed
+        by a reconnect with backoff."""
         props = event.properties
         text = f"{self.broker} disconnected us: {event.name}"
         if props is not None and props.reason_string:
             text += f" ({props.reason_string})"
         if props is not None and props.server_reference:
             text += f"; it names another server to use: {props.server_reference}"
-        if event.reason_code in FATAL_DISCONNECTS:
+        fatal = event.reason_code in FATAL_DISCONNECTS
+        if fatal:
             log.error("%s; not reconnecting", text)
-            return BrokerDisconnected(event.reason_code, text)
-        return DisconnectedByBroker(text)
+        return ServerDisconnected(event.reason_code, text, fatal=fatal)
 
     def close(self) -> None:
         """Close the socket without DISCONNECT (the session stays for a persistent client)."""
@@ -769,14 +532,15 @@ class MqttClient:
                     # The messages of this read stay: the caller stores and acknowledges them;
                     # acks for a closed connection are kept for the broker's resend.
                     error = self._server_disconnect(event)
-                    if isinstance(error, BrokerDisconnected):
-                        self.close()
+                    self.close()
+                    if error.fatal:
                         raise error
                     log.warning("%s; reconnecting", error)
-                    self.close()
                     return read
             self.flush()
         except (ConnectionLost, KeepAliveTimeout) as exc:
+            if isinstance(exc, ServerDisconnected) and exc.fatal:
+                raise  # the client stops (closed above)
             log.warning("connection to %s lost: %s", self.broker, exc)
             self.close()
         return read
@@ -814,6 +578,8 @@ class MqttClient:
             except (BrokerUnreachable, ConnectionLost, KeepAliveTimeout, ConnectionRefused) as exc:
                 if isinstance(exc, ConnectionRefused) and not exc.retryable:
                     raise
+                if isinstance(exc, ServerDisconnected) and exc.fatal:
+                    raise
                 delay = self.reconnect_policy.next_delay()
                 self._retry_at = self.clock() + delay
                 log.warning(
@@ -849,7 +615,7 @@ class MqttClient:
     ) -> int | None:
         """Queue a PUBLISH and send it; returns its packet id (None for QoS 0). A QoS 1/2
         message waits, reading acknowledgements, while the broker's Receive Maximum is used
-        up (MQTT 5 section 4.9), at most ``timeout`` seconds (then ProtocolError)."""
+        up (MQTT 5 section 4.9), at most ``timeout`` seconds (then LocalProtocolError)."""
         if qos and self.session.send_quota <= 0:
             deadline = self.clock() + timeout
             while self.session.send_quota <= 0 and self.clock() < deadline:
@@ -873,25 +639,4 @@ class MqttClient:
         self.disconnect()
 
 
-def _ssl_reason(exc: ssl.SSLError) -> str:
-    """``TLSV13_ALERT_CERTIFICATE_REQUIRED`` -> ``tlsv13 alert certificate required``."""
-    if exc.reason:
-        return exc.reason.lower().replace("_", " ")
-    return str(exc)
-
-
-__all__ = [
-    "BrokerAddress",
-    "BrokerUnreachable",
-    "BrokerViolation",
-    "ByteStream",
-    "ConnectionRefused",
-    "MqttClient",
-    "Read",
-    "ReconnectPolicy",
-    "TlsError",
-    "TlsOptions",
-    "WebSocketRefused",
-    "WebSocketViolation",
-    "validate_alpn",
-]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "ByteStream", "MqttClient", "Read", "ReconnectPolicy"]

@@ -1,41 +1,44 @@
-"""Error types of the MQTT layer, in two families that say who broke a rule.
+"""The errors of the MQTT layer, named for who is at fault. A leaf: it imports nothing of the
+MQTT layer (which CONNACK code raises which error, and which DISCONNECT codes stop the client,
+is reason-code policy, in :mod:`connector.mqtt.reasons`).
 
-* :class:`PeerViolation`: the peer (the broker) broke the protocol. Bytes that break the
-  packet format raise :class:`MalformedFrame`; the connection that carried them must be
-  closed (3.1.1 section 4.8). A session turns a violation into a ``ProtocolViolation`` event
-  and raises :class:`RepeatedProtocolViolation` only when reconnecting keeps failing.
-* :class:`UsageError`: the caller misused the API, and no connection is at fault: an argument
-  the standard or the API refuses (:class:`InvalidArgument`, also a ``ValueError``;
+* :class:`LocalProtocolError`: this side broke a rule, and no connection is at fault: an
+  argument the standard or the API refuses (:class:`InvalidArgument`, also a ``ValueError``;
   :class:`InvalidTopic` for a topic name or filter), or a call the session's state does not
-  allow (:class:`ProtocolError`).
+  allow or past the protocol's limits (a ``LocalProtocolError`` itself).
+* :class:`RemoteProtocolError`: the broker broke the protocol. Bytes that break the packet
+  format raise :class:`MalformedFrame` (:class:`PacketTooLarge` above our Maximum Packet
+  Size); the connection that carried them must be closed (section 4.8), which the driver
+  reports as :class:`BrokerViolation` (:class:`WebSocketViolation` for the transport's rules);
+  a broker that keeps at it is given up with :class:`RepeatedProtocolViolation`.
 
 :class:`MalformedPacket` is the packet format broken, by either side: a ``MalformedFrame`` is
 one received, an ``InvalidTopic`` one the caller asked to send. Every message names the rule
-and its section of the MQTT 3.1.1 standard (the 3.1 text where the versions differ). The
-other errors (a refused connection or subscription, a lost connection, a silent broker) are
-outcomes of the network and the broker's configuration, in neither family.
+and its section. The other errors are outcomes of the network and of the broker's
+configuration, in neither family: a refused connection (:class:`ConnectionRefused`) or
+subscription (:class:`SubscriptionRefused`), a broker out of reach (:class:`BrokerUnreachable`)
+or a failed TLS handshake (:class:`TlsError`), a lost connection (:class:`ConnectionLost`; the
+broker's DISCONNECT is :class:`ServerDisconnected`), a silent broker (:class:`KeepAliveTimeout`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .packets import Packet
-    from .properties import Properties
 
 
 class MqttError(Exception):
     """Base class of every error raised by :mod:`connector.mqtt`."""
 
 
-class PeerViolation(MqttError):
-    """The peer broke the MQTT protocol; the connection must be closed (section 4.8)."""
+class LocalProtocolError(MqttError):
+    """This side broke a rule: the caller misused the API, or asked for something the
+    session's state or the protocol's limits do not allow (e.g. ``publish`` before CONNACK,
+    every packet identifier in use, section 2.3.1). The connection and the broker are not at
+    fault."""
 
 
-class UsageError(MqttError):
-    """The caller misused the API; the connection and the peer are not at fault."""
+class RemoteProtocolError(MqttError):
+    """The broker broke the MQTT protocol; the connection must be closed (section 4.8)."""
 
 
 class MalformedPacket(MqttError):
@@ -43,14 +46,14 @@ class MalformedPacket(MqttError):
     sent (:class:`InvalidTopic`); the message names the rule and its section."""
 
 
-class MalformedFrame(MalformedPacket, PeerViolation):
+class MalformedFrame(MalformedPacket, RemoteProtocolError):
     """Bytes received that break the packet format.
 
     When raised by the stream decoder, ``packets`` holds the well-formed packets that
     preceded the bad frame in the same read.
     """
 
-    packets: Sequence[Packet] = ()
+    packets: Sequence[object] = ()
 
 
 class PacketTooLarge(MalformedFrame):
@@ -58,7 +61,7 @@ class PacketTooLarge(MalformedFrame):
     maximum leaves, MQTT 5.0 section 3.1.2.11.4)."""
 
 
-class RepeatedProtocolViolation(PeerViolation):
+class RepeatedProtocolViolation(RemoteProtocolError):
     """The broker broke the protocol on ``count`` connections in a row with no message or
     release delivered in between: reconnecting again would not help, so the client gives up.
 
@@ -81,7 +84,7 @@ class RepeatedProtocolViolation(PeerViolation):
         )
 
 
-class InvalidArgument(UsageError, ValueError):
+class InvalidArgument(LocalProtocolError, ValueError):
     """An argument that the standard or the API refuses (a ``ValueError`` too)."""
 
 
@@ -89,13 +92,13 @@ class InvalidTopic(InvalidArgument, MalformedPacket):
     """A topic name or filter given by the caller that breaks section 4.7 (or 1.5.3)."""
 
 
-class ProtocolError(UsageError):
-    """A call the session's state does not allow (e.g. ``publish`` before CONNACK), or one
-    past the protocol's limits (every packet identifier in use, section 2.3.1)."""
+# ------------------------------------------------------------------------ refused connections
 
 
 class ConnectionRefused(MqttError):
-    """CONNACK carried a non-zero return code (3.1.1 section 3.2.2.3, table 3.1)."""
+    """The broker refused the connection: CONNACK carried a non-zero return code (3.1.1
+    section 3.2.2.3, table 3.1; a reason code of 0x80 or more at level 5), or the WebSocket
+    upgrade was refused (:class:`WebSocketRefused`)."""
 
     return_code: int = 0
     reason: str = "connection refused"
@@ -131,18 +134,6 @@ class NotAuthorized(ConnectionRefused):
     reason = "not authorized"
 
 
-CONNACK_ERRORS: dict[int, type[ConnectionRefused]] = {
-    cls.return_code: cls
-    for cls in (
-        UnacceptableProtocolVersion,
-        IdentifierRejected,
-        ServerUnavailable,
-        BadUsernameOrPassword,
-        NotAuthorized,
-    )
-}
-
-
 class BrokerBusy(ConnectionRefused):
     """MQTT 5: the broker refused the connection for now (0x89 Server busy, 0x97 Quota
     exceeded, 0x9F Connection rate exceeded): a later attempt may succeed, so the driver
@@ -152,37 +143,16 @@ class BrokerBusy(ConnectionRefused):
     retryable = True
 
 
-_CONNACK_ERRORS_5: dict[int, type[ConnectionRefused]] = {
-    0x84: UnacceptableProtocolVersion,
-    0x85: IdentifierRejected,
-    0x86: BadUsernameOrPassword,
-    0x87: NotAuthorized,
-    0x88: ServerUnavailable,
-    0x89: BrokerBusy,
-    0x97: BrokerBusy,
-    0x9F: BrokerBusy,
-}
+class WebSocketRefused(ConnectionRefused):
+    """The server refused the WebSocket upgrade (an HTTP status other than 101 and than the
+    ones a later attempt may pass: 408, 429, 5xx), answered without the subprotocol ``mqtt``
+    (MQTT section 6, [MQTT-6.0.0-4]) or not as a WebSocket server. Like a refusing CONNACK,
+    reconnecting does not help; the URL, path or credentials need fixing. ``status`` is the
+    HTTP status, None when the server did not answer with one."""
 
-
-def connack_error(code: int, level: int, properties: Properties | None = None) -> ConnectionRefused:
-    """The error for a CONNACK that refused the connection with ``code`` at protocol
-    ``level``: at level 5 its message names the reason code (MQTT 5.0 section 3.2.2.2, e.g.
-    "0x86 Bad User Name or Password") with the broker's Reason String and Server Reference."""
-    if level < 5:
-        return CONNACK_ERRORS.get(code, ConnectionRefused)()
-    from .packets import PacketType
-    from .reasons import reason_name
-
-    text = f"the broker refused the connection: CONNACK {reason_name(code, PacketType.CONNACK)}"
-    reason_string = properties.reason_string if properties is not None else None
-    reference = properties.server_reference if properties is not None else None
-    if reason_string:
-        text += f" ({reason_string})"
-    if reference:
-        text += f"; the broker names another server to use: {reference}"
-    error = _CONNACK_ERRORS_5.get(code, ConnectionRefused)(text)
-    error.return_code = code
-    return error
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class SubscriptionRefused(MqttError):
@@ -198,28 +168,17 @@ class SubscriptionRefused(MqttError):
             )
 
 
-FATAL_DISCONNECTS = frozenset(
-    {0x81, 0x82, 0x87, 0x8C, 0x8E, 0x90, 0x93, 0x94, 0x95, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E}
-    | {0xA1, 0xA2}
-)
-"""Reason codes of a broker's DISCONNECT (MQTT 5.0 section 3.14.2.1) after which the client
-stops instead of reconnecting, because the next connection would meet them again: our packets
-broke a rule (0x81, 0x82, 0x90, 0x93-0x95, 0x99, 0x9A, 0x9B), the broker refuses us (0x87 Not
-authorized, 0x8C Bad authentication method, 0x9E/0xA1/0xA2 a subscription feature it lacks),
-it sends us elsewhere (0x9C Use another server, 0x9D Server moved), or 0x8E Session taken
-over: another client connected with our client id, and reconnecting would take the session
-back and forth between two jobs. Every other code (0x00, 0x8B Server shutting down, 0x89
-Server busy, 0x97 Quota exceeded, 0x98 Administrative action, ...) is followed by a reconnect
-with backoff."""
+# ------------------------------------------------------------------------ the network
 
 
-class BrokerDisconnected(MqttError):
-    """MQTT 5: the broker ended the connection with a reason code in
-    :data:`FATAL_DISCONNECTS`; the message names it (and the broker's Reason String)."""
+class BrokerUnreachable(MqttError):
+    """The broker's address could not be reached (refused, unknown host, timeout), or it hung
+    up during the TLS or WebSocket handshake, or answered it with a server error: a later
+    attempt may succeed."""
 
-    def __init__(self, reason_code: int, message: str) -> None:
-        self.reason_code = reason_code
-        super().__init__(message)
+
+class TlsError(MqttError):
+    """The TLS handshake failed (e.g. the broker's certificate is not trusted)."""
 
 
 class KeepAliveTimeout(MqttError):
@@ -231,3 +190,26 @@ class ConnectionLost(MqttError):
 
     nothing_sent: bool = False
     """Raised by a write that the connection took no byte of: what it carried never left."""
+
+
+class BrokerViolation(ConnectionLost, RemoteProtocolError):
+    """The broker broke the protocol and the client closed the connection (section 4.8): a
+    lost connection, followed by a reconnect, and the broker is at fault. The session counts
+    each toward giving up (:class:`RepeatedProtocolViolation`)."""
+
+
+class WebSocketViolation(BrokerViolation):
+    """The broker broke the WebSocket transport's rules: a text frame (MQTT section 6,
+    [MQTT-6.0.0-1]) or broken framing. The client closed the connection with a Close frame."""
+
+
+class ServerDisconnected(ConnectionLost):
+    """MQTT 5: the broker ended the connection with DISCONNECT and ``reason_code`` (section
+    3.14); the message names the code and the broker's Reason String. ``fatal``: a code after
+    which the next connection would meet the same answer (``reasons.FATAL_DISCONNECTS``), so
+    the client stops instead of reconnecting."""
+
+    def __init__(self, reason_code: int, message: str, *, fatal: bool) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
+        self.fatal = fatal

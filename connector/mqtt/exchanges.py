@@ -1,18 +1,24 @@
 """Inbound QoS 2 exchanges on the receiving side: one state per packet id (MQTT 3.1.1 section
-4.3.3, method B; section 4.4 for what a new connection carries over).
+4.3.3, method B; section 4.4 for what a new connection carries over), moved by events along a
+table that decides.
 
 A PUBLISH delivered to the caller and not yet stored has no state here: the session keeps it
 with the deliveries of its connection. From the caller's ``ack`` on, the exchange has one
-:class:`Exchange` in :attr:`Exchanges.states`, changed only by :meth:`Exchanges.move`, along
-the edges of :data:`TRANSITIONS`; the PUBREC window's room and queue follow from the states
-there. When the session sends PUBREC or PUBCOMP is the session's business
-(:mod:`connector.mqtt.session`); this module holds where each exchange stands.
+:class:`Exchange` in :attr:`Exchanges.states`. Each thing that happens to it is a :class:`Step`
+(stored, resent, released, completed, ...), and :data:`TRANSITIONS` says, for the state it is
+in, the state it goes to; a step the table does not allow from that state raises
+:class:`IllegalTransition`. The methods of :class:`Exchanges` are named for the steps and
+return what the session has to send (a PUBREC now or not); the PUBREC window's room and queue
+follow from the states. The session names no state.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from enum import Enum
+
+from .errors import LocalProtocolError
 
 
 class Exchange(Enum):
@@ -37,7 +43,7 @@ class Exchange(Enum):
     RESEND_PUBREC_SENT = (False, True, False, False)
     """STORED, and the broker's resend on this connection was answered with PUBREC."""
     RELEASING = (False, False, False, True)
-    """PUBREL received; PUBCOMP waits for the caller to store the release (``complete``)."""
+    """PUBREL received; PUBCOMP waits for the caller to store the release (``completed``)."""
     RELEASING_IN_WINDOW = (False, True, False, True)
     """RELEASING, its PUBREC written on this connection: it holds room until PUBCOMP."""
 
@@ -46,82 +52,160 @@ class Exchange(Enum):
         self.room = room
         self.held = held
         self.released = released
-
-    @property
-    def carried_over(self) -> Exchange:
-        """What a new connection makes of this state (section 4.4: the broker resends the
-        PUBLISH of an exchange it got no PUBREC for, and PUBREL after PUBREC)."""
-        return Exchange.RELEASING if self.released else Exchange.STORED
+        self.next: dict[str, Exchange | None] = {}
+        """The state each allowed step leads to (filled from :data:`TRANSITIONS`)."""
 
 
-# Module-level names for the hot path: an enum member looked up on its class costs ~65 ns.
-STORED = Exchange.STORED
-PUBREC_HELD = Exchange.PUBREC_HELD
-PUBREC_SENT = Exchange.PUBREC_SENT
-RESEND_PUBREC_HELD = Exchange.RESEND_PUBREC_HELD
-RESEND_PUBREC_SENT = Exchange.RESEND_PUBREC_SENT
-RELEASING = Exchange.RELEASING
-RELEASING_IN_WINDOW = Exchange.RELEASING_IN_WINDOW
+class Step:
+    """What happens to an exchange: the events of :class:`Exchanges` (plain strings, cheap
+    to look up on the per-message path)."""
 
-_Edge = tuple[Exchange | None, Exchange | None]
+    STORED = "stored"
+    """The caller stored a delivery of this connection (its ``ack``): PUBREC, or held."""
+    STORED_LATE = "stored late"
+    """Stored after its connection was gone, or restored after a restart: no PUBREC can be
+    written now; the broker's resend gets it."""
+    RESENT = "resent"
+    """The broker resent a stored exchange's PUBLISH on this connection (section 4.4)."""
+    ROOM = "room"
+    """A PUBCOMP freed room in the window: the oldest held PUBREC goes out (section 4.6)."""
+    RELEASED = "released"
+    """PUBREL arrived (section 4.3.3): PUBCOMP once the caller stores the release."""
+    COMPLETED = "completed"
+    """The caller stored the release: PUBCOMP; the id is free."""
+    CONNECTION_LOST = "connection lost"
+    """The connection is gone (section 4.4: the broker resends the PUBLISH of an exchange it
+    got no PUBREC for, and PUBREL after PUBREC)."""
+    SESSION_LOST = "session lost"
+    """The broker holds no session (section 3.2.2.2): it sends no PUBREL for stored ids."""
+    ID_REUSED = "id reused"
+    """A broker fault (section 2.3.1): the broker gave a stored exchange's id to another
+    message; the new message takes the id."""
 
 
-def _edges(
-    sources: tuple[Exchange | None, ...], targets: tuple[Exchange | None, ...]
-) -> list[_Edge]:
-    return [(was, to) for was in sources for to in targets]
+class IllegalTransition(LocalProtocolError):
+    """A step the table does not allow from the exchange's state: a bug of the session (the
+    broker's faults are steps of their own)."""
 
 
-_STORED_STATES = (STORED, PUBREC_HELD, PUBREC_SENT, RESEND_PUBREC_HELD, RESEND_PUBREC_SENT)
-_RELEASED_STATES = (RELEASING, RELEASING_IN_WINDOW)
+E = Exchange
+_STORED_HERE = (E.STORED, E.PUBREC_HELD, E.PUBREC_SENT, E.RESEND_PUBREC_HELD, E.RESEND_PUBREC_SENT)
+_RELEASED = (E.RELEASING, E.RELEASING_IN_WINDOW)
 
-_WHY: tuple[tuple[list[_Edge], str], ...] = (
-    (_edges((None,), (PUBREC_SENT, PUBREC_HELD)), "the caller stored a delivery"),
-    (_edges((None,), (STORED,)), "restored, or stored after its connection was gone"),
-    (_edges((STORED,), (RESEND_PUBREC_SENT, RESEND_PUBREC_HELD)), "resent (section 4.4)"),
+_WHY: tuple[tuple[str, dict[Exchange | None, Exchange | None], str], ...] = (
     (
-        [(PUBREC_HELD, PUBREC_SENT), (RESEND_PUBREC_HELD, RESEND_PUBREC_SENT)],
+        Step.STORED,
+        {
+            None: E.PUBREC_SENT,
+            E.RELEASING: E.PUBREC_SENT,
+            E.RELEASING_IN_WINDOW: E.PUBREC_SENT,
+            E.STORED: E.STORED,
+        },
+        "PUBREC (held while the window has no room); a release not complete yet is a broker "
+        "that reused the id before PUBCOMP (a fault, section 2.3.1): the new exchange takes "
+        "over the release and its room; an id restored meanwhile keeps its state (its resend "
+        "gets the PUBREC)",
+    ),
+    (
+        Step.STORED_LATE,
+        {
+            None: E.STORED,
+            E.STORED: E.STORED,
+            E.RELEASING: E.STORED,
+            E.RELEASING_IN_WINDOW: E.STORED,
+        },
+        "stored after its connection was gone or restored; over a release not complete, a "
+        "broker that reused the id before PUBCOMP (a fault, section 2.3.1)",
+    ),
+    (
+        Step.RESENT,
+        {
+            E.STORED: E.RESEND_PUBREC_SENT,
+            E.PUBREC_SENT: E.PUBREC_SENT,
+            E.RESEND_PUBREC_SENT: E.RESEND_PUBREC_SENT,
+            E.PUBREC_HELD: E.PUBREC_HELD,
+            E.RESEND_PUBREC_HELD: E.RESEND_PUBREC_HELD,
+        },
+        "answered with PUBREC ([MQTT-4.3.3-2]): again where this connection sent one, in its "
+        "turn where it waits, with room taken (or held) for a carried exchange",
+    ),
+    (
+        Step.ROOM,
+        {E.PUBREC_HELD: E.PUBREC_SENT, E.RESEND_PUBREC_HELD: E.RESEND_PUBREC_SENT},
         "room in the window: the PUBREC goes out",
     ),
-    (_edges((PUBREC_SENT, RESEND_PUBREC_SENT), (RELEASING_IN_WINDOW,)), "PUBREL"),
     (
-        _edges((STORED, PUBREC_HELD, RESEND_PUBREC_HELD), (RELEASING,)),
-        "PUBREL; a PUBREC still held is not sent any more: the PUBREL answers it",
+        Step.RELEASED,
+        {
+            E.PUBREC_SENT: E.RELEASING_IN_WINDOW,
+            E.RESEND_PUBREC_SENT: E.RELEASING_IN_WINDOW,
+            E.STORED: E.RELEASING,
+            E.PUBREC_HELD: E.RELEASING,
+            E.RESEND_PUBREC_HELD: E.RELEASING,
+            E.RELEASING: E.RELEASING,
+            E.RELEASING_IN_WINDOW: E.RELEASING_IN_WINDOW,
+        },
+        "PUBREL; a PUBREC still held is not sent any more (the PUBREL answers it); a PUBREL "
+        "again before PUBCOMP is released again",
     ),
-    (_edges(_RELEASED_STATES, (None,)), "the release is stored: PUBCOMP (section 4.3.3)"),
     (
-        [(state, state.carried_over) for state in (*_STORED_STATES, *_RELEASED_STATES)],
-        "the connection is gone",
+        Step.COMPLETED,
+        {
+            None: None,
+            E.RELEASING: None,
+            E.RELEASING_IN_WINDOW: None,
+            **{state: state for state in _STORED_HERE},
+        },
+        "the release is stored: PUBCOMP (section 4.3.3); an exchange a faulty broker opened on "
+        "the id before this PUBCOMP (stored first) keeps its state",
     ),
     (
-        _edges(_STORED_STATES, (None,)),
-        "the broker gave the id to another message (a broker fault, section 2.3.1), or it "
-        "holds no session (section 3.2.2.2)",
+        Step.CONNECTION_LOST,
+        {
+            **{state: E.STORED for state in _STORED_HERE},
+            **{state: E.RELEASING for state in _RELEASED},
+        },
+        "the connection is gone: what a new connection makes of each state (section 4.4)",
     ),
     (
-        [
-            *_edges((RELEASING,), (PUBREC_SENT, PUBREC_HELD)),
-            *_edges(_RELEASED_STATES, (STORED,)),
-            (RELEASING_IN_WINDOW, PUBREC_SENT),
-        ],
-        "a broker reused the id after PUBREL and before PUBCOMP (a broker fault, section "
-        "2.3.1), and the new message was stored before the release",
+        Step.SESSION_LOST,
+        {
+            **{state: None for state in _STORED_HERE},
+            **{state: state for state in _RELEASED},
+        },
+        "the broker holds no session (section 3.2.2.2): no PUBREL will come for stored ids",
+    ),
+    (
+        Step.ID_REUSED,
+        {state: None for state in _STORED_HERE},
+        "the broker gave the id to another message (a broker fault, section 2.3.1)",
     ),
 )
 
-TRANSITIONS: dict[_Edge, str] = {
-    edge: why for edges, why in _WHY for edge in edges if edge[0] is not edge[1]
+TRANSITIONS: dict[tuple[Exchange | None, str], Exchange | None] = {
+    (was, step): to for step, edges, _ in _WHY for was, to in edges.items()
 }
-"""Every change an exchange's state may undergo, (before, after) -> why; ``None``: no exchange
-open on the id. :meth:`Exchanges.move` keeps to these (the tests check every move)."""
+"""Every step an exchange may take, (state before, step) -> state after; ``None``: no
+exchange open on the id. A target that takes room in the window (``room``) becomes its
+``held`` twin when the window is full; a pair not here raises :class:`IllegalTransition`."""
+
+WHY: dict[str, str] = {step: why for step, _, why in _WHY}
+"""Why each step goes where the table says, for readers of the table."""
+
+_HELD_TWIN = {E.PUBREC_SENT: E.PUBREC_HELD, E.RESEND_PUBREC_SENT: E.RESEND_PUBREC_HELD}
+_FROM_NONE: dict[str, Exchange | None] = {}
+for (_was, _step), _to in TRANSITIONS.items():
+    (_FROM_NONE if _was is None else _was.next)[_step] = _to
 
 
 class Exchanges:
-    """The inbound QoS 2 exchanges of one session, by packet id, and the PUBREC window."""
+    """The inbound QoS 2 exchanges of one session, by packet id, and the PUBREC window of
+    ``window`` exchanges (0: no limit; the session's ``pubrec_window``)."""
 
-    __slots__ = ("pubrecs_held", "queue", "room_taken", "states")
+    __slots__ = ("pubrecs_held", "queue", "room_taken", "states", "window")
 
-    def __init__(self) -> None:
+    def __init__(self, window: int = 0) -> None:
+        self.window = window
         self.states: dict[int, Exchange] = {}
         """One state per packet id; an id without an entry has no exchange open."""
         self.room_taken = 0
@@ -135,13 +219,123 @@ class Exchanges:
         self.pubrecs_held = 0
         """PUBRECs that had to wait for room in the window (all connections)."""
 
-    def move(self, packet_id: int, to: Exchange | None) -> None:
-        """Put the exchange of ``packet_id`` in state ``to`` (None: closed); the one place a
-        state changes. Keeps ``room_taken`` and ``queue`` in step with the states."""
-        states = self.states
-        was = states.get(packet_id)
+    # ------------------------------------------------------------------ events
+
+    def stored(self, packet_id: int) -> bool:
+        """The caller stored a delivery of this connection; whether its PUBREC goes out now
+        (False: held for room, or an id restored meanwhile whose resend gets it)."""
+        state = self.states.get(packet_id)
+        to = self._to(packet_id, state, Step.STORED)
+        if to is state:
+            return False
+        if to is not None and to.room and (state is None or not state.room) and not self.has_room():
+            to = _HELD_TWIN[to]
+        self._move(packet_id, state, to)
+        return to is not None and to.room
+
+    def stored_late(self, packet_id: int) -> None:
+        """Stored when no PUBREC can be written on the connection it came on (gone), or
+        restored after a restart: the broker's resend gets the PUBREC."""
+        state = self.states.get(packet_id)
+        self._move(packet_id, state, self._to(packet_id, state, Step.STORED_LATE))
+
+    def resent(self, packet_id: int) -> bool:
+        """The broker resent the PUBLISH of stored exchange ``packet_id``; whether a PUBREC
+        answers it now (False: it waits for room, in its turn)."""
+        state = self.states.get(packet_id)
+        to = self._to(packet_id, state, Step.RESENT)
+        if to is not state and to is not None and to.room and not self.has_room():
+            to = _HELD_TWIN[to]
+        self._move(packet_id, state, to)
+        return to is not None and to.room
+
+    def released(self, packet_id: int) -> bool:
+        """PUBREL for ``packet_id``; whether an exchange was open (False: the id is unknown,
+        and PUBCOMP may go at once, section 4.3.3)."""
+        state = self.states.get(packet_id)
+        if state is None:
+            return False
+        self._move(packet_id, state, self._to(packet_id, state, Step.RELEASED))
+        return True
+
+    def completed(self, packet_id: int) -> list[int]:
+        """The caller stored the release of ``packet_id`` (its PUBCOMP goes out); returns the
+        held ids whose PUBREC the freed room lets out, oldest first (section 4.6)."""
+        state = self.states.get(packet_id)
+        self._move(packet_id, state, self._to(packet_id, state, Step.COMPLETED))
+        freed: list[int] = []
+        queue = self.queue
+        while queue and self.has_room_for_held():
+            oldest = next(iter(queue))
+            held = self.states[oldest]
+            self._move(oldest, held, self._to(oldest, held, Step.ROOM))
+            freed.append(oldest)
+        return freed
+
+    def completed_offline(self, packet_id: int) -> None:
+        """The release of ``packet_id`` is stored while no connection can carry PUBCOMP: the
+        exchange ends all the same (the broker's PUBREL again meets an unknown id)."""
+        state = self.states.get(packet_id)
+        self._move(packet_id, state, self._to(packet_id, state, Step.COMPLETED))
+
+    def id_reused(self, packet_id: int) -> None:
+        """A broker fault: the broker gave stored exchange ``packet_id``'s id to another
+        message (section 2.3.1), which takes the id."""
+        state = self.states.get(packet_id)
+        self._move(packet_id, state, self._to(packet_id, state, Step.ID_REUSED))
+
+    def connection_lost(self) -> None:
+        """The connection is gone: every exchange takes the state a new connection finds."""
+        for packet_id, state in list(self.states.items()):
+            self._move(packet_id, state, self._to(packet_id, state, Step.CONNECTION_LOST))
+
+    def session_lost(self) -> tuple[int, ...]:
+        """The broker holds no session (section 3.2.2.2) and will send no PUBREL for stored
+        ids: their exchanges end; returns their ids, in order."""
+        forgotten = tuple(sorted(pid for pid, st in self.states.items() if not st.released))
+        for packet_id in forgotten:
+            state = self.states[packet_id]
+            self._move(packet_id, state, self._to(packet_id, state, Step.SESSION_LOST))
+        return forgotten
+
+    def restored(self, packet_ids: Iterable[int]) -> None:
+        """Ids stored by an earlier process whose PUBREL it never stored: each is STORED; an
+        id whose exchange is known already keeps its state."""
+        for packet_id in packet_ids:
+            if packet_id not in self.states:
+                self.stored_late(packet_id)
+
+    # ------------------------------------------------------------------ the window
+
+    def has_room(self) -> bool:
+        """Whether a new PUBREC may go out now: no window, or none held before it and fewer
+        than ``window`` exchanges of this connection awaiting PUBCOMP."""
+        window = self.window
+        return not window or (not self.queue and self.room_taken < window)
+
+    def has_room_for_held(self) -> bool:
+        """Whether the oldest held PUBREC may go out now."""
+        return not self.window or self.room_taken < self.window
+
+    # ------------------------------------------------------------------ the one move
+
+    @staticmethod
+    def _to(packet_id: int, state: Exchange | None, step: str) -> Exchange | None:
+        """The state ``step`` leads to from ``state``, as :data:`TRANSITIONS` says."""
+        try:
+            return (_FROM_NONE if state is None else state.next)[step]
+        except KeyError:
+            raise IllegalTransition(
+                f"QoS 2 exchange {packet_id}: step {step!r} is not allowed from "
+                f"{state.name if state is not None else 'no exchange'}"
+            ) from None
+
+    def _move(self, packet_id: int, was: Exchange | None, to: Exchange | None) -> None:
+        """Put the exchange of ``packet_id`` from ``was`` in state ``to`` (None: closed),
+        keeping ``room_taken`` and ``queue`` in step with the states."""
         if was is to:
             return
+        states = self.states
         if to is None:
             del states[packet_id]
         else:
@@ -156,21 +350,3 @@ class Exchanges:
                 self.room_taken -= 1
             elif was.held and (to is None or not to.held):
                 del self.queue[packet_id]
-
-    def has_room(self, window: int) -> bool:
-        """Whether a new PUBREC may go out now: no window (0), or none held before it and
-        fewer than ``window`` exchanges of this connection awaiting PUBCOMP."""
-        return not window or (not self.queue and self.room_taken < window)
-
-    def carry_over(self) -> None:
-        """The connection is gone: every exchange takes its ``carried_over`` state."""
-        for packet_id, state in list(self.states.items()):
-            self.move(packet_id, state.carried_over)
-
-    def forget_stored(self) -> tuple[int, ...]:
-        """Close the exchanges whose PUBREL has not arrived (the broker holds no session and
-        will send none, section 3.2.2.2); returns their ids, in order."""
-        forgotten = tuple(sorted(pid for pid, st in self.states.items() if not st.released))
-        for packet_id in forgotten:
-            self.move(packet_id, None)
-        return forgotten

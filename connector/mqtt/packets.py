@@ -1,7 +1,7 @@
 """The MQTT control packets as plain value objects (3.1.1 section 2.2.1, 3.1 "Message types";
 MQTT 5.0 section 2.1.2 adds AUTH).
 
-Packets carry decoded field values only; :mod:`connector.mqtt.codec` turns them into bytes and
+Packets carry decoded field values only; :mod:`connector.mqtt.encode` turns them into bytes and
 back. Packet identifiers are ``int`` in 1..65535; ``None`` where the packet has none.
 
 The MQTT 5.0 fields have defaults that mean "none" (``properties=None``, ``reason_code=0``), so
@@ -12,71 +12,10 @@ when they are set.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import TYPE_CHECKING
 
 from .errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from .properties import Properties
-
-
-class PacketType(IntEnum):
-    """Control packet type: the high nibble of the fixed header's first byte (section 2.2.1)."""
-
-    CONNECT = 1
-    CONNACK = 2
-    PUBLISH = 3
-    PUBACK = 4
-    PUBREC = 5
-    PUBREL = 6
-    PUBCOMP = 7
-    SUBSCRIBE = 8
-    SUBACK = 9
-    UNSUBSCRIBE = 10
-    UNSUBACK = 11
-    PINGREQ = 12
-    PINGRESP = 13
-    DISCONNECT = 14
-    AUTH = 15
-    """MQTT 5.0 only (MQTT 5.0 section 3.15); type 15 is reserved in 3.1 and 3.1.1."""
-
-
-class ProtocolLevel(IntEnum):
-    """Protocol level byte of CONNECT: 3 is MQTT 3.1 (``MQIsdp``), 4 is MQTT 3.1.1 (``MQTT``),
-    5 is MQTT 5.0 (``MQTT``, MQTT 5.0 section 3.1.2.2)."""
-
-    MQTT_3_1 = 3
-    MQTT_3_1_1 = 4
-    MQTT_5 = 5
-
-    @property
-    def protocol_name(self) -> str:
-        return "MQIsdp" if self is ProtocolLevel.MQTT_3_1 else "MQTT"
-
-    @classmethod
-    def parse(cls, text: str) -> ProtocolLevel:
-        """``"3.1"``, ``"3.1.1"`` or ``"5"`` (also ``"3"``, ``"4"``, ``"5.0"``) to a level;
-        InvalidArgument (a ValueError) otherwise."""
-        names = {
-            "3.1": cls.MQTT_3_1,
-            "3": cls.MQTT_3_1,
-            "3.1.1": cls.MQTT_3_1_1,
-            "4": cls.MQTT_3_1_1,
-            "5": cls.MQTT_5,
-            "5.0": cls.MQTT_5,
-        }
-        try:
-            return names[str(text).strip()]
-        except KeyError:
-            raise InvalidArgument(
-                f"unsupported MQTT version {text!r}: use 3.1, 3.1.1 or 5"
-            ) from None
-
-    def __str__(self) -> str:
-        if self is ProtocolLevel.MQTT_5:
-            return "5"
-        return "3.1" if self is ProtocolLevel.MQTT_3_1 else "3.1.1"
+from .packet_types import PacketType, ProtocolLevel
+from .properties import Properties
 
 
 @dataclass(slots=True)
@@ -296,3 +235,28 @@ Packet = (
     | Disconnect
     | Auth
 )
+
+
+__all__ = [
+    "SUBACK_FAILURE",
+    "Auth",
+    "Connack",
+    "Connect",
+    "Disconnect",
+    "Packet",
+    "PacketType",
+    "Pingreq",
+    "Pingresp",
+    "ProtocolLevel",
+    "Puback",
+    "Pubcomp",
+    "Publish",
+    "Pubrec",
+    "Pubrel",
+    "Suback",
+    "Subscribe",
+    "Unsuback",
+    "Unsubscribe",
+    "Will",
+    "subscription_options",
+]

@@ -30,7 +30,7 @@ from .fields import (
     decode_variable_byte_integer,
     encode_variable_byte_integer,
 )
-from .packets import PacketType
+from .packet_types import PacketType
 from .topics import validate_topic_name
 
 

@@ -5,17 +5,32 @@ A reason code is one byte; below 0x80 it reports success, from 0x80 on a failure
 One code may have a different name on different packets: 0x00 is "Success", "Normal
 disconnection" on DISCONNECT and "Granted QoS 0" on SUBACK.
 
-The return codes of an MQTT 3.1 / 3.1.1 CONNACK (0 to 5, 3.1.1 section 3.2.2.3) are not here:
-:data:`connector.mqtt.errors.CONNACK_ERRORS` names them.
+The policy that follows from a code lives here too: which error a refusing CONNACK raises
+(:func:`connack_error`, the 3.1 / 3.1.1 return codes 1 to 5 of 3.1.1 section 3.2.2.3 included)
+and after which DISCONNECT codes the client stops (:data:`FATAL_DISCONNECTS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from .errors import InvalidArgument, MalformedFrame
-from .packets import PacketType
+from .errors import (
+    BadUsernameOrPassword,
+    BrokerBusy,
+    ConnectionRefused,
+    IdentifierRejected,
+    InvalidArgument,
+    MalformedFrame,
+    NotAuthorized,
+    ServerUnavailable,
+    UnacceptableProtocolVersion,
+)
+from .packet_types import PacketType
+
+if TYPE_CHECKING:
+    from .properties import Properties
 
 FAILURE = 0x80
 """Reason codes from this value on report a failure (MQTT 5.0 section 2.4)."""
@@ -160,3 +175,66 @@ def _packet_name(packet_type: int) -> str:
         return PacketType(packet_type).name
     except ValueError:
         return f"packet type {packet_type}"
+
+
+# ------------------------------------------------------------------------ policy
+
+CONNACK_ERRORS: Mapping[int, type[ConnectionRefused]] = MappingProxyType(
+    {
+        cls.return_code: cls
+        for cls in (
+            UnacceptableProtocolVersion,
+            IdentifierRejected,
+            ServerUnavailable,
+            BadUsernameOrPassword,
+            NotAuthorized,
+        )
+    }
+)
+"""The error of each refusing CONNACK return code of MQTT 3.1 / 3.1.1 (3.1.1 section 3.2.2.3)."""
+
+_CONNACK_ERRORS_5: Mapping[int, type[ConnectionRefused]] = MappingProxyType(
+    {
+        0x84: UnacceptableProtocolVersion,
+        0x85: IdentifierRejected,
+        0x86: BadUsernameOrPassword,
+        0x87: NotAuthorized,
+        0x88: ServerUnavailable,
+        0x89: BrokerBusy,
+        0x97: BrokerBusy,
+        0x9F: BrokerBusy,
+    }
+)
+
+
+def connack_error(code: int, level: int, properties: Properties | None = None) -> ConnectionRefused:
+    """The error for a CONNACK that refused the connection with ``code`` at protocol
+    ``level``: at level 5 its message names the reason code (MQTT 5.0 section 3.2.2.2, e.g.
+    "0x86 Bad User Name or Password") with the broker's Reason String and Server Reference."""
+    if level < 5:
+        return CONNACK_ERRORS.get(code, ConnectionRefused)()
+    text = f"the broker refused the connection: CONNACK {reason_name(code, PacketType.CONNACK)}"
+    reason_string = properties.reason_string if properties is not None else None
+    reference = properties.server_reference if properties is not None else None
+    if reason_string:
+        text += f" ({reason_string})"
+    if reference:
+        text += f"; the broker names another server to use: {reference}"
+    error = _CONNACK_ERRORS_5.get(code, ConnectionRefused)(text)
+    error.return_code = code
+    return error
+
+
+FATAL_DISCONNECTS = frozenset(
+    {0x81, 0x82, 0x87, 0x8C, 0x8E, 0x90, 0x93, 0x94, 0x95, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E}
+    | {0xA1, 0xA2}
+)
+"""Reason codes of a broker's DISCONNECT (MQTT 5.0 section 3.14.2.1) after which the client
+stops instead of reconnecting, because the next connection would meet them again: our packets
+broke a rule (0x81, 0x82, 0x90, 0x93-0x95, 0x99, 0x9A, 0x9B), the broker refuses us (0x87 Not
+authorized, 0x8C Bad authentication method, 0x9E/0xA1/0xA2 a subscription feature it lacks),
+it sends us elsewhere (0x9C Use another server, 0x9D Server moved), or 0x8E Session taken
+over: another client connected with our client id, and reconnecting would take the session
+back and forth between two jobs. Every other code (0x00, 0x8B Server shutting down, 0x89
+Server busy, 0x97 Quota exceeded, 0x98 Administrative action, ...) is followed by a reconnect
+with backoff."""

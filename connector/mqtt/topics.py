@@ -10,7 +10,7 @@ the codec's readers turn their verdict on a received topic into a ``MalformedFra
 
 from __future__ import annotations
 
-from .errors import InvalidTopic
+from .errors import InvalidArgument, InvalidTopic, MalformedFrame
 
 MAX_STRING_BYTES = 65535
 
@@ -73,3 +73,53 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
         if level != "+" and level != t_levels[index]:
             return False
     return len(f_levels) == len(t_levels)
+
+
+SHARE_PREFIX = "$share/"
+"""The prefix of a Shared Subscription's topic filter (MQTT 5.0 section 4.8.2)."""
+
+
+def check_shared(topic_filter: str, error: type[MalformedFrame] | type[InvalidArgument]) -> bool:
+    """Whether ``topic_filter`` is a Shared Subscription, checking its form: ``$share/``, a
+    ShareName of one or more characters without ``/``, ``+`` or ``#``, ``/``, a topic filter
+    (MQTT 5.0 section 4.8.2)."""
+    if not topic_filter.startswith(SHARE_PREFIX):
+        return False
+    share_name, slash, rest = topic_filter[len(SHARE_PREFIX) :].partition("/")
+    if not share_name or "+" in share_name or "#" in share_name or not slash or not rest:
+        raise error(
+            f"shared subscription {topic_filter!r} must be $share/<ShareName>/<filter>, the "
+            "ShareName at least one character without '/', '+' or '#' (MQTT 5.0 section 4.8.2)"
+        )
+    return True
+
+
+def check_subscription(
+    topic_filter: str, options: int, error: type[MalformedFrame] | type[InvalidArgument]
+) -> None:
+    """An MQTT 5.0 topic filter and its Subscription Options byte (MQTT 5.0 section 3.8.3.1)."""
+    if error is InvalidArgument:
+        validate_topic_filter(topic_filter)
+    shared = check_shared(topic_filter, InvalidTopic if error is InvalidArgument else error)
+    if type(options) is not int or not 0 <= options <= 0xFF:
+        raise error(f"Subscription Options {options!r} is not a byte (MQTT 5.0 section 3.8.3.1)")
+    if options & 0xC0:
+        raise error(
+            f"Subscription Options {options:#04x}: bits 6 and 7 are reserved and must be 0 "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )
+    if options & 0x03 == 3:
+        raise error(
+            f"Subscription Options {options:#04x}: maximum QoS 3 is not allowed "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )
+    if options & 0x30 == 0x30:
+        raise error(
+            f"Subscription Options {options:#04x}: Retain Handling 3 is not allowed "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )
+    if shared and options & 0x04:
+        raise error(
+            f"No Local set on the shared subscription {topic_filter!r} is a Protocol Error "
+            "(MQTT 5.0 section 3.8.3.1)"
+        )

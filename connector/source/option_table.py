@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from connector.mqtt.config import DEFAULT_TOPIC_ALIAS_MAXIMUM
 from connector.mqtt.negotiated import (
     DEFAULT_MAXIMUM_PACKET_SIZE,
     MAX_RECEIVE_MAXIMUM,
@@ -24,7 +25,6 @@ from connector.mqtt.negotiated import (
     PROTOCOL_MAXIMUM_PACKET_SIZE,
     SESSION_NEVER_EXPIRES,
 )
-from connector.mqtt.session import DEFAULT_TOPIC_ALIAS_MAXIMUM
 
 KINDS = ("url", "filter", "filters", "text", "secret", "path", "file", "bool", "int", "seconds",
          "choice", "version")  # fmt: skip

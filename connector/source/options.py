@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connector.mqtt.driver import BrokerAddress, TlsOptions, validate_alpn
+from connector.mqtt.address import BrokerAddress
+from connector.mqtt.config import persistent_session_problem
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import ProtocolLevel
-from connector.mqtt.session import persistent_session_problem
+from connector.mqtt.tls import TlsOptions, validate_alpn
 from connector.mqtt.topics import validate_topic_filter
 from connector.source.option_table import MQTT5_OPTIONS, OPTIONS, Option, canonical_name
 from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION

@@ -23,10 +23,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient, Read
 from connector.mqtt.errors import RepeatedProtocolViolation
+from connector.mqtt.events import Connected
 from connector.mqtt.packets import Publish
-from connector.mqtt.session import ClientSession, Connected, SessionConfig
+from connector.mqtt.session import ClientSession
 from connector.wal import RecordTuple, WalLockedError, record_digest
 from connector.wal.opening import AnyWalWriter, open_writer, read_sidecar, write_sidecar
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.session import SessionConfig
 from devtools.demo.errors import DemoFailed
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient, ReconnectPolicy
 from connector.mqtt.errors import KeepAliveTimeout
 from connector.mqtt.packets import Publish
-from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory
 from tests.chaos.harness import Ledger, Publisher
 from tests.chaos.proxy import ChaosProxy

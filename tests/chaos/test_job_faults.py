@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.session import SessionConfig
 from devtools.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
 from tests.chaos.driver_kills import job_args, kill_at_a_moment, table_rows

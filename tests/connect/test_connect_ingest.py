@@ -19,8 +19,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Row
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.session import SessionConfig
 from connector.source import MqttDataSource
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.connect.server import ConnectServer

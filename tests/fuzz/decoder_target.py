@@ -17,8 +17,8 @@ from __future__ import annotations
 import random
 import re
 
-from connector.mqtt.codec import encode, encode_publish
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MalformedPacket, PacketTooLarge
 from connector.mqtt.packets import (
     Connack,

@@ -5,18 +5,20 @@ Input layout: byte 0 picks the protocol level (bit 0), whether CONNACK was alrea
 3-7); the rest is what the broker sends.
 
 Invariants: only :class:`MqttError` subclasses are raised, never a caller's error
-(:class:`UsageError`: the broker's bytes cannot make the caller's calls wrong); a
+(:class:`LocalProtocolError`: the broker's bytes cannot make the caller's calls wrong); a
 :class:`ProtocolViolation` is the last event of its read, cites a spec section and closes the
 session; the bytes the session queues for the broker always decode as well-formed packets.
 """
 
 from __future__ import annotations
 
-from connector.mqtt.codec import encode, encode_publish
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.decoder import StreamDecoder
-from connector.mqtt.errors import ConnectionRefused, MqttError, UsageError
+from connector.mqtt.encode import encode, encode_publish
+from connector.mqtt.errors import ConnectionRefused, LocalProtocolError, MqttError
+from connector.mqtt.events import ProtocolViolation
 from connector.mqtt.packets import Connack, ProtocolLevel, Publish, Pubrel, Suback
-from connector.mqtt.session import ClientSession, ProtocolViolation, SessionConfig, State
+from connector.mqtt.session import ClientSession, State
 
 from .decoder_target import cites_rule
 
@@ -45,7 +47,7 @@ def one_input(data: bytes) -> None:
             return
         except MqttError as exc:
             assert str(exc), exc
-            assert not isinstance(exc, UsageError), exc
+            assert not isinstance(exc, LocalProtocolError), exc
             return
         for index, event in enumerate(events):
             if isinstance(event, ProtocolViolation):

@@ -22,7 +22,7 @@ import pytest
 
 from connector.mqtt import ProtocolLevel, Publish, SessionConfig
 from connector.mqtt.driver import MqttClient, ReconnectPolicy
-from connector.mqtt.session import Connected
+from connector.mqtt.events import Connected
 from tests.brokers import MosquittoBroker
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from connector.mqtt.codec import encode, encode_publish
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient, ReconnectPolicy
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import RepeatedProtocolViolation
 from connector.mqtt.packets import (
     Connect,
@@ -29,7 +30,6 @@ from connector.mqtt.packets import (
     Subscribe,
     Unsubscribe,
 )
-from connector.mqtt.session import SessionConfig
 from tests.hostile_broker import CONNACK, ScriptedBroker, send_connack, trickle
 from tests.waiting import wait_until
 

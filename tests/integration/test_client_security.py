@@ -25,7 +25,9 @@ from connector.mqtt import (
     Publish,
     SessionConfig,
 )
-from connector.mqtt.driver import BrokerUnreachable, MqttClient, TlsError, TlsOptions
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.errors import BrokerUnreachable, TlsError
+from connector.mqtt.tls import TlsOptions
 from devtools.system_tools import run_tool
 from tests.brokers import MosquittoBroker, Pki, TlsListener, find_tool
 from tests.mqtt_clients import PahoClient

@@ -8,10 +8,10 @@ from __future__ import annotations
 import socket
 import time
 
-from connector.mqtt.codec import encode_publish
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
+from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Puback, Publish
-from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory
 from tests.hostile_broker import ScriptedBroker
 from tests.integration.receiver_setup import publish

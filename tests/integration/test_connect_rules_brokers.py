@@ -22,9 +22,10 @@ from pathlib import Path
 import paho.mqtt.client as paho_mqtt
 import pytest
 
-from connector.mqtt.codec import encode
-from connector.mqtt.driver import BrokerViolation, MqttClient
-from connector.mqtt.errors import RepeatedProtocolViolation
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.encode import encode
+from connector.mqtt.errors import BrokerViolation, RepeatedProtocolViolation
 from connector.mqtt.packets import (
     Connack,
     Disconnect,
@@ -34,7 +35,6 @@ from connector.mqtt.packets import (
     Publish,
     Pubrec,
 )
-from connector.mqtt.session import SessionConfig
 from connector.source.receiver import Receiver
 from connector.wal import WalReader
 from tests.brokers import MosquittoBroker

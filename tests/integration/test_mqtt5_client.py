@@ -20,10 +20,13 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
-from connector.mqtt.driver import BrokerAddress, MqttClient
-from connector.mqtt.errors import BrokerDisconnected, NotAuthorized
+from connector.mqtt.address import BrokerAddress
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.errors import NotAuthorized, ServerDisconnected
+from connector.mqtt.faults import BrokerFault
 from connector.mqtt.packets import ProtocolLevel
-from connector.mqtt.session import BrokerFault, ClientSession, SessionConfig
+from connector.mqtt.session import ClientSession
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.integration.test_client_cli import cli, unique
 from tests.interop_brokers import ExternalBroker
@@ -203,7 +206,7 @@ def test_a_session_taken_over_stops_the_first_client(mochi: ExternalBroker) -> N
         first.connect()
         second.connect()
         deadline = time.monotonic() + TIMEOUT
-        with pytest.raises(BrokerDisconnected, match="0x8E Session taken over") as caught:
+        with pytest.raises(ServerDisconnected, match="0x8E Session taken over") as caught:
             while time.monotonic() < deadline:
                 first.poll(0.5)
         assert caught.value.reason_code == 0x8E

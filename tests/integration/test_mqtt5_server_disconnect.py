@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from connector.mqtt.codec import encode
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.errors import BrokerDisconnected
+from connector.mqtt.encode import encode
+from connector.mqtt.errors import ServerDisconnected
 from connector.mqtt.packets import Connack, Disconnect, ProtocolLevel
 from connector.mqtt.properties import Properties
-from connector.mqtt.session import SessionConfig
 from tests.hostile_broker import ScriptedBroker
 from tests.waiting import wait_until
 
@@ -63,7 +63,7 @@ def test_a_fatal_disconnect_stops_the_client_naming_it() -> None:
     with ScriptedBroker(lambda conn, n: None, on_connect=connack_then(0x87)) as broker:  # type: ignore[arg-type]
         client = client_for(broker)
         deadline = time.monotonic() + 15.0
-        with client, pytest.raises(BrokerDisconnected, match="0x87 Not authorized") as caught:
+        with client, pytest.raises(ServerDisconnected, match="0x87 Not authorized") as caught:
             while time.monotonic() < deadline:  # CONNACK and DISCONNECT may come apart
                 client.poll(0.2)
         assert caught.value.reason_code == 0x87 and broker.connections == 1

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from connector.mqtt.codec import encode_publish
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
+from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Pubcomp, Pubrec
-from connector.mqtt.session import SessionConfig
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
 from connector.wal import WalReader

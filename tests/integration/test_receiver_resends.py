@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.mqtt.codec import encode, encode_publish
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.packets import Connack, Puback
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver

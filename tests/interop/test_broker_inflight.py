@@ -20,9 +20,10 @@ from collections.abc import Callable
 import pytest
 
 from bench.common import publish_windowed
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import Publish
-from connector.mqtt.session import ProtocolLevel, SessionConfig
+from connector.mqtt.session import ProtocolLevel
 from tests.interop_brokers import MochiBroker, WindowClosed
 from tests.waiting import wait_until
 

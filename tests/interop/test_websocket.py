@@ -24,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from connector.mqtt.driver import BrokerUnreachable, MqttClient, TlsError, TlsOptions
-from connector.mqtt.session import SessionConfig
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.errors import BrokerUnreachable, TlsError
+from connector.mqtt.tls import TlsOptions
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
 from tests.brokers import Pki

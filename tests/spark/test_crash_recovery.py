@@ -47,9 +47,9 @@ from pathlib import Path
 
 import pytest
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import ProtocolLevel
-from connector.mqtt.session import SessionConfig
 from devtools.process_tree import alive_in, process_groups
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.spark_processes import tail

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory
 from tests.spark.streams import (
     StreamDirs,

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.spark.streams import Message, publish, unique_id
 

@@ -92,8 +92,7 @@ def test_broker_restart_during_ingest(
         publish(broker, second)
         wanted = {m.payload for m in first + second}
         wait_until(
-            lambda: set(payloads(wait_for_rows(spark, dirs.table, len(wanted), [query])))
-            >= wanted,
+            lambda: set(payloads(wait_for_rows(spark, dirs.table, len(wanted), [query]))) >= wanted,
             LAND_TIMEOUT,
             message="not every message landed",
         )

@@ -43,9 +43,7 @@ def test_every_relative_link_resolves(page: Path) -> None:
 
 
 def test_every_flag_the_readme_names_is_a_flag_of_the_job() -> None:
-    known = {
-        flag for action in build_parser()._actions for flag in action.option_strings
-    }
+    known = {flag for action in build_parser()._actions for flag in action.option_strings}
     named = set(re.findall(r"`(--[a-z][a-z-]*)", (ROOT / "README.md").read_text()))
     assert named, "the README names no flag"
     assert named <= known, f"not flags of the ingest job: {sorted(named - known)}"

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.driver import BrokerAddress, TlsOptions, validate_alpn
+from connector.mqtt.address import BrokerAddress
 from connector.mqtt.errors import InvalidArgument
+from connector.mqtt.tls import TlsOptions, validate_alpn
 from connector.mqtt.websocket import host_header
 
 SECRET = "X-Amz-Signature=feedfacecafe"

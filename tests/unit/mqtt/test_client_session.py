@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.codec import encode, encode_publish
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import (
     BadUsernameOrPassword,
     ConnectionRefused,
     IdentifierRejected,
     KeepAliveTimeout,
+    LocalProtocolError,
     MalformedPacket,
     NotAuthorized,
-    ProtocolError,
     ServerUnavailable,
     UnacceptableProtocolVersion,
+)
+from connector.mqtt.events import (
+    Connected,
+    Event,
+    Pong,
+    ProtocolViolation,
+    PublishDone,
+    Released,
+    Subscribed,
+    Unsubscribed,
 )
 from connector.mqtt.packets import (
     Connack,
@@ -36,19 +47,7 @@ from connector.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from connector.mqtt.session import (
-    ClientSession,
-    Connected,
-    Event,
-    Pong,
-    ProtocolViolation,
-    PublishDone,
-    Released,
-    SessionConfig,
-    State,
-    Subscribed,
-    Unsubscribed,
-)
+from connector.mqtt.session import ClientSession, State
 
 V3 = ProtocolLevel.MQTT_3_1
 V4 = ProtocolLevel.MQTT_3_1_1
@@ -136,7 +135,7 @@ def test_persistent_session_is_the_default() -> None:
 def test_connect_twice_is_an_error() -> None:
     session = ClientSession(SessionConfig("c"))
     session.connect(0.0)
-    with pytest.raises(ProtocolError, match="connecting"):
+    with pytest.raises(LocalProtocolError, match="connecting"):
         session.connect(1.0)
 
 
@@ -355,11 +354,11 @@ def test_requests_need_a_connected_session(state: str) -> None:
     elif state == "lost":
         connect(session)
         session.connection_lost()
-    with pytest.raises(ProtocolError, match="needs a connected session"):
+    with pytest.raises(LocalProtocolError, match="needs a connected session"):
         session.subscribe([("a", 0)], 1.0)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):
         session.unsubscribe(["a"], 1.0)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):
         session.publish("a", b"", 1, 1.0)
 
 
@@ -701,8 +700,8 @@ def qos2_state(session: ClientSession) -> tuple[object, ...]:
     return (
         session.state,
         session.export_qos2_pending(),
-        dict(session._exchanges.states),
-        list(session._exchanges.queue),
+        dict(session._inbound.exchanges.states),
+        list(session._inbound.exchanges.queue),
         session.open_pubrecs,
         session.pubrecs_held,
         session._last_sent,
@@ -938,9 +937,9 @@ def test_packet_ids_never_0_wrap_after_65535_skip_busy_and_run_out() -> None:
             session.data_to_send()
     session.data_to_send()
     assert session.outbound_in_flight == 0xFFFF
-    with pytest.raises(ProtocolError, match="all 65535 packet identifiers are in use"):
+    with pytest.raises(LocalProtocolError, match="all 65535 packet identifiers are in use"):
         session.publish("t", b"", 1, 1.0)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):
         session.subscribe([("t", 0)], 1.0)
     # Free 300, 5 and 1: after 65535 the ids wrap to 1 (never 0), then skip the busy ones.
     events = session.receive_data(wire(Puback(300), Puback(5), Puback(1)), 2.0)
@@ -948,7 +947,7 @@ def test_packet_ids_never_0_wrap_after_65535_skip_busy_and_run_out() -> None:
     assert session.publish("t", b"", 1, 3.0) == 1
     assert session.publish("t", b"", 2, 3.0) == 5
     assert session.subscribe([("t", 0)], 3.0) == 300
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):
         session.unsubscribe(["t"], 3.0)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.codec import ACK_WORDS, encode, encode_ack, encode_acks
 from connector.mqtt.decoder import StreamDecoder
-from connector.mqtt.errors import InvalidArgument, UsageError
+from connector.mqtt.encode import ACK_WORDS, encode, encode_ack, encode_acks
+from connector.mqtt.errors import InvalidArgument, LocalProtocolError
 from connector.mqtt.packets import (
     PacketType,
     ProtocolLevel,
@@ -64,4 +64,4 @@ def test_encode_acks_writes_the_words_as_consecutive_frames_in_order() -> None:
 def test_encode_ack_refuses_an_id_outside_1_to_65535(bad: int | None) -> None:
     with pytest.raises(InvalidArgument, match=r"packet identifier in 1\.\.65535") as info:
         encode_ack(PacketType.PUBACK, bad)
-    assert isinstance(info.value, UsageError) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, LocalProtocolError) and isinstance(info.value, ValueError)

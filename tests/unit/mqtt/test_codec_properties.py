@@ -14,15 +14,15 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from connector.mqtt.codec import (
+from connector.mqtt.decode import decode_packet
+from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode
+from connector.mqtt.errors import MalformedPacket
+from connector.mqtt.fields import (
     MAX_REMAINING_LENGTH,
-    decode_packet,
     decode_remaining_length,
-    encode,
     encode_remaining_length,
 )
-from connector.mqtt.decoder import StreamDecoder
-from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import (
     Connack,
     Connect,

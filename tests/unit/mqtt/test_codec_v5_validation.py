@@ -11,23 +11,17 @@ import re
 
 import pytest
 
-from connector.mqtt.codec import (
-    PROPERTIES_CACHE_SIZE,
-    TOPIC_CACHE_SIZE,
-    decode_packet,
-    decode_remaining_length,
-    encode,
-    encode_publish,
-    trim_cache,
-)
+from connector.mqtt.decode import PROPERTIES_CACHE_SIZE, TOPIC_CACHE_SIZE, decode_packet, trim_cache
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import (
     InvalidArgument,
     InvalidTopic,
+    LocalProtocolError,
     MalformedFrame,
     MalformedPacket,
-    UsageError,
 )
+from connector.mqtt.fields import decode_remaining_length
 from connector.mqtt.packets import (
     Auth,
     Connack,
@@ -85,7 +79,7 @@ def assert_malformed(data: bytes, pattern: str, section: str, level: int = V5) -
 def assert_refused(packet: Packet, pattern: str, section: str, level: int = V5) -> None:
     with pytest.raises(InvalidArgument) as info:
         encode(packet, level)
-    assert isinstance(info.value, UsageError)
+    assert isinstance(info.value, LocalProtocolError)
     text = str(info.value)
     assert re.search(pattern, text), text
     assert f"section {section}" in text, text

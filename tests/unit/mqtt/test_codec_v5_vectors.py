@@ -10,16 +10,10 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
-from connector.mqtt.codec import (
-    ACK_WORDS,
-    decode_packet,
-    decode_remaining_length,
-    encode,
-    encode_ack,
-    encode_acks,
-    encode_publish,
-)
+from connector.mqtt.decode import decode_packet
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import ACK_WORDS, encode, encode_ack, encode_acks, encode_publish
+from connector.mqtt.fields import decode_remaining_length
 from connector.mqtt.packets import (
     Auth,
     Connack,

@@ -8,15 +8,11 @@ import re
 
 import pytest
 
-from connector.mqtt.codec import (
-    decode_packet,
-    decode_remaining_length,
-    decode_utf8,
-    encode,
-    encode_publish,
-)
+from connector.mqtt.decode import decode_packet
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MalformedPacket
+from connector.mqtt.fields import decode_remaining_length, decode_utf8
 from connector.mqtt.packets import (
     Connack,
     Connect,

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.codec import (
+from connector.mqtt.decode import decode_packet
+from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
+from connector.mqtt.errors import MalformedPacket
+from connector.mqtt.fields import (
     MAX_REMAINING_LENGTH,
-    decode_packet,
     decode_remaining_length,
-    encode,
-    encode_publish,
     encode_remaining_length,
 )
-from connector.mqtt.decoder import StreamDecoder
-from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import (
     Connack,
     Connect,

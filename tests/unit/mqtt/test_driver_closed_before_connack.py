@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from connector.mqtt.driver import MqttClient, TlsOptions
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.driver import MqttClient
 from connector.mqtt.errors import ConnectionLost
 from connector.mqtt.packets import ProtocolLevel
-from connector.mqtt.session import SessionConfig
+from connector.mqtt.tls import TlsOptions
 from tests.brokers import Pki
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,5 +1,5 @@
-"""Two error families say who broke a rule: the peer (``PeerViolation``: bytes received, a
-broker that keeps violating) or the caller (``UsageError``: an argument refused, a call the
+"""Two error families say who broke a rule: the peer (``RemoteProtocolError``: bytes received, a
+broker that keeps violating) or the caller (``LocalProtocolError``: an argument refused, a call the
 session's state does not allow). Argument errors are ``ValueError`` too, and a topic is a
 ``MalformedPacket`` whichever side gave it, with the same message."""
 
@@ -9,23 +9,24 @@ from collections.abc import Callable
 
 import pytest
 
-from connector.mqtt.codec import encode, encode_publish, encode_remaining_length
+from connector.mqtt.address import BrokerAddress
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.decoder import StreamDecoder
-from connector.mqtt.driver import BrokerAddress
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import (
     InvalidArgument,
     InvalidTopic,
+    LocalProtocolError,
     MalformedFrame,
     MalformedPacket,
     MqttError,
     PacketTooLarge,
-    PeerViolation,
-    ProtocolError,
+    RemoteProtocolError,
     RepeatedProtocolViolation,
-    UsageError,
 )
+from connector.mqtt.fields import encode_remaining_length
 from connector.mqtt.packets import Connack, ProtocolLevel, Subscribe
-from connector.mqtt.session import ClientSession, SessionConfig
+from connector.mqtt.session import ClientSession
 from connector.mqtt.topics import validate_topic_name
 
 
@@ -43,11 +44,15 @@ def raised(call: Callable[[], object]) -> MqttError:
 
 
 def peer_only(error: MqttError) -> None:
-    assert isinstance(error, PeerViolation) and not isinstance(error, UsageError), error
+    assert isinstance(error, RemoteProtocolError) and not isinstance(error, LocalProtocolError), (
+        error
+    )
 
 
 def caller_only(error: MqttError) -> None:
-    assert isinstance(error, UsageError) and not isinstance(error, PeerViolation), error
+    assert isinstance(error, LocalProtocolError) and not isinstance(error, RemoteProtocolError), (
+        error
+    )
 
 
 @pytest.mark.parametrize(
@@ -148,5 +153,5 @@ def test_calls_the_session_state_does_not_allow_are_caller_errors(what: str) -> 
         error = raised(lambda: session.publish("a", b"", 1, 0.0))
     else:
         error = raised(lambda: session.subscribe([("a", 1)], 0.0))
-    assert isinstance(error, ProtocolError)
+    assert isinstance(error, LocalProtocolError)
     caller_only(error)

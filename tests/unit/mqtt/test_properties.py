@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connector.mqtt.errors import InvalidArgument, InvalidTopic, MalformedFrame, UsageError
+from connector.mqtt.errors import InvalidArgument, InvalidTopic, LocalProtocolError, MalformedFrame
 from connector.mqtt.packets import PacketType
 from connector.mqtt.properties import (
     BY_IDENTIFIER,
@@ -62,7 +62,7 @@ def refused(data: bytes, context: Context, pattern: str, section: str) -> None:
 def refused_to_write(props: Properties, context: Context, pattern: str, section: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         encode_properties(props, context)
-    assert isinstance(info.value, UsageError) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, LocalProtocolError) and isinstance(info.value, ValueError)
     text = str(info.value)
     assert re.search(pattern, text), text
     assert f"section {section}" in text, text

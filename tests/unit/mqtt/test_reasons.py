@@ -8,9 +8,10 @@ from typing import cast
 import pytest
 from paho.mqtt.reasoncodes import ReasonCode
 
-from connector.mqtt.errors import CONNACK_ERRORS, InvalidArgument, MalformedFrame
+from connector.mqtt.errors import InvalidArgument, MalformedFrame
 from connector.mqtt.packets import PacketType
 from connector.mqtt.reasons import (
+    CONNACK_ERRORS,
     REASON_CODE_SECTIONS,
     REASON_CODES,
     check_reason,

@@ -11,9 +11,11 @@ import re
 
 import pytest
 
-from connector.mqtt.codec import encode, encode_publish
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import InvalidArgument, RepeatedProtocolViolation
+from connector.mqtt.events import Connected, ProtocolViolation
 from connector.mqtt.negotiated import (
     DEFAULT_MAXIMUM_PACKET_SIZE,
     PROTOCOL_MAXIMUM_PACKET_SIZE,
@@ -29,13 +31,7 @@ from connector.mqtt.packets import (
     Publish,
     Pubrec,
 )
-from connector.mqtt.session import (
-    ClientSession,
-    Connected,
-    ProtocolViolation,
-    SessionConfig,
-    State,
-)
+from connector.mqtt.session import ClientSession, State
 
 V4 = ProtocolLevel.MQTT_3_1_1
 V5 = ProtocolLevel.MQTT_5

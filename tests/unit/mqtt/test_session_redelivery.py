@@ -13,15 +13,12 @@ import logging
 
 import pytest
 
-from connector.mqtt.codec import encode
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.encode import encode
+from connector.mqtt.events import Connected, Released
+from connector.mqtt.faults import BrokerFault
 from connector.mqtt.packets import Connack, Puback, Pubcomp, Publish, Pubrec, Pubrel
-from connector.mqtt.session import (
-    BrokerFault,
-    ClientSession,
-    Connected,
-    Released,
-    SessionConfig,
-)
+from connector.mqtt.session import ClientSession
 
 
 def wire(*packets: object) -> bytes:

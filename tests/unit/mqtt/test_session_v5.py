@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.codec import encode
+from connector.mqtt.config import DEFAULT_TOPIC_ALIAS_MAXIMUM, SessionConfig
 from connector.mqtt.decoder import StreamDecoder
+from connector.mqtt.encode import encode
 from connector.mqtt.errors import (
     BadUsernameOrPassword,
     BrokerBusy,
     ConnectionRefused,
     InvalidArgument,
-    ProtocolError,
+    LocalProtocolError,
 )
+from connector.mqtt.events import (
+    Connected,
+    Event,
+    ProtocolViolation,
+    PublishDone,
+    ServerDisconnect,
+    Subscribed,
+)
+from connector.mqtt.faults import BrokerFault
 from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE, SESSION_NEVER_EXPIRES
 from connector.mqtt.packets import (
     Auth,
@@ -30,19 +40,7 @@ from connector.mqtt.packets import (
     subscription_options,
 )
 from connector.mqtt.properties import Properties
-from connector.mqtt.session import (
-    DEFAULT_TOPIC_ALIAS_MAXIMUM,
-    BrokerFault,
-    ClientSession,
-    Connected,
-    Event,
-    ProtocolViolation,
-    PublishDone,
-    ServerDisconnect,
-    SessionConfig,
-    State,
-    Subscribed,
-)
+from connector.mqtt.session import ClientSession, State
 
 V5 = ProtocolLevel.MQTT_5
 
@@ -252,7 +250,7 @@ def test_the_broker_receive_maximum_bounds_our_publishes() -> None:
     first = session.publish("t", b"1", 1, 1.0)
     session.publish("t", b"2", 2, 1.0)
     assert session.send_quota == 0
-    with pytest.raises(ProtocolError, match="Receive Maximum"):
+    with pytest.raises(LocalProtocolError, match="Receive Maximum"):
         session.publish("t", b"3", 1, 1.0)
     session.publish("t", b"qos0", 0, 1.0)  # QoS 0 is not counted (section 4.9)
     assert first is not None

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.codec import encode, encode_publish
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import RepeatedProtocolViolation
+from connector.mqtt.events import Connected, ProtocolViolation, Released
 from connector.mqtt.packets import (
     Connack,
     Connect,
@@ -22,14 +24,7 @@ from connector.mqtt.packets import (
     Subscribe,
     Unsubscribe,
 )
-from connector.mqtt.session import (
-    ClientSession,
-    Connected,
-    ProtocolViolation,
-    Released,
-    SessionConfig,
-    State,
-)
+from connector.mqtt.session import ClientSession, State
 
 CONNACK = encode(Connack(False, 0))
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.codec import MAX_REMAINING_LENGTH, decode_packet, encode, encode_publish
+from connector.mqtt.decode import decode_packet
 from connector.mqtt.decoder import LARGE_FRAME, StreamDecoder
+from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MalformedPacket, PacketTooLarge
+from connector.mqtt.fields import MAX_REMAINING_LENGTH
 from connector.mqtt.packets import (
     Connack,
     Disconnect,

@@ -17,9 +17,10 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
-from connector.mqtt.driver import BrokerUnreachable, MqttClient, TlsOptions
-from connector.mqtt.errors import ConnectionLost
-from connector.mqtt.session import SessionConfig
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.driver import MqttClient
+from connector.mqtt.errors import BrokerUnreachable, ConnectionLost
+from connector.mqtt.tls import TlsOptions
 from tests.brokers import Pki
 
 

@@ -5,7 +5,7 @@ Rules (MQTT 3.1.1 and 5.0 section 6; RFC 6455): the client offers the subprotoco
 the server must select it; each write of the driver is one binary message; the bytes of binary
 messages are one stream whatever their framing (several packets in a message, a packet across
 messages and across the frames of a fragmented message); a text frame is a broker fault
-(Close 1003, ``WebSocketViolation``: a ConnectionLost and a PeerViolation); a Close frame ends
+(Close 1003, ``WebSocketViolation``: a ConnectionLost and a RemoteProtocolError); a Close frame ends
 the connection with its code and reason in the error; pings get pongs. A refused upgrade is a
 ``WebSocketRefused`` (a ConnectionRefused, not retried) unless a later attempt may pass (5xx:
 ``BrokerUnreachable``, retried); no error message shows the URL's query.
@@ -35,20 +35,17 @@ from wsproto.events import (
     TextMessage,
 )
 
-from connector.mqtt.driver import (
+from connector.mqtt.config import SessionConfig
+from connector.mqtt.driver import MqttClient, Read
+from connector.mqtt.errors import (
     BrokerUnreachable,
-    MqttClient,
-    Read,
+    ConnectionLost,
+    ConnectionRefused,
+    RemoteProtocolError,
+    RepeatedProtocolViolation,
     WebSocketRefused,
     WebSocketViolation,
 )
-from connector.mqtt.errors import (
-    ConnectionLost,
-    ConnectionRefused,
-    PeerViolation,
-    RepeatedProtocolViolation,
-)
-from connector.mqtt.session import SessionConfig
 from connector.mqtt.websocket import FrameViolation, WebSocketStream
 from tests.waiting import wait_until
 
@@ -302,7 +299,7 @@ def test_a_text_frame_is_a_broker_fault_closed_with_1003() -> None:
         with pytest.raises(WebSocketViolation) as violation:
             mqtt.connect()
     assert isinstance(violation.value, ConnectionLost)
-    assert isinstance(violation.value, PeerViolation)
+    assert isinstance(violation.value, RemoteProtocolError)
     assert "text frame" in str(violation.value) and "MQTT-6.0.0-1" in str(violation.value)
     assert not mqtt.connected
 

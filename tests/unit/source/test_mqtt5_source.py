@@ -11,11 +11,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from connector.mqtt.config import DEFAULT_TOPIC_ALIAS_MAXIMUM
 from connector.mqtt.driver import Read
 from connector.mqtt.message_properties import FIELDS, message_properties
 from connector.mqtt.packets import ProtocolLevel, Publish
 from connector.mqtt.properties import Properties
-from connector.mqtt.session import DEFAULT_TOPIC_ALIAS_MAXIMUM
 from connector.source.option_table import MQTT5_OPTIONS, OPTIONS
 from connector.source.options import InvalidOptionError, SourceOptions
 from connector.source.receiver import Receiver, _records_with_properties

@@ -109,7 +109,7 @@ def test_mqtt_3_1_limits_client_ids_to_23_characters() -> None:
 
 
 def test_max_packet_size_is_checked_and_left_to_the_session_when_absent() -> None:
-    from connector.mqtt.session import SessionConfig
+    from connector.mqtt.config import SessionConfig
 
     base = {"brokerUrl": "tcp://127.0.0.1:1883", "topic": "a/#"}
     assert SourceOptions.parse(base).max_packet_size is None

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.session import SessionConfig
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.mqtt_clients import PahoClient
 from tests.waiting import wait_until
