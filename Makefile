@@ -164,10 +164,12 @@ UNIT_MARKERS := not integration and not spark and not interop
 unit: $(VENV_STAMP)
 	$(VENV_PY) -m pytest -q -m "$(UNIT_MARKERS)" $(UNIT_PATHS) $(PYTEST_ARGS)
 
-## lint: ruff over the repository, then mypy over connector/, streaming_jobs/ and
-## pyspark_mqtt.py ([tool.mypy] in pyproject.toml: strict for connector.mqtt and connector.wal)
+## lint: ruff (the rules, then the format) over the repository, then mypy over connector/,
+## streaming_jobs/, bench/, devtools/ and pyspark_mqtt.py ([tool.mypy] in pyproject.toml: strict
+## for connector)
 lint: $(VENV_STAMP)
 	$(VENV_PY) -m ruff check .
+	$(VENV_PY) -m ruff format --check .
 	$(VENV_PY) -m mypy
 
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in

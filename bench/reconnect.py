@@ -152,7 +152,7 @@ class NumberTally:
             return
         copies = self.copies
         columns = self.reader.read(self.read_to, end)
-        self.dup_flagged += sum(columns.duplicate)
+        self.dup_flagged += sum(columns.dup)
         for payload in columns.payloads:
             try:
                 seq = int(bytes(payload[:SEQUENCE_DIGITS]))

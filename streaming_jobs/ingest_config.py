@@ -397,8 +397,6 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
     interval = values.get("table_checkpoint_interval")
     if interval is not None and interval < 1:
         raise UsageError("--table-checkpoint-interval must be at least 1")
-    if (values.get("max_messages_per_trigger") or 1) < 1:
-        raise UsageError("--max-messages-per-trigger must be at least 1")
     if values["stop_timeout"] < 0:
         raise UsageError("--stop-timeout must be >= 0")
     for item in values.get("spark_conf") or ():

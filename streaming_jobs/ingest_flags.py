@@ -269,7 +269,8 @@ FLAGS: tuple[Flag, ...] = (
          kind="switch", shown="refuse"),
     Flag("--trigger", RUN, "`available-now` (drain what is queued, WAL and broker, then exit) "
          "or `processing-time=INTERVAL`", default="processing-time=1 second"),
-    Flag("--max-messages-per-trigger", RUN, option="maxMessagesPerTrigger", metavar="N"),
+    Flag("--max-messages-per-trigger", RUN, option="maxMessagesPerTrigger", metavar="N",
+         to_option=_number),
     Flag("--partition-data", RUN, "how tasks get the records: `inline` in the partitions (any "
          "cluster) or from the `wal` files (executors share the driver's disk)",
          option="partitionData", default=None, shown="`wal` in local mode, else `inline`"),

@@ -35,22 +35,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from connector.source.schema import PROPERTIES_COLUMN, PROPERTIES_TYPE
+from connector.source.schema import COLUMNS, PROPERTIES_COLUMN, PROPERTIES_TYPE
 
 from .projections import Projections
 
-MQTT_COLUMNS = (
-    "topic",
-    "payload",
-    "qos",
-    "retained",
-    "duplicate",
-    "messageId",
-    "timestamp",
-    "offset",
-    "receiver",
-)
-METADATA_COLUMNS = ("qos", "retained", "duplicate", "messageId", "timestamp", "offset", "receiver")
+MQTT_COLUMNS = COLUMNS
+"""The source's columns (connector.source.schema)."""
+METADATA_COLUMNS = COLUMNS[2:]
+"""Every column of the source but ``topic`` and ``payload``."""
 PROPERTIES = PROPERTIES_COLUMN
 """The MQTT 5 column of the source, after the others."""
 ARRAY_PROPERTIES = frozenset(f.name for f in PROPERTIES_TYPE if pa.types.is_list(f.type))

@@ -1,12 +1,12 @@
 """Column lists built once per Spark context instead of once per micro-batch.
 
 Each ``Column`` PySpark builds (``F.col``, ``alias``, ``when``, ...) is one or more Py4J round
-trips to the driver's JVM: about 0.5 ms apiece on a busy 2-core driver. ``decode`` and
-``table_rows`` build the same dozens of expressions for every micro-batch, which made them
-50-120 ms of each batch. Expressions do not depend on the frame they are applied to, so they
-are built once and kept. In classic PySpark the list is also handed to the JVM once, as a
-Scala ``Seq``, and each ``select`` is a single call; elsewhere (Spark Connect, whose columns
-live in Python) ``select`` takes the kept columns as they are.
+trips to the driver's JVM. ``decode`` and ``table_rows`` build the same dozens of expressions
+for every micro-batch, a measurable part of each batch (bench/REPORT.md). Expressions do not
+depend on the frame they are applied to, so they are built once and kept. In classic PySpark
+the list is also handed to the JVM once, as a Scala ``Seq``, and each ``select`` is a single
+call; elsewhere (Spark Connect, whose columns live in Python) ``select`` takes the kept columns
+as they are.
 
 Everything kept belongs to one ``SparkContext``: a new context (after ``spark.stop()``) starts
 an empty cache.

@@ -55,10 +55,10 @@ def v1_header(identity: bytes, first_offset: int) -> bytes:
 
 def v1_data_record(offset: int, record: NewRecord) -> bytes:
     """One kind 1 data record."""
-    topic, payload, qos, retained, duplicate, mid, stamp = record[:7]
-    flags = FLAGS[(qos, retained, duplicate, mid is not None)]
+    topic, payload, qos, retained, duplicate, pid, stamp = record[:7]
+    flags = FLAGS[(qos, retained, duplicate, pid is not None)]
     raw = topic.encode("utf-8")
-    fields = DATA_FIELDS.pack(offset, stamp, flags, mid or 0, len(raw))
+    fields = DATA_FIELDS.pack(offset, stamp, flags, pid or 0, len(raw))
     return encode_record(KIND_DATA, fields + raw + payload)
 
 
@@ -88,17 +88,17 @@ def write_v1_wal(
         data += encode_record(KIND_STATE, state.encode())
         hints = []
         for record in records:
-            ids = [mid for mid in (released or {}).get(offset, []) if mid in state.pending_qos2]
+            ids = [pid for pid in (released or {}).get(offset, []) if pid in state.pending_qos2]
             if ids:
                 data += encode_release(ids)
                 state.apply_release(ids)
             if index_every and offset % index_every == 0:
                 hints.append(INDEX_ENTRY.pack(offset, len(data)))
             data += v1_data_record(offset, record)
-            mid = record.message_id
-            if mid is not None:
-                digest = {mid: record_digest(record.topic, record.payload)}
-                state.merge(digest, [mid] if record.qos == 2 else [])
+            pid = record.packet_id
+            if pid is not None:
+                digest = {pid: record_digest(record.topic, record.payload)}
+                state.merge(digest, [pid] if record.qos == 2 else [])
             offset += 1
         if number < len(segments) - 1:
             data += encode_seal(offset, zlib.crc32(data))

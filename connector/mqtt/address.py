@@ -22,8 +22,8 @@ DEFAULT_PORTS = {
 TLS_SCHEMES = frozenset({"ssl", "mqtts", "tls", "wss"})
 WEBSOCKET_SCHEMES = frozenset({"ws", "wss"})
 DEFAULT_WEBSOCKET_PATH = "/mqtt"
-"""The request path of a ``ws://``/``wss://`` URL without one: paho's default, and the path of
-HiveMQ, EMQX, AWS IoT Core and Azure Event Grid (Mosquitto and mochi-mqtt take any path)."""
+"""The request path of a ``ws://``/``wss://`` URL without one: paho's default, and the path
+common brokers serve MQTT over WebSocket on (docs/brokers.md)."""
 ACCEPTED_URLS = (
     "tcp://host:port, ssl://host:port, mqtts://host:port, ws://host:port/path or "
     "wss://host:port/path"

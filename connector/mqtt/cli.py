@@ -23,8 +23,8 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from .address import BrokerAddress
-from .config import SessionConfig
-from .driver import MqttClient
+from .config import DEFAULT_KEEP_ALIVE, SessionConfig
+from .driver import DEFAULT_CONNECT_TIMEOUT, MqttClient
 from .errors import MqttError
 from .message_properties import message_properties
 from .negotiated import (
@@ -112,7 +112,9 @@ def _add_connection_args(parser: argparse.ArgumentParser) -> None:
         help="the largest packet taken from the broker, sent as Maximum Packet Size at MQTT 5 "
         f"(default: {DEFAULT_MAXIMUM_PACKET_SIZE} at MQTT 5, else the protocol's largest)",
     )
-    parser.add_argument("--keepalive", type=int, default=60, help="keep alive in seconds")
+    parser.add_argument(
+        "--keepalive", type=int, default=DEFAULT_KEEP_ALIVE, help="keep alive in seconds"
+    )
     parser.add_argument("--username")
     parser.add_argument(
         "--password", help="password (or set MQTT_PASSWORD; never printed or logged)"
@@ -135,7 +137,7 @@ def _add_connection_args(parser: argparse.ArgumentParser) -> None:
         help="TLS ALPN protocol to offer (repeatable or comma-separated), e.g. x-amzn-mqtt-ca "
         "for AWS IoT Core on port 443",
     )
-    parser.add_argument("--connect-timeout", type=_positive_float, default=10.0)
+    parser.add_argument("--connect-timeout", type=_positive_float, default=DEFAULT_CONNECT_TIMEOUT)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
 
 

@@ -155,8 +155,8 @@ _V5_SETTINGS = (
 DEFAULT_TOPIC_ALIAS_MAXIMUM = 0
 """Topic aliases a level 5 session lets the broker set, unless told otherwise: none. An alias
 saves only the topic's bytes on the wire (the WAL stores the topic name anyway), and a broker
-that sends a message on a new connection with an alias of an old one (seen with mochi-mqtt
-2.7.9, against [MQTT-3.3.2-7]) leaves it without a topic: the session must then close the
+that sends a message on a new connection with an alias of an old one (against [MQTT-3.3.2-7];
+docs/brokers.md names one) leaves it without a topic: the session must then close the
 connection, and the broker repeats it on every reconnect."""
 
 

@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from .address import DEFAULT_PORTS, BrokerAddress
+from .address import BrokerAddress
 from .config import SessionConfig
 from .errors import (
     BrokerUnreachable,
@@ -32,7 +32,6 @@ from .errors import (
     RepeatedProtocolViolation,
     ServerDisconnected,
     SubscriptionRefused,
-    WebSocketRefused,
     WebSocketViolation,
 )
 from .events import (
@@ -49,6 +48,7 @@ from .properties import Properties
 from .reasons import FATAL_DISCONNECTS
 from .session import ClientSession, State
 from .tls import TlsOptions, is_rejection, tls_failure
+from .transport import ByteStream, closed_before_connack_causes, open_stream
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +60,6 @@ DISCONNECT_DRAIN = 0.5
 DEFAULT_CONNECT_TIMEOUT = 30.0
 """Seconds for TCP, TLS, the WebSocket handshake and CONNACK unless told otherwise (the
 source option ``connectTimeout`` and the command line take this default)."""
-
-
-class ByteStream(Protocol):
-    """What the driver calls on its connection: a socket (``tcp://``, ``ssl://``) or a
-    :class:`connector.mqtt.websocket.WebSocketStream` (``ws://``, ``wss://``)."""
-
-    def settimeout(self, value: float | None, /) -> None: ...
-    def recv(self, bufsize: int, /) -> bytes: ...
-    def send(self, data: memoryview, /) -> int: ...
-    def shutdown(self, how: int, /) -> None: ...
-    def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -173,7 +162,7 @@ class MqttClient:
         or ConnectionLost/KeepAliveTimeout when the broker stops answering.
         """
         self.close()
-        sock = self._open_socket()
+        sock = open_stream(self.broker, self.tls, self.connect_timeout)
         self._sock = sock
         deadline = self.clock() + self.connect_timeout
         try:
@@ -189,9 +178,8 @@ class MqttClient:
                 rejection = self._tls_rejection(exc, deadline)
                 if rejection is not None:
                     raise rejection from exc.__cause__
-                raise ConnectionLost(
-                    f"{exc} before CONNACK; {self._closed_before_connack_causes()}"
-                ) from exc.__cause__
+                causes = closed_before_connack_causes(self.session.config, self.broker, self.tls)
+                raise ConnectionLost(f"{exc} before CONNACK; {causes}") from exc.__cause__
             if connected.session_lost:
                 log.warning(
                     "the broker had no session for client %r although one was expected: "
@@ -221,100 +209,6 @@ class MqttClient:
         if self.on_connect is not None:
             self.on_connect(connected)
         return connected
-
-    def _closed_before_connack_causes(self) -> str:
-        """Why a broker closes after CONNECT without a CONNACK: the protocol level we sent,
-        the credentials (whether a user name went with it), and, over plain TCP, a TLS port."""
-        config = self.session.config
-        level = config.level
-        if config.username is None:
-            sent = "no user name was sent"
-        else:
-            sent = f"user name {config.username!r}"
-            sent += " and a password were sent" if config.password is not None else " was sent"
-        causes = [
-            f"the broker may not accept MQTT {level} (protocol level {int(level)}; choose 3.1 "
-            "or 3.1.1 with --mqtt-version or the source option mqttVersion)",
-            f"it may have refused the credentials without a CONNACK ({sent})",
-        ]
-        if self.tls is None:
-            causes.append(
-                f"{self.broker.host}:{self.broker.port} may be a TLS listener (use an ssl:// URL)"
-            )
-        elif not self.tls.alpn and not self.broker.websocket and self.broker.port == 443:
-            causes.append(
-                "MQTT on port 443 may need an ALPN protocol (tls.alpn / --alpn; AWS IoT Core: "
-                "x-amzn-mqtt-ca)"
-            )
-        return "likely causes: " + "; ".join(causes)
-
-    def _open_socket(self) -> ByteStream:
-        """The connection to the broker: TCP, then TLS, then the WebSocket handshake, as the
-        URL says. Over TCP and TLS the driver calls the socket itself."""
-        sock = self._open_tcp_tls()
-        if not self.broker.websocket:
-            return sock
-        return self._open_websocket(sock)
-
-    def _open_websocket(self, sock: socket.socket) -> ByteStream:
-        """The opening handshake on ``sock``; typed errors as in ``connect`` (section 6)."""
-        from .websocket import HandshakeFailed, host_header, open_websocket
-
-        broker = self.broker
-        default_port = DEFAULT_PORTS["wss" if broker.tls else "ws"]
-        host = host_header(broker.host, broker.port, default_port)
-        try:
-            return open_websocket(sock, host, broker.request_target, self.connect_timeout)
-        except HandshakeFailed as exc:
-            sock.close()
-            message = f"WebSocket handshake with {broker} failed: {exc}"
-            if exc.retryable:
-                raise BrokerUnreachable(message) from None
-            raise WebSocketRefused(message, exc.status) from None
-        except TimeoutError as exc:
-            sock.close()
-            raise BrokerUnreachable(
-                f"no answer to the WebSocket handshake from {broker} within "
-                f"{self.connect_timeout} s"
-            ) from exc
-        except ssl.SSLError as exc:
-            sock.close()
-            assert self.tls is not None  # TLS errors come only over wss://
-            raise tls_failure(exc, broker, self.tls, after="WebSocket handshake") from exc
-        except OSError as exc:
-            sock.close()
-            raise BrokerUnreachable(
-                f"WebSocket handshake with {broker} failed: {exc.strerror or exc}"
-            ) from exc
-
-    def _open_tcp_tls(self) -> socket.socket:
-        address = (self.broker.host, self.broker.port)
-        try:
-            sock = socket.create_connection(address, timeout=self.connect_timeout)
-        except TimeoutError as exc:
-            raise BrokerUnreachable(
-                f"no answer from {self.broker} within {self.connect_timeout} s"
-            ) from exc
-        except OSError as exc:
-            raise BrokerUnreachable(
-                f"cannot connect to {self.broker}: {exc.strerror or exc}"
-            ) from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.tls is None:
-            return sock
-        try:
-            wrapped = self.tls.context().wrap_socket(sock, server_hostname=self.broker.host)
-        except OSError as exc:
-            sock.close()
-            raise tls_failure(exc, self.broker, self.tls) from exc
-        if self.tls.alpn:
-            log.info(
-                "TLS with %s: ALPN protocol %s selected (offered: %s)",
-                self.broker,
-                wrapped.selected_alpn_protocol(),
-                ", ".join(self.tls.alpn),
-            )
-        return wrapped
 
     def _tls_rejection(self, lost: ConnectionLost, deadline: float) -> MqttError | None:
         """A TlsError when ``lost`` (before CONNACK) was the broker refusing our TLS
@@ -396,10 +290,9 @@ class MqttClient:
         The close is graceful: after DISCONNECT the write side is shut and what the broker
         still sends is read and dropped until it closes (it does on DISCONNECT, section
         3.14.4), at most ``DISCONNECT_DRAIN`` seconds. Closing a socket that holds unread
-        data sends a reset, and on a reset Mosquitto drops the connection without reading
-        what it has not read yet: the last acknowledgements (it reads one packet per loop
-        turn, so it may be thousands behind) and the DISCONNECT itself, and it resends those
-        messages on the next connection."""
+        data sends a reset, and a broker may drop a reset connection without reading what
+        it has not read yet, the last acknowledgements and the DISCONNECT itself, and resend
+        those messages on the next connection (docs/brokers.md, "Known broker bugs")."""
         sock = self._sock
         if sock is not None and self.session.state is State.CONNECTED:
             self.session.disconnect(self.clock())
@@ -420,10 +313,10 @@ class MqttClient:
     def flush(self) -> None:
         """Send what the session has queued.
 
-        A broker that floods us reads our acknowledgements slowly (Mosquitto reads one packet
-        per loop turn), so a write may wait for room for a long time: that is progress, not a
-        dead connection. Only ``write_stall_timeout`` without a byte taken ends it; the
-        timeout left on the socket by the last read does not apply."""
+        A broker that floods us may read our acknowledgements slowly (docs/brokers.md), so a
+        write may wait for room for a long time: that is progress, not a dead connection.
+        Only ``write_stall_timeout`` without a byte taken ends it; the timeout left on the
+        socket by the last read does not apply."""
         data = self.session.data_to_send()
         sock = self._sock
         if not data or sock is None:

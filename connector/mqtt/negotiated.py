@@ -4,10 +4,13 @@ per connection; at 3.1/3.1.1 the defaults below hold and nothing else applies.""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from .packets import Publish
 from .properties import Properties
+
+log = logging.getLogger("connector.mqtt.session")
 
 MAX_RECEIVE_MAXIMUM = 0xFFFF
 """Receive Maximum when CONNACK or CONNECT gives none (section 3.1.2.11.3, 3.2.2.3.3)."""
@@ -92,6 +95,40 @@ class BrokerLimits:
         if props.subscription_identifier_available is not None:
             limits.subscription_identifier_available = bool(props.subscription_identifier_available)
         return limits
+
+    def assignments(self, client_id: str, keep_alive: int, expiry: int) -> tuple[str, int]:
+        """What CONNACK assigned (section 3.2.2.3), logged: the client id (the broker's for
+        an empty one, kept for every reconnect) and the keep alive (the Server Keep Alive in
+        place of ours) to use; a session kept for less than the ``expiry`` asked for is a
+        warning (messages that arrive while the job is stopped longer are lost)."""
+        assigned = self.assigned_client_identifier
+        if assigned is not None:
+            if client_id and assigned != client_id:
+                log.warning(
+                    "the broker assigned client id %r although %r was sent (section 3.2.2.3.7)",
+                    assigned,
+                    client_id,
+                )
+            else:
+                log.info("the broker assigned client id %r", assigned)
+            client_id = assigned
+        if self.server_keep_alive is not None and self.server_keep_alive != keep_alive:
+            log.info(
+                "the broker set keep alive to %d s in place of %d s (Server Keep Alive)",
+                self.server_keep_alive,
+                keep_alive,
+            )
+            keep_alive = self.server_keep_alive
+        given = self.session_expiry_interval
+        if given is not None and given != expiry:
+            (log.warning if given < expiry else log.info)(
+                "the broker keeps this session %d s after a disconnect, not the %d s asked for "
+                "(section 3.2.2.3.2): messages that arrive while the job is stopped longer "
+                "are dropped by the broker",
+                given,
+                expiry,
+            )
+        return client_id, keep_alive
 
 
 class TopicAliases:

@@ -13,6 +13,10 @@ Inbound QoS 1/2 messages are acknowledged only when the caller says so (``ack``)
 source acknowledges after its write-ahead log is durable (3.1.1 section 4.3: the receiver
 takes ownership when it sends PUBACK/PUBREC). The frames the session writes come from the
 codec, acknowledgements included (``encode_acks``).
+
+About 600 lines: the connection's life (CONNECT to DISCONNECT, keep-alive, violations) and
+the dispatch of every packet type the broker may send; what each packet does lives in the
+modules above.
 """
 
 from __future__ import annotations
@@ -25,9 +29,8 @@ from typing import cast
 
 from .config import SessionConfig
 from .decoder import StreamDecoder
-from .encode import encode, encode_ack, encode_acks, encode_publish
+from .encode import encode, encode_ack, encode_acks
 from .errors import (
-    InvalidArgument,
     KeepAliveTimeout,
     LocalProtocolError,
     MalformedFrame,
@@ -40,15 +43,12 @@ from .events import (
     Event,
     Pong,
     ProtocolViolation,
-    PublishDone,
     Released,
     ServerDisconnect,
-    Subscribed,
-    Unsubscribed,
 )
 from .inbound import Inbound
 from .negotiated import MAX_RECEIVE_MAXIMUM, BrokerLimits, TopicAliases, largest_remaining_length
-from .outbound import Outbound
+from .outbound import Outbound, reason_string
 from .packets import (
     Auth,
     Connack,
@@ -65,20 +65,12 @@ from .packets import (
     Pubrec,
     Pubrel,
     Suback,
-    Subscribe,
     Unsuback,
-    Unsubscribe,
 )
 from .properties import Properties
-from .reasons import connack_error, is_failure, reason_name
-from .topics import validate_topic_filter, validate_topic_name
+from .reasons import connack_error, reason_name
 
 log = logging.getLogger(__name__)
-
-
-def _reason_string(props: Properties | None) -> str:
-    """``": <Reason String>"`` when the broker gave one (section 3.14.2.2.3 and alike)."""
-    return f": {props.reason_string}" if props is not None and props.reason_string else ""
 
 
 class State(Enum):
@@ -112,8 +104,6 @@ class ClientSession:
         for an empty one at level 5 (section 3.2.2.3.7), reused on every reconnect."""
         self.keep_alive = config.keep_alive
         """Keep alive in force: ours, or the broker's Server Keep Alive (section 3.2.2.3.14)."""
-        self.limits = BrokerLimits()
-        """The broker's limits for the current connection (level 5; defaults otherwise)."""
         self._aliases = TopicAliases(0)
         self._out: list[bytes] = []
         self.expect_session_present = False
@@ -121,7 +111,7 @@ class ClientSession:
         receive_maximum = (config.receive_maximum or MAX_RECEIVE_MAXIMUM) if self._v5 else 0
         self._inbound = Inbound(config.pubrec_window, receive_maximum, matches_stored)
         """What the broker delivers and the caller stores, across connections."""
-        self._outbound = Outbound()
+        self._outbound = Outbound(config.level)
         """The packet ids this client uses and what each waits for."""
         self._last_sent = 0.0
         self._last_received = 0.0
@@ -185,11 +175,15 @@ class ClientSession:
         return len(self._aliases)
 
     @property
+    def limits(self) -> BrokerLimits:
+        """The broker's limits for the current connection (level 5; defaults otherwise)."""
+        return self._outbound.limits
+
+    @property
     def send_quota(self) -> int:
-        """QoS 1/2 messages this client may still send before the broker acknowledges one:
-        the broker's Receive Maximum less those in flight (section 4.9; 65,535 below level
-        5, where the packet identifiers are the only limit)."""
-        return self.limits.receive_maximum - len(self._outbound)
+        """QoS 1/2 messages this client may still send before the broker acknowledges one
+        (``Outbound.send_quota``, section 4.9)."""
+        return self._outbound.send_quota
 
     @property
     def outbound_in_flight(self) -> int:
@@ -206,7 +200,7 @@ class ClientSession:
         self._decoder = self._new_decoder()
         self._reset_connection_state()
         self.keep_alive = cfg.keep_alive
-        self.limits = BrokerLimits()
+        self._outbound.limits = BrokerLimits()
         properties = None
         if self._v5:
             properties = cfg.connect_properties()
@@ -281,32 +275,10 @@ class ClientSession:
         now: float,
         properties: Properties | None = None,
     ) -> int:
-        """Queue SUBSCRIBE for (filter, qos) pairs; returns its packet id. At level 5 the
-        number may be a whole Subscription Options byte (``packets.subscription_options``:
-        No Local, Retain As Published, Retain Handling; section 3.8.3.1), and ``properties``
-        may carry a Subscription Identifier and User Properties (section 3.8.2.1)."""
+        """Queue SUBSCRIBE for (filter, qos) pairs; returns its packet id
+        (``Outbound.subscribe``: the options a filter may carry at level 5)."""
         self._require_connected("subscribe")
-        if not subscriptions:
-            raise InvalidArgument("SUBSCRIBE needs at least one topic filter (section 3.8.3)")
-        limit = 0xFF if self._v5 else 2
-        for topic_filter, options in subscriptions:
-            validate_topic_filter(topic_filter)
-            if not 0 <= options <= limit or options & 3 == 3:
-                raise InvalidArgument(
-                    f"QoS must be 0, 1 or 2, got {options!r}"
-                    if not self._v5
-                    else f"subscription options {options!r}: QoS 3 or not a byte (section 3.8.3.1)"
-                )
-        if properties is not None and not self._v5:
-            raise InvalidArgument("SUBSCRIBE properties need MQTT 5 (protocol level 5)")
-        outbound = self._outbound
-        packet = Subscribe(pid := outbound.allocate(), list(subscriptions), properties)
-        try:
-            frame = encode(packet, self.config.level)
-        except Exception:
-            outbound.unused(pid)  # nothing was sent
-            raise
-        outbound.subscribing[pid] = [f for f, _ in subscriptions]
+        pid, frame = self._outbound.subscribe(subscriptions, properties)
         self.max_qos = max(self.max_qos or 0, *(options & 3 for _, options in subscriptions))
         self._send(frame, now)
         return pid
@@ -314,13 +286,8 @@ class ClientSession:
     def unsubscribe(self, filters: list[str], now: float) -> int:
         """Queue UNSUBSCRIBE; returns its packet id."""
         self._require_connected("unsubscribe")
-        if not filters:
-            raise InvalidArgument("UNSUBSCRIBE needs at least one topic filter (section 3.10.3)")
-        for topic_filter in filters:
-            validate_topic_filter(topic_filter)
-        pid = self._outbound.allocate()
-        self._outbound.unsubscribing.add(pid)
-        self._send(encode(Unsubscribe(pid, list(filters)), self.config.level), now)
+        pid, frame = self._outbound.unsubscribe(filters)
+        self._send(frame, now)
         return pid
 
     def publish(
@@ -332,70 +299,13 @@ class ClientSession:
         retain: bool = False,
         properties: Properties | None = None,
     ) -> int | None:
-        """Queue an outbound PUBLISH; returns its packet id (None for QoS 0). At level 5 it
-        carries ``properties`` and keeps to the broker's limits (``send_quota``, Maximum QoS,
-        Retain Available, Maximum Packet Size: section 3.2.2.3), refused with InvalidArgument
-        or LocalProtocolError before anything is queued."""
+        """Queue an outbound PUBLISH; returns its packet id (None for QoS 0). Refused with
+        InvalidArgument or LocalProtocolError before anything is queued (``Outbound.publish``:
+        the standard's rules and, at level 5, the broker's limits)."""
         self._require_connected("publish")
-        validate_topic_name(topic)
-        if qos not in (0, 1, 2):
-            raise InvalidArgument(f"QoS must be 0, 1 or 2, got {qos!r} (section 3.3.1.2)")
-        if properties is not None and not self._v5:
-            raise InvalidArgument("PUBLISH properties need MQTT 5 (protocol level 5)")
-        if self._v5:
-            self._check_broker_limits(qos, retain)
-        if qos == 0:
-            self._send(self._publish_frame(topic, payload, 0, None, retain, properties), now)
-            return None
-        pid = self._outbound.allocate()
-        # Encode before recording, so a payload that cannot be sent leaves no state behind.
-        frame = self._publish_frame(topic, payload, qos, pid, retain, properties)
-        self._outbound.publishes[pid] = Publish(topic, payload, qos, retain, False, pid, properties)
+        pid, frame = self._outbound.publish(topic, payload, qos, retain, properties)
         self._send(frame, now)
         return pid
-
-    def _check_broker_limits(self, qos: int, retain: bool) -> None:
-        limits = self.limits
-        if qos > limits.maximum_qos:
-            raise InvalidArgument(
-                f"the broker accepts PUBLISH up to QoS {limits.maximum_qos} (CONNACK Maximum "
-                f"QoS, section 3.2.2.3.4); QoS {qos} was asked for"
-            )
-        if retain and not limits.retain_available:
-            raise InvalidArgument(
-                "the broker does not support retained messages (CONNACK Retain Available 0, "
-                "section 3.2.2.3.5)"
-            )
-        if qos and self.send_quota <= 0:
-            raise LocalProtocolError(
-                f"{len(self._outbound)} QoS 1/2 messages await the broker's acknowledgement, "
-                f"its Receive Maximum (section 4.9); wait for one (send_quota)"
-            )
-
-    def _publish_frame(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        pid: int | None,
-        retain: bool,
-        properties: Properties | None,
-        dup: bool = False,
-    ) -> bytes:
-        """One PUBLISH frame at this session's level; at level 5 none larger than the
-        broker's Maximum Packet Size ([MQTT-3.1.2-24])."""
-        if not self._v5:
-            return encode_publish(topic, payload, qos, pid, retain, dup)
-        frame = encode(
-            Publish(topic, payload, qos, retain, dup, pid, properties), ProtocolLevel.MQTT_5
-        )
-        limit = self.limits.maximum_packet_size
-        if limit is not None and len(frame) > limit:
-            raise InvalidArgument(
-                f"PUBLISH of {len(frame)} bytes exceeds the broker's Maximum Packet Size of "
-                f"{limit} bytes (section 3.2.2.3.6, [MQTT-3.1.2-24])"
-            )
-        return frame
 
     # ---------------------------------------------------------------- the caller's stores
 
@@ -582,58 +492,16 @@ class ClientSession:
             )
         if isinstance(packet, Publish):  # e.g. in the same read as CONNACK
             return self._on_publish(packet, events, now)
-        elif isinstance(packet, Puback | Pubcomp):
-            expected_qos = 1 if isinstance(packet, Puback) else 2
-            if self._outbound.qos_in_flight(packet.packet_id) != expected_qos:
-                log.warning(
-                    "ignoring %s for packet id %d, which has no QoS %d publish in flight",
-                    type(packet).__name__.upper(),
-                    packet.packet_id,
-                    expected_qos,
-                )
-                return None
-            self._outbound.finished(packet.packet_id)
-            self._publish_done(packet.packet_id, packet.reason_code, packet, events)
-        elif isinstance(packet, Pubrec):
-            if self._outbound.qos_in_flight(packet.packet_id) != 2:
-                log.warning(
-                    "ignoring PUBREC for packet id %d: no QoS 2 publish in flight", packet.packet_id
-                )
-                return None
-            if is_failure(packet.reason_code):  # the exchange ends here (section 4.3.3)
-                self._outbound.finished(packet.packet_id)
-                self._publish_done(packet.packet_id, packet.reason_code, packet, events)
-                return None
-            self._outbound.released(packet.packet_id)
-            self._send(encode_ack(PacketType.PUBREL, packet.packet_id), now)
+        elif isinstance(packet, Puback | Pubrec | Pubcomp):
+            frame = self._outbound.acknowledged(packet, events)
+            if frame:
+                self._send(frame, now)
         elif isinstance(packet, Pubrel):
             self._on_pubrel(packet.packet_id, events, now)
         elif isinstance(packet, Suback):
-            filters = self._outbound.subscribing.pop(packet.packet_id, None)
-            if filters is None:
-                return (
-                    f"SUBACK for packet id {packet.packet_id}, which no SUBSCRIBE in flight used "
-                    "(section 3.9.2)"
-                )
-            if len(filters) != len(packet.return_codes):
-                return (
-                    f"SUBACK has {len(packet.return_codes)} return codes for "
-                    f"{len(filters)} topic filters (section 3.9.3)"
-                )
-            events.append(Subscribed(packet.packet_id, filters, list(packet.return_codes)))
+            return self._outbound.subscribed(packet, events)
         elif isinstance(packet, Unsuback):
-            if packet.packet_id not in self._outbound.unsubscribing:
-                return (
-                    f"UNSUBACK for packet id {packet.packet_id}, which no UNSUBSCRIBE in flight "
-                    "used (section 3.11.2)"
-                )
-            self._outbound.unsubscribing.discard(packet.packet_id)
-            for code in packet.reason_codes:
-                if is_failure(code):
-                    log.warning(
-                        "UNSUBACK %d: %s", packet.packet_id, reason_name(code, PacketType.UNSUBACK)
-                    )
-            events.append(Unsubscribed(packet.packet_id))
+            return self._outbound.unsubscribed(packet, events)
         elif isinstance(packet, Pingresp):
             events.append(Pong())
         elif isinstance(packet, Disconnect) and self._v5:
@@ -652,25 +520,13 @@ class ClientSession:
             )
         return None
 
-    def _publish_done(
-        self, pid: int, code: int, packet: Puback | Pubrec | Pubcomp, events: list[Event]
-    ) -> None:
-        if is_failure(code):
-            log.warning(
-                "the broker refused our PUBLISH %d: %s%s",
-                pid,
-                reason_name(code, packet.type),
-                _reason_string(packet.properties),
-            )
-        events.append(PublishDone(pid, code))
-
     def _on_disconnect(self, packet: Disconnect, events: list[Event]) -> str | None:
         """A broker's DISCONNECT (level 5, section 3.14): the connection is over; logged
         with its reason code's name, and reported as an event for the driver to decide."""
         (log.info if packet.reason_code < 0x80 else log.warning)(
             "the broker disconnected: %s%s",
             reason_name(packet.reason_code, PacketType.DISCONNECT),
-            _reason_string(packet.properties),
+            reason_string(packet.properties),
         )
         self.state = State.CLOSED
         events.append(ServerDisconnect(packet.reason_code, packet.properties))
@@ -741,8 +597,10 @@ class ClientSession:
             )
         limits: BrokerLimits | None = None
         if self._v5:
-            limits = self.limits = BrokerLimits.from_connack(packet.properties)
-            self._apply_limits(limits)
+            limits = self._outbound.limits = BrokerLimits.from_connack(packet.properties)
+            self.client_id, self.keep_alive = limits.assignments(
+                self.client_id, self.keep_alive, self.config.expiry
+            )
         expected = self.expect_session_present and not self.config.clean_session
         # A 3.1 CONNACK has no session-present flag: the broker keeps a session for
         # clean_session=False, and nothing on the wire says otherwise.
@@ -751,52 +609,6 @@ class ClientSession:
         forgotten = self._inbound.connected(packet.session_present or unknown)
         self.expect_session_present = not self.config.clean_session
         events.append(Connected(packet.session_present, lost, forgotten, limits, packet.properties))
-        # Section 4.4: resend unacknowledged PUBLISH (DUP=1) and PUBREL, original ids, in order.
-        for pid, message in self._outbound.resends():
-            if message is None:
-                self._send(encode_ack(PacketType.PUBREL, pid), now)
-            else:
-                self._send(
-                    self._publish_frame(
-                        message.topic,
-                        message.payload,
-                        message.qos,
-                        pid,
-                        message.retain,
-                        message.properties,
-                        dup=True,
-                    ),
-                    now,
-                )
+        for frame in self._outbound.resends():  # section 4.4, in order
+            self._send(frame, now)
         return None
-
-    def _apply_limits(self, limits: BrokerLimits) -> None:
-        """Take CONNACK's assignments (section 3.2.2.3): a client id for an empty one, kept
-        for every reconnect; the Server Keep Alive in place of ours; a shorter session."""
-        if limits.assigned_client_identifier is not None:
-            if self.client_id and limits.assigned_client_identifier != self.client_id:
-                log.warning(
-                    "the broker assigned client id %r although %r was sent (section 3.2.2.3.7)",
-                    limits.assigned_client_identifier,
-                    self.client_id,
-                )
-            else:
-                log.info("the broker assigned client id %r", limits.assigned_client_identifier)
-            self.client_id = limits.assigned_client_identifier
-        if limits.server_keep_alive is not None and limits.server_keep_alive != self.keep_alive:
-            log.info(
-                "the broker set keep alive to %d s in place of %d s (Server Keep Alive)",
-                limits.server_keep_alive,
-                self.keep_alive,
-            )
-            self.keep_alive = limits.server_keep_alive
-        asked = self.config.expiry
-        given = limits.session_expiry_interval
-        if given is not None and given != asked:
-            (log.warning if given < asked else log.info)(
-                "the broker keeps this session %d s after a disconnect, not the %d s asked for "
-                "(section 3.2.2.3.2): messages that arrive while the job is stopped longer "
-                "are dropped by the broker",
-                given,
-                asked,
-            )

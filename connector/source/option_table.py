@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from connector.mqtt.config import DEFAULT_TOPIC_ALIAS_MAXIMUM
+from connector.mqtt.config import DEFAULT_KEEP_ALIVE, DEFAULT_TOPIC_ALIAS_MAXIMUM
+from connector.mqtt.driver import DEFAULT_CONNECT_TIMEOUT
 from connector.mqtt.negotiated import (
     DEFAULT_MAXIMUM_PACKET_SIZE,
     MAX_RECEIVE_MAXIMUM,
@@ -160,9 +161,9 @@ OPTIONS: Mapping[str, Option] = {
                secret=True),
         Option("keepAlive", "int",
                "seconds; a dead broker is detected within 1.5 times the keep-alive",
-               default="60", low=0, high=65535),
+               default=str(DEFAULT_KEEP_ALIVE), low=0, high=65535),
         Option("connectTimeout", "seconds", "seconds for TCP, TLS and CONNACK",
-               default="30", low=0.001),
+               default=f"{DEFAULT_CONNECT_TIMEOUT:g}", low=0.001),
         Option("walPath", "path",
                "where the write-ahead log lives: a local directory (the ingest job puts it in "
                "the checkpoint) or shared storage, `s3://`, `gs://`, `abfs://`, `hdfs://`, "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -123,7 +124,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._terminated = False
         self._stopping = False
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {
             "options": None,
             "_shards": None,
@@ -158,7 +159,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ offsets
 
-    def _positions(self, offset: dict) -> list[Position]:
+    def _positions(self, offset: dict[str, Any]) -> list[Position]:
         """Decode a Spark offset; a different receiver count fails before anything starts."""
         return decode_offset(offset, self.options.receivers)
 
@@ -222,7 +223,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("possible data loss: %s; continuing from offset %d", problem, value)
         return value
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         positions = []
         for shard in self.shards:
             shard.check()
@@ -252,7 +253,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._wait_idle(FIRST_BATCH_IDLE, wait)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         starts = self._positions(start)  # a changed receiver count fails before any starts
         if self._unfinalized is None:
             self._unfinalized = {(p.wal, p.offset) for p in starts if p.final}
@@ -300,7 +301,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.options.max_messages_per_trigger)
         return ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict:
+    def reportLatestOffset(self) -> dict[str, Any]:
         """The WAL's high-water mark, and the receivers' delivery counters summed (this run):
         the progress report's ``latestOffset``, which is never stored in the checkpoint.
         Receivers that have not started yet are not started here (see ``latestOffset``)."""
@@ -345,7 +346,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ batches
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         starts, ends = self._positions(start), self._positions(end)
         if all((a.wal, a.offset) == (b.wal, b.offset) for a, b in zip(starts, ends, strict=True)):
             return []  # a position's mark changed, no record (``latestOffset``)
@@ -380,7 +381,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return parts
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MqttPartition)
         if partition.blob is not None:
             columns = decode_blob(partition.blob)
@@ -403,7 +404,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         yield from to_record_batches(columns, receiver=partition.receiver, mqtt5=partition.mqtt5)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         ends = self._positions(end)
         for shard, position in zip(self.shards, ends, strict=True):
             if position.wal == shard.identity:

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient, Read
@@ -89,9 +90,9 @@ def _gather_releases(
 
     Each release is persisted before its PUBCOMP (docs/architecture.md, decision 3: after
     PUBCOMP the broker may reuse the id), so every read of releases costs an fsync.
-    A broker that sends a QoS 2 backlog at once (Mosquitto 2.0.11 exceeds its inflight limit
-    then) answers the PUBREC window's exchanges one PUBREL per write, and a read without
-    waiting holds a few dozen (figures in decision 29). A broker that keeps fewer exchanges
+    A broker that sends a QoS 2 backlog at once, past its own inflight limit (docs/brokers.md),
+    answers the PUBREC window's exchanges one PUBREL per write, and a read without waiting
+    holds a few of them (figures in decision 29). A broker that keeps fewer exchanges
     open than ``RELEASE_GATHER`` (e.g. an inflight limit of 20) is never waited for, and the
     wait ends at the first message, so a live stream is not delayed."""
     owed = client.session.open_pubrecs - len(read.released)
@@ -149,7 +150,7 @@ class ReceiverStats:
         }
 
 
-def sum_delivery(counters: list[dict]) -> dict:
+def sum_delivery(counters: list[dict[str, Any]]) -> dict[str, Any]:
     """Several receivers' ``ReceiverStats.as_dict`` counters added up."""
     faults: dict[str, int] = {}
     for one in counters:
@@ -428,7 +429,7 @@ class Receiver:
         now_us = time.time_ns() // 1000
         if any(m.dup or m.qos == 2 for m in messages):
             self._count_possible_duplicates(messages)
-        # Plain tuples in NewRecord's field order: a NamedTuple costs 5x more to build.
+        # Plain tuples in NewRecord's field order: cheaper to build than NamedTuples.
         records: list[RecordTuple]
         if self.options.mqtt5:
             records = _records_with_properties(messages, now_us)

@@ -46,6 +46,10 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+COLUMNS: tuple[str, ...] = tuple(ARROW_SCHEMA.names)
+"""The row's columns in order: the only place the Spark names of the MQTT fields are written
+(the MQTT and WAL layers say ``retain``, ``dup`` and ``packet_id``)."""
+
 _USER_PROPERTY = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.string())])
 _PROPERTY_TYPES: dict[str, tuple[str, pa.DataType]] = {
     "payloadFormatIndicator": ("INT", pa.int32()),
@@ -94,10 +98,10 @@ def to_arrow(columns: WalColumns, receiver: int = 0, *, mqtt5: bool = False) -> 
     n = len(columns)
     pieces = columns.pieces
     flags = _fixed(pieces, "flags", pa.uint8(), n)
-    mids = _fixed(pieces, "message_ids", pa.uint16(), n).cast(pa.int32())
+    pids = _fixed(pieces, "packet_ids", pa.uint16(), n).cast(pa.int32())
     has_id = pc.not_equal(pc.bit_wise_and(flags, FLAG_HAS_ID), 0)
     if not pc.all(has_id).as_py() or n == 0:
-        mids = pc.if_else(has_id, mids, _NULL_ID)
+        pids = pc.if_else(has_id, pids, _NULL_ID)
     payloads = []
     for piece in pieces:
         payload = pa.Array.from_buffers(
@@ -116,7 +120,7 @@ def to_arrow(columns: WalColumns, receiver: int = 0, *, mqtt5: bool = False) -> 
         pc.bit_wise_and(flags, FLAG_QOS_MASK).cast(pa.int32()),
         pc.not_equal(pc.bit_wise_and(flags, FLAG_RETAIN), 0),
         pc.not_equal(pc.bit_wise_and(flags, FLAG_DUP), 0),
-        mids,
+        pids,
         _fixed(pieces, "timestamps", _TIMESTAMP, n),
         _range(first, first + n),
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array("i", [receiver]) * n)]),

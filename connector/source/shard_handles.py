@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from .options import SourceOptions
 from .receiver import Receiver
@@ -46,7 +47,7 @@ class ShardStatus:
     next: int
     committed: int
     error: str | None = None
-    delivery: dict = field(default_factory=dict)
+    delivery: dict[str, Any] = field(default_factory=dict)
     """The receiver's delivery counters (``ReceiverStats.as_dict``)."""
     frozen: bool = False
     """The receiver stopped taking messages (``Receiver.freeze``): ``next`` no longer moves."""
@@ -146,12 +147,13 @@ class ShardProcess:
     def name(self) -> str:
         return f"receiver {self.index} ({self.options.client_id}, pid {self.proc.pid})"
 
-    def _reply(self, timeout: float | None) -> dict:
+    def _reply(self, timeout: float | None) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 if self._in.poll(0.5):
-                    return self._in.recv()
+                    reply: dict[str, Any] = self._in.recv()
+                    return reply
             except (EOFError, OSError):
                 pass
             code = self.proc.poll()
@@ -160,7 +162,7 @@ class ShardProcess:
             if deadline is not None and time.monotonic() >= deadline:
                 raise ShardFailed(f"MQTT {self.name} did not answer within {timeout:.0f} s")
 
-    def _status(self, reply: dict) -> ShardStatus:
+    def _status(self, reply: dict[str, Any]) -> ShardStatus:
         if "error" in reply and "identity" not in reply:
             raise ShardFailed(f"the MQTT {self.name} failed to start: {reply['error']}")
         status = ShardStatus(
@@ -175,7 +177,9 @@ class ShardProcess:
         self._last = status
         return status
 
-    def _request(self, request: dict, timeout: float | None = REPLY_TIMEOUT) -> ShardStatus:
+    def _request(
+        self, request: dict[str, Any], timeout: float | None = REPLY_TIMEOUT
+    ) -> ShardStatus:
         try:
             self._out.send(request)
         except OSError as exc:

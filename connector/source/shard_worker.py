@@ -30,6 +30,7 @@ import signal
 import sys
 import time
 from multiprocessing.connection import Connection
+from typing import Any
 
 from .options import SourceOptions
 from .receiver import Receiver
@@ -50,7 +51,7 @@ def _terminate(signum: int, frame: object) -> None:
     raise WorkerTerminated
 
 
-def status(receiver: Receiver) -> dict:
+def status(receiver: Receiver) -> dict[str, Any]:
     """What the parent needs to plan batches: the WAL's bounds, commit point and health."""
     wal = receiver.wal
     error = receiver.error

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from connector.wal.location import parse_location
 from connector.wal.opening import child_names, wal_identity
@@ -40,8 +41,9 @@ def shard_topics(options: SourceOptions, index: int) -> tuple[str, ...]:
     """The filters shard ``index`` subscribes to.
 
     ``share``: every filter as a shared subscription ``$share/<group>/<filter>`` (MQTT 5.0
-    section 4.8.2, which Mosquitto 2 also accepts from 3.1.1 clients). ``topics``: filters
-    ``index``, ``index + N``, ... so that each filter goes to exactly one shard.
+    section 4.8.2, which some brokers also accept from 3.1.1 clients: docs/brokers.md).
+    ``topics``: filters ``index``, ``index + N``, ... so that each filter goes to exactly one
+    shard.
     """
     if options.shard_by == "share":
         return tuple(f"$share/{options.share_group}/{t}" for t in options.topics)
@@ -65,8 +67,8 @@ def shard_options(options: SourceOptions, index: int) -> SourceOptions:
 def drops_retained(options: SourceOptions, index: int) -> bool:
     """Whether shard ``index`` discards messages flagged retained.
 
-    A broker sends retained messages to every subscriber when it subscribes, shared ones
-    included (Mosquitto 2.0 does), so with ``share`` each shard would store its own copy. A
+    A broker may send retained messages to every subscriber when it subscribes, shared ones
+    included (docs/brokers.md), so with ``share`` each shard would store its own copy. A
     3.1.1 broker sets RETAIN only on messages sent because of a new subscription (MQTT 3.1.1
     section 3.3.1.3), never on live traffic, so shard 0 keeps them and the others drop them.
     """
@@ -145,22 +147,22 @@ class Position:
     final: bool = False
 
 
-def _encode_position(position: Position) -> dict:
+def _encode_position(position: Position) -> dict[str, Any]:
     """One position as JSON; ``final`` only when set, so other positions keep the old form."""
-    entry: dict = {"wal": position.wal, "offset": position.offset}
+    entry: dict[str, Any] = {"wal": position.wal, "offset": position.offset}
     if position.final:
         entry["final"] = True
     return entry
 
 
-def encode_offset(positions: Sequence[Position]) -> dict:
+def encode_offset(positions: Sequence[Position]) -> dict[str, Any]:
     """The Spark offset of ``positions`` (one per shard; one shard keeps the old format)."""
     if len(positions) == 1:
         return _encode_position(positions[0])
     return {"shards": [_encode_position(p) for p in positions]}
 
 
-def decode_offset(offset: Mapping, receivers: int) -> list[Position]:
+def decode_offset(offset: Mapping[str, Any], receivers: int) -> list[Position]:
     """The per-shard positions of a Spark offset, refusing one made with another number of
     receivers (its positions belong to other WALs and other broker sessions)."""
     if "shards" in offset:

@@ -30,8 +30,8 @@ Record = ``u32 length | u32 crc32 | u8 kind | body``; ``length`` counts kind + b
 crc32 covers exactly those bytes. Kinds:
 
 * 1 data (written by version 1 only, read by all): ``u64 offset | i64 timestamp_us | u8 flags |
-  u16 message id | u16 topic length | topic UTF-8 | payload``. flags: bits 0-1 QoS, bit 2
-  retain, bit 3 dup, bit 4 message id present (clear for QoS 0 without id). The offset is
+  u16 packet id | u16 topic length | topic UTF-8 | payload``. flags: bits 0-1 QoS, bit 2
+  retain, bit 3 dup, bit 4 packet id present (clear for QoS 0 without id). The offset is
   explicit so every read validates it.
 * 2 QoS 2 release: ``u32 n | n x u16 packet id`` (those ids are no longer pending).
 * 3 state snapshot (first record of every segment): ``u32 n | u32 m | n x u16 pending QoS 2
@@ -42,7 +42,7 @@ crc32 covers exactly those bytes. Kinds:
 
       u64 first offset | u32 n | u32 topic table bytes t |
       topic table (per distinct topic: u16 length | UTF-8) | zero padding to a multiple of 8 |
-      n x i64 timestamp_us | n x u16 message id | n x u8 flags | zero padding to a multiple
+      n x i64 timestamp_us | n x u16 packet id | n x u8 flags | zero padding to a multiple
       of 4 | n x u32 topic index | (n + 1) x u32 payload end position (first 0) | payloads
 
   Positions are relative to the byte after the kind; flags as in kind 1; the body ends exactly

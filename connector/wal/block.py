@@ -7,7 +7,7 @@ endian, padding bytes zero (``n`` rows, topic table of ``t`` bytes)::
     16              topic table: per distinct topic, u16 length | UTF-8 (index = position)
     a = 16 + t, rounded up to a multiple of 8
     a               n x i64 timestamp_us
-    a + 8n          n x u16 message id (0 without one)
+    a + 8n          n x u16 packet id (0 without one)
     a + 10n         n x u8 flags (as in a kind 1 record)
     b = a + 11n, rounded up to a multiple of 4
     b               n x u32 topic index
@@ -43,7 +43,7 @@ from .records import BLOCK_HEAD, FRAME, KIND_BLOCK, KIND_PROPERTIES_BLOCK
 _U16 = struct.Struct("<H")
 _KIND_BYTE = bytes((KIND_BLOCK,))
 _PROPERTIES_KIND_BYTE = bytes((KIND_PROPERTIES_BLOCK,))
-ROW_BYTES = 8 + 2 + 1 + 4 + 4  # timestamp, message id, flags, topic index, payload end
+ROW_BYTES = 8 + 2 + 1 + 4 + 4  # timestamp, packet id, flags, topic index, payload end
 PROPERTIES_ROW_BYTES = ROW_BYTES + 4  # and a property end (kind 6)
 BLOCK_SLACK = FRAME.size + 1 + BLOCK_HEAD.size + 7 + 3 + 4 + 4
 """Upper bound of a block's on-disk size minus its topic table, rows, payload and property
@@ -69,7 +69,7 @@ def encode_block(
     first_offset: int,
     topics: list[bytes],
     timestamps: array[int],
-    message_ids: array[int],
+    packet_ids: array[int],
     flags: bytearray,
     topic_ids: array[int],
     payload_ends: array[int],
@@ -99,7 +99,7 @@ def encode_block(
             table,
             bytes(columns - at),
             timestamps.tobytes(),
-            message_ids.tobytes(),
+            packet_ids.tobytes(),
             flags,
             bytes(ids_at - columns - 11 * count),
             topic_ids.tobytes(),

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from .records import (
-    DUPLICATE_OF,
+    DUP_OF,
     FLAG_HAS_ID,
     FLAGS,
     QOS_OF,
-    RETAINED_OF,
+    RETAIN_OF,
     NewRecord,
     WalRecord,
 )
@@ -34,7 +34,7 @@ _T = TypeVar("_T")
 class ColumnPiece:
     """Column buffers of ``n`` rows, of which rows ``[lo, hi)`` are in use.
 
-    ``topic_ids`` (int32) index ``topic_names``; ``flags`` (uint8), ``message_ids`` (uint16,
+    ``topic_ids`` (int32) index ``topic_names``; ``flags`` (uint8), ``packet_ids`` (uint16,
     meaningful where the flags have FLAG_HAS_ID) and ``timestamps`` (int64 microseconds) hold
     one value per row; ``payload_ends`` (int32, ``n + 1`` values, the first 0) delimit row i's
     payload as ``payload_data[ends[i]:ends[i + 1]]``. ``property_ends`` and ``property_data``
@@ -46,7 +46,7 @@ class ColumnPiece:
         "flags",
         "hi",
         "lo",
-        "message_ids",
+        "packet_ids",
         "payload_data",
         "payload_ends",
         "property_data",
@@ -61,7 +61,7 @@ class ColumnPiece:
         topic_names: list[str],
         topic_ids: Buffer,
         flags: Buffer,
-        message_ids: Buffer,
+        packet_ids: Buffer,
         timestamps: Buffer,
         payload_ends: Buffer,
         payload_data: Buffer,
@@ -74,7 +74,7 @@ class ColumnPiece:
         self.topic_names = topic_names
         self.topic_ids = topic_ids
         self.flags = flags
-        self.message_ids = message_ids
+        self.packet_ids = packet_ids
         self.timestamps = timestamps
         self.payload_ends = payload_ends
         self.payload_data = payload_data
@@ -89,7 +89,7 @@ class ColumnPiece:
             self.topic_names,
             self.topic_ids,
             self.flags,
-            self.message_ids,
+            self.packet_ids,
             self.timestamps,
             self.payload_ends,
             self.payload_data,
@@ -139,20 +139,20 @@ class WalColumns:
     def from_records(cls, first_offset: int, records: Iterable[NewRecord]) -> WalColumns:
         """Columns of ``records`` numbered from ``first_offset`` (for tests and tools)."""
         names: dict[str, int] = {}
-        ids, flags, mids, stamps = array("i"), bytearray(), array("H"), array("q")
+        ids, flags, pids, stamps = array("i"), bytearray(), array("H"), array("q")
         ends, data = array("i", [0]), bytearray()
         property_ends, property_data = array("i", [0]), bytearray()
         for record in records:
-            topic, payload, qos, retained, duplicate, mid, stamp = record[:7]
+            topic, payload, qos, retain, dup, pid, stamp = record[:7]
             ids.append(names.setdefault(topic, len(names)))
-            flags.append(FLAGS[(qos, retained, duplicate, mid is not None)])
-            mids.append(mid or 0)
+            flags.append(FLAGS[(qos, retain, dup, pid is not None)])
+            pids.append(pid or 0)
             stamps.append(stamp)
             data += payload
             ends.append(len(data))
             property_data += record[7] if len(record) > 7 else b""
             property_ends.append(len(property_data))
-        piece = ColumnPiece(list(names), ids, flags, mids, stamps, ends, bytes(data))
+        piece = ColumnPiece(list(names), ids, flags, pids, stamps, ends, bytes(data))
         if property_data:
             piece.property_ends, piece.property_data = property_ends, bytes(property_data)
         return cls(first_offset, [piece])
@@ -199,9 +199,9 @@ class WalColumns:
         return self._list("flags", lambda: self._joined("flags", "B").tobytes())
 
     @property
-    def message_id_values(self) -> array[int]:
-        """Raw u16 message ids (``array('H')``); meaningful only where flags have FLAG_HAS_ID."""
-        return self._list("message_id_values", lambda: self._joined("message_ids", "H"))
+    def packet_id_values(self) -> array[int]:
+        """Raw u16 packet ids (``array("H")``); meaningful only where flags have FLAG_HAS_ID."""
+        return self._list("packet_id_values", lambda: self._joined("packet_ids", "H"))
 
     @property
     def timestamps(self) -> array[int]:
@@ -227,20 +227,20 @@ class WalColumns:
         return self._list("qos", lambda: list(map(QOS_OF.__getitem__, self.flags)))
 
     @property
-    def retained(self) -> list[bool]:
-        return self._list("retained", lambda: list(map(RETAINED_OF.__getitem__, self.flags)))
+    def retain(self) -> list[bool]:
+        return self._list("retain", lambda: list(map(RETAIN_OF.__getitem__, self.flags)))
 
     @property
-    def duplicate(self) -> list[bool]:
-        return self._list("duplicate", lambda: list(map(DUPLICATE_OF.__getitem__, self.flags)))
+    def dup(self) -> list[bool]:
+        return self._list("dup", lambda: list(map(DUP_OF.__getitem__, self.flags)))
 
     @property
-    def message_ids(self) -> list[int | None]:
+    def packet_ids(self) -> list[int | None]:
         return self._list(
-            "message_ids",
+            "packet_ids",
             lambda: [
-                mid if flag & FLAG_HAS_ID else None
-                for flag, mid in zip(self.flags, self.message_id_values, strict=True)
+                pid if flag & FLAG_HAS_ID else None
+                for flag, pid in zip(self.flags, self.packet_id_values, strict=True)
             ],
         )
 
@@ -268,9 +268,9 @@ class WalColumns:
             self.topics,
             self.payloads,
             self.qos,
-            self.retained,
-            self.duplicate,
-            self.message_ids,
+            self.retain,
+            self.dup,
+            self.packet_ids,
             self.timestamps_us,
             self.properties,
         )
@@ -288,9 +288,9 @@ _COLUMN_NAMES = (
     "topics",
     "payloads",
     "qos",
-    "retained",
-    "duplicate",
-    "message_ids",
+    "retain",
+    "dup",
+    "packet_ids",
     "timestamps_us",
     "properties",
 )

@@ -52,7 +52,7 @@ class DataSink:
 
     __slots__ = (
         "flags",
-        "message_ids",
+        "packet_ids",
         "payload_data",
         "payload_ends",
         "pieces",
@@ -68,7 +68,7 @@ class DataSink:
         self.topic_index: dict[bytes, int] = {}
         self.topic_ids = array("i")
         self.flags = bytearray()
-        self.message_ids = array("H")
+        self.packet_ids = array("H")
         self.timestamps = array("q")
         self.payload_ends = array("i", [0])
         self.payload_data = bytearray()
@@ -89,13 +89,13 @@ class DataSink:
                 self.topic_names,  # only grows, so the indexes stay valid
                 array("i", self.topic_ids),
                 bytes(self.flags),
-                array("H", self.message_ids),
+                array("H", self.packet_ids),
                 array("q", self.timestamps),
                 array("i", self.payload_ends),
                 bytes(self.payload_data),
             )
         )
-        del self.topic_ids[:], self.message_ids[:], self.timestamps[:], self.payload_ends[1:]
+        del self.topic_ids[:], self.packet_ids[:], self.timestamps[:], self.payload_ends[1:]
         self.flags.clear()
         self.payload_data.clear()
 
@@ -137,7 +137,7 @@ def scan(
     payload_data = sink.payload_data
     payload_ends = sink.payload_ends.append
     flags_out = sink.flags.append
-    mids = sink.message_ids.append
+    pids = sink.packet_ids.append
     stamps = sink.timestamps.append
     startswith = buf.startswith
     # The topic of the previous record: a run of records on one topic is matched in place.
@@ -156,7 +156,7 @@ def scan(
         if kind == KIND_DATA:
             if length < DATA_HEAD_SIZE:
                 raise WalCorruptError(where, base + pos, f"data record too short ({length})")
-            offset, stamp, flags, mid, topic_len = unpack_fields(buf, pos + DATA_FIELDS_AT)
+            offset, stamp, flags, pid, topic_len = unpack_fields(buf, pos + DATA_FIELDS_AT)
             if offset != expected:
                 raise WalCorruptError(
                     where, base + pos, f"expected offset {expected}, found offset {offset}"
@@ -178,7 +178,7 @@ def scan(
                     payload_data += view[topic_end:stop]
                     payload_ends(len(payload_data))
                     flags_out(flags)
-                    mids(mid)
+                    pids(pid)
                     stamps(stamp)
                     if len(payload_data) > _RUN_PAYLOAD_LIMIT:
                         sink.flush()

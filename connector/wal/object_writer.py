@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
-from .batch import AppendEncoder, SegmentWrite, segment_prefix
+from .appends import AppendEncoder, SegmentWrite, segment_prefix
 from .errors import WalCorruptError, WalWriteError
 from .identity import decode_meta, encode_meta
 from .lease import DEFAULT_LEASE_SECONDS, Lease

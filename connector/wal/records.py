@@ -28,7 +28,7 @@ FLAG_HAS_ID = 0x10
 FRAME = struct.Struct("<II")  # length, crc32
 FRAME_SIZE = FRAME.size
 FRAME_KIND = struct.Struct("<IIB")  # length, crc32, kind
-DATA_HEAD = struct.Struct("<BQqBHH")  # kind, offset, timestamp_us, flags, message id, topic len
+DATA_HEAD = struct.Struct("<BQqBHH")  # kind, offset, timestamp_us, flags, packet id, topic len
 DATA_HEAD_SIZE = DATA_HEAD.size  # smallest valid ``length`` of a data record
 DATA_FIELDS = struct.Struct("<QqBHH")  # the data head after the kind byte
 DATA_FIELDS_AT = FRAME_SIZE + 1  # where DATA_FIELDS starts, relative to the record start
@@ -49,26 +49,26 @@ MAX_DATA_LENGTH = DATA_HEAD_SIZE + MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES  # one ki
 # columns.
 MAX_RECORD_LENGTH = MAX_DATA_LENGTH + (1 << 20)
 
-# (qos, retained, duplicate, has message id) -> flags byte; a missing key is an invalid record.
+# (qos, retain, dup, has packet id) -> flags byte; a missing key is an invalid record.
 FLAGS: dict[tuple[int, bool, bool, bool], int] = {
-    (qos, retained, duplicate, has_id): (
+    (qos, retain, dup, has_id): (
         qos
-        | (FLAG_RETAIN if retained else 0)
-        | (FLAG_DUP if duplicate else 0)
+        | (FLAG_RETAIN if retain else 0)
+        | (FLAG_DUP if dup else 0)
         | (FLAG_HAS_ID if has_id else 0)
     )
     for qos in (0, 1, 2)
-    for retained in (False, True)
-    for duplicate in (False, True)
+    for retain in (False, True)
+    for dup in (False, True)
     for has_id in (False, True)
 }
 QOS_OF: tuple[int, ...] = tuple(f & FLAG_QOS_MASK for f in range(256))
-RETAINED_OF: tuple[bool, ...] = tuple(bool(f & FLAG_RETAIN) for f in range(256))
-DUPLICATE_OF: tuple[bool, ...] = tuple(bool(f & FLAG_DUP) for f in range(256))
+RETAIN_OF: tuple[bool, ...] = tuple(bool(f & FLAG_RETAIN) for f in range(256))
+DUP_OF: tuple[bool, ...] = tuple(bool(f & FLAG_DUP) for f in range(256))
 
 
 class NewRecord(NamedTuple):
-    """A message to append; the WAL assigns its offset. ``message_id`` is None for QoS 0.
+    """A message to append; the WAL assigns its offset. ``packet_id`` is None for QoS 0.
 
     ``properties`` are opaque bytes the WAL stores beside the payload and never parses (the
     source puts an MQTT 5 PUBLISH's property encoding there); ``b""`` for none."""
@@ -76,9 +76,9 @@ class NewRecord(NamedTuple):
     topic: str
     payload: bytes
     qos: int
-    retained: bool
-    duplicate: bool
-    message_id: int | None
+    retain: bool
+    dup: bool
+    packet_id: int | None
     timestamp_us: int
     properties: bytes = b""
 
@@ -103,9 +103,9 @@ class WalRecord(NamedTuple):
     topic: str
     payload: bytes
     qos: int
-    retained: bool
-    duplicate: bool
-    message_id: int | None
+    retain: bool
+    dup: bool
+    packet_id: int | None
     timestamp_us: int
     properties: bytes = b""
 
@@ -126,9 +126,9 @@ def encode_record(kind: int, body: bytes) -> bytes:
     return FRAME.pack(len(framed), zlib.crc32(framed)) + framed
 
 
-def encode_release(message_ids: list[int]) -> bytes:
+def encode_release(packet_ids: list[int]) -> bytes:
     """A QoS 2 release record: the listed packet ids are no longer pending."""
-    body = COUNT.pack(len(message_ids)) + struct.pack(f"<{len(message_ids)}H", *message_ids)
+    body = COUNT.pack(len(packet_ids)) + struct.pack(f"<{len(packet_ids)}H", *packet_ids)
     return encode_record(KIND_RELEASE, body)
 
 

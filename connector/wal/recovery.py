@@ -13,7 +13,7 @@ Rules:
   misplaced state record, a block whose layout does not add up) is corruption.
 * Leftover ``*.tmp`` files and index hints without a segment are deleted.
 
-Cost: one sequential read of every retained segment (CRC at C speed, about 1 s per GB) plus
+Cost: one sequential read of every segment still kept (CRC at C speed) plus
 a record-by-record Python scan of the active segment. Truncating committed segments keeps
 this small.
 """
@@ -264,7 +264,7 @@ def walk_segment(data: bytes, file: str | Path, first: int) -> SegmentWalk:
         length, _, kind = FRAME_KIND.unpack_from(data, pos)
         stop = pos + FRAME_SIZE + length
         if kind == KIND_DATA:
-            offset, _, flags, mid, topic_len = DATA_FIELDS.unpack_from(data, pos + DATA_FIELDS_AT)
+            offset, _, flags, pid, topic_len = DATA_FIELDS.unpack_from(data, pos + DATA_FIELDS_AT)
             if offset != expected:
                 raise WalCorruptError(file, pos, f"expected offset {expected}, found {offset}")
             if DATA_HEAD_SIZE + topic_len > length:
@@ -275,9 +275,9 @@ def walk_segment(data: bytes, file: str | Path, first: int) -> SegmentWalk:
             if flags & FLAG_HAS_ID:
                 topic_end = pos + TOPIC_AT + topic_len
                 seed = digest_seed(view[pos + TOPIC_AT : topic_end])
-                digests[mid] = zlib.crc32(view[topic_end:stop], seed)
+                digests[pid] = zlib.crc32(view[topic_end:stop], seed)
                 if flags & FLAG_QOS_MASK == 2:
-                    qos2_ids.append(mid)
+                    qos2_ids.append(pid)
             expected += 1
         elif kind in (KIND_BLOCK, KIND_PROPERTIES_BLOCK):
             block_first, count, _ = BLOCK_HEAD.unpack_from(data, pos + OFFSET_AT)
@@ -327,10 +327,10 @@ def _collect_block(
     if len(ids) and (min(ids) < 0 or max(ids) >= len(seeds)):
         raise WalCorruptError(file, pos, "data block names a topic its table does not hold")
     add_qos2 = qos2_ids.append
-    mids, ends, data = piece.message_ids, piece.payload_ends, piece.payload_data
+    pids, ends, data = piece.packet_ids, piece.payload_ends, piece.payload_data
     for row, flags in enumerate(piece.flags):
         if flags & FLAG_HAS_ID:
-            mid = mids[row]
-            digests[mid] = crc32(data[ends[row] : ends[row + 1]], seeds[ids[row]])
+            pid = pids[row]
+            digests[pid] = crc32(data[ends[row] : ends[row + 1]], seeds[ids[row]])
             if flags & FLAG_QOS_MASK == 2:
-                add_qos2(mid)
+                add_qos2(pid)

@@ -45,9 +45,9 @@ class QosState:
             f"digests={dict(sorted(self.digests.items()))})"
         )
 
-    def apply_release(self, message_ids: Iterable[int]) -> None:
+    def apply_release(self, packet_ids: Iterable[int]) -> None:
         """Forget released QoS 2 packet ids."""
-        self.pending_qos2.difference_update(message_ids)
+        self.pending_qos2.difference_update(packet_ids)
 
     def merge(
         self,
@@ -62,8 +62,8 @@ class QosState:
         (None: none), for :meth:`revert`."""
         if undo is not None:
             get = self.digests.get
-            for mid in digests.keys() - undo.keys():
-                undo[mid] = get(mid)
+            for pid in digests.keys() - undo.keys():
+                undo[pid] = get(pid)
         self.digests.update(digests)
         self.pending_qos2.update(qos2_ids)
 
@@ -75,11 +75,11 @@ class QosState:
         self.pending_qos2.difference_update(added)
         self.pending_qos2.update(released)
         digests = self.digests
-        for mid, digest in undo.items():
+        for pid, digest in undo.items():
             if digest is None:
-                digests.pop(mid, None)
+                digests.pop(pid, None)
             else:
-                digests[mid] = digest
+                digests[pid] = digest
 
     def encode(self) -> bytes:
         """The snapshot body written at the start of every segment."""

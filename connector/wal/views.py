@@ -58,13 +58,13 @@ class WriterState(ABC):
         """Snapshot of QoS 2 packet ids appended whose release has not been appended."""
         return frozenset(self._state.pending_qos2)
 
-    def is_qos2_pending(self, message_id: int) -> bool:
-        """Whether a QoS 2 message with ``message_id`` is stored and not yet released."""
-        return message_id in self._state.pending_qos2
+    def is_qos2_pending(self, packet_id: int) -> bool:
+        """Whether a QoS 2 message with ``packet_id`` is stored and not yet released."""
+        return packet_id in self._state.pending_qos2
 
-    def latest_digest(self, message_id: int) -> int | None:
-        """record_digest of the latest QoS 1 or 2 record appended with ``message_id``."""
-        return self._state.digests.get(message_id)
+    def latest_digest(self, packet_id: int) -> int | None:
+        """record_digest of the latest QoS 1 or 2 record appended with ``packet_id``."""
+        return self._state.digests.get(packet_id)
 
     def backlog(self, committed: int) -> int:
         """Records appended at or above offset ``committed``."""

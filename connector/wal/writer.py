@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .batch import AppendEncoder, SegmentWrite, segment_prefix
+from .appends import AppendEncoder, SegmentWrite, segment_prefix
 from .errors import WalCorruptError, WalWriteError
 from .identity import read_meta, write_identity
 from .lock import WalLock

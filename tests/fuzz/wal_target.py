@@ -48,9 +48,9 @@ def _records(count: int) -> list[NewRecord]:
                 topic=f"plant/{n % 4}/t",
                 payload=bytes([n % 251]) * (n * 7 % 90),
                 qos=qos,
-                retained=n % 5 == 0,
-                duplicate=n % 7 == 0,
-                message_id=(n % 50) + 1 if qos else None,
+                retain=n % 5 == 0,
+                dup=n % 7 == 0,
+                packet_id=(n % 50) + 1 if qos else None,
                 timestamp_us=1_700_000_000_000_000 + n,
                 properties=b"\x03\x00\x04json" if n % 4 == 1 else b"",  # some blocks kind 6
             )
@@ -133,10 +133,10 @@ def _check_records(root: Path, first: int, end: int, records: list[NewRecord]) -
     assert columns.payloads == [r.payload for r in expected], "payloads differ"
     assert columns.topics == [r.topic for r in expected], "topics differ"
     assert columns.qos == [r.qos for r in expected], "qos differs"
-    assert columns.message_ids == [r.message_id for r in expected], "message ids differ"
+    assert columns.packet_ids == [r.packet_id for r in expected], "message ids differ"
     assert columns.timestamps_us == [r.timestamp_us for r in expected], "timestamps differ"
-    assert columns.retained == [r.retained for r in expected], "retain flags differ"
-    assert columns.duplicate == [r.duplicate for r in expected], "dup flags differ"
+    assert columns.retain == [r.retain for r in expected], "retain flags differ"
+    assert columns.dup == [r.dup for r in expected], "dup flags differ"
 
 
 def _safe_end(template: Template, touched: dict[str, int]) -> int:

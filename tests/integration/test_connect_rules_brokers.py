@@ -249,5 +249,5 @@ def test_a_lost_persistent_session_releases_its_qos2_ids_and_reports_the_gap(
         finally:
             receiver.stop()
     records = list(WalReader(tmp_path / "wal").read(0, 2).records())
-    assert [(r.payload, r.message_id) for r in records] == [(b"first 7", 7), (b"second 7", 7)]
+    assert [(r.payload, r.packet_id) for r in records] == [(b"first 7", 7), (b"second 7", 7)]
     assert "possible gap before WAL offset 1" in caplog.text

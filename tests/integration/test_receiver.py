@@ -79,7 +79,7 @@ def test_redeliveries_after_a_crash_before_the_ack(
     columns = WalReader(wal).read(0, stored + 5)
     assert columns.topics == ["r/a"] * stored + ["r/b"] * 5
     assert len(set(columns.payloads[:stored])) == 10
-    assert columns.duplicate[10:stored] == [True] * (stored - 10), "the resends have DUP=1"
+    assert columns.dup[10:stored] == [True] * (stored - 10), "the resends have DUP=1"
 
 
 def test_backpressure_stops_reading_until_spark_commits(

@@ -120,7 +120,7 @@ def test_resends_of_acknowledged_messages_are_stored_again_and_counted(tmp_path:
     assert [bytes(p) for p in stored.payloads] == [payload(n) for n in range(FIRST)] + [
         payload(n) for n in resend
     ], "every message, in the broker's order, the resends again"
-    assert stored.duplicate == [False] * FIRST + [True] * len(resend)
+    assert stored.dup == [False] * FIRST + [True] * len(resend)
     assert receiver.stats.duplicates_dropped == 0
     assert receiver.stats.appended == FIRST + len(resend)
     assert receiver.stats.possible_duplicates == FIRST - (FIRST - IDS)
@@ -228,14 +228,14 @@ def test_acks_written_into_a_half_open_link_store_qos1_again_and_qos2_once(
             receiver.stop()
     records = list(WalReader(str(wal)).read(0, receiver.wal.next_offset).records())
     first, second = ledger.published
-    assert [(payload_id(r.payload), r.qos, r.duplicate) for r in records] == [
+    assert [(payload_id(r.payload), r.qos, r.dup) for r in records] == [
         (first, 1, False),
         (second, 2, False),
         (first, 1, True),
     ]
     assert receiver.stats.possible_duplicates == 1  # the QoS 1 copy, reported
     assert receiver.stats.duplicates_dropped == 1  # the QoS 2 resend, withheld
-    rows = [{"payload": r.payload, "qos": r.qos, "duplicate": r.duplicate} for r in records]
+    rows = [{"payload": r.payload, "qos": r.qos, "duplicate": r.dup} for r in records]
     verdicts = settle_per_qos(Tally(), ledgers_per_qos(ledger), rows)
     assert (verdicts[1].extra, verdicts[2].extra) == (1, 0)
     with pytest.raises(AssertionError, match=f"duplicated 1 \\(e.g. \\['{first}'\\]\\)"):

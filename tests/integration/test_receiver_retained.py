@@ -51,4 +51,4 @@ def test_retained_messages_are_acknowledged_and_never_stored(
     receive(Receiver(opts), mosquitto, "r/later", qos, 3)
     columns = WalReader(wal).read(0, 8)
     assert columns.topics == ["r/live"] * 5 + ["r/later"] * 3
-    assert not any(columns.retained)
+    assert not any(columns.retain)

@@ -24,14 +24,14 @@ TOPICS = st.sampled_from(["a", "plant/line-3/sensor-17", "ünï/温度", "", "a/
 @st.composite
 def new_records(draw: st.DrawFn) -> NewRecord:
     qos = draw(st.sampled_from([0, 1, 2]))
-    mid = draw(st.integers(1, 0xFFFF)) if qos else draw(st.sampled_from([None, None, 5]))
+    pid = draw(st.integers(1, 0xFFFF)) if qos else draw(st.sampled_from([None, None, 5]))
     return NewRecord(
         draw(TOPICS),
         draw(st.binary(max_size=64)),
         qos,
         draw(st.booleans()),
         draw(st.booleans()) if qos else False,
-        mid,
+        pid,
         draw(st.integers(-(2**62), 2**62)),
     )
 
@@ -45,9 +45,9 @@ def reference(columns: WalColumns) -> pa.Table:
                 "topic": r.topic,
                 "payload": r.payload,
                 "qos": r.qos,
-                "retained": r.retained,
-                "duplicate": r.duplicate,
-                "messageId": r.message_id,
+                "retained": r.retain,
+                "duplicate": r.dup,
+                "messageId": r.packet_id,
                 "timestamp": r.timestamp_us,
                 "offset": r.offset,
                 "receiver": 0,

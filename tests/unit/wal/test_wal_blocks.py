@@ -49,9 +49,9 @@ def numbered(first: int, count: int, size: int = 40) -> list[NewRecord]:
     records = []
     for i in range(first, first + count):
         qos = 2 if i % 5 == 0 else 1 if i % 3 == 0 else 0
-        mid = i % 97 + 1 if qos else None
+        pid = i % 97 + 1 if qos else None
         payload = struct.pack("<Q", i) + bytes([i % 251]) * (size - 8 + i % 7)
-        records.append(NewRecord(f"n/{i % 4}/ü", payload, qos, i % 2 == 0, False, mid, i * 10))
+        records.append(NewRecord(f"n/{i % 4}/ü", payload, qos, i % 2 == 0, False, pid, i * 10))
     return records
 
 
@@ -111,11 +111,11 @@ def test_a_version_1_wal_is_read_then_appended_to_with_blocks(tmp_path: Path) ->
     assert len(reader.read(2, 9).pieces) == 2, "version 1 rows, then one block piece"
     with WalWriter.open(path) as writer:  # recovery walks both kinds
         assert writer.next_offset == 34
-        assert writer.qos2_pending == {r.message_id for r in more if r.qos == 2}
+        assert writer.qos2_pending == {r.packet_id for r in more if r.qos == 2}
         for record in more:
             if record.qos:
-                latest = [r for r in more if r.message_id == record.message_id][-1]
-                assert writer.latest_digest(record.message_id) == record_digest(
+                latest = [r for r in more if r.packet_id == record.packet_id][-1]
+                assert writer.latest_digest(record.packet_id) == record_digest(
                     latest.topic, latest.payload
                 )
 
@@ -247,7 +247,7 @@ def test_recovery_rebuilds_the_qos_state_from_blocks(tmp_path: Path) -> None:
     with WalWriter.open(path) as writer:
         assert writer.qos2_pending == {1, 41, 43, 45}
         for record in last:
-            assert writer.latest_digest(record.message_id) == record_digest(  # type: ignore[arg-type]
+            assert writer.latest_digest(record.packet_id) == record_digest(  # type: ignore[arg-type]
                 record.topic, record.payload
             )
 
@@ -366,4 +366,4 @@ def test_columns_from_records_equal_block_and_version_1_reads(tmp_path: Path) ->
     v2 = WalReader(tmp_path / "v2").read(2, 11)
     assert v1 == v2 == WalColumns.from_records(2, records[2:11])
     assert v1.flags == v2.flags and v1.timestamps == v2.timestamps
-    assert v1.message_id_values == v2.message_id_values
+    assert v1.packet_id_values == v2.packet_id_values

@@ -33,9 +33,9 @@ def new_records(draw: st.DrawFn) -> NewRecord:
         topic=draw(st.text(alphabet="ab/é温", max_size=6)),
         payload=draw(st.binary(max_size=60)),
         qos=qos,
-        retained=draw(st.booleans()),
-        duplicate=draw(st.booleans()),
-        message_id=draw(st.integers(1, 6)) if qos else None,
+        retain=draw(st.booleans()),
+        dup=draw(st.booleans()),
+        packet_id=draw(st.integers(1, 6)) if qos else None,
         timestamp_us=draw(st.integers(-(2**63), 2**63 - 1)),
         properties=draw(st.one_of(st.just(b""), st.binary(max_size=30))),
     )
@@ -64,9 +64,9 @@ class Model:
         self.pending.difference_update(released)
         for record in records:
             if record.qos:
-                self.digests[record.message_id] = record_digest(record.topic, record.payload)  # type: ignore[index]
+                self.digests[record.packet_id] = record_digest(record.topic, record.payload)  # type: ignore[index]
             if record.qos == 2:
-                self.pending.add(record.message_id)  # type: ignore[arg-type]
+                self.pending.add(record.packet_id)  # type: ignore[arg-type]
         self.records.extend(records)
 
 
@@ -76,8 +76,8 @@ def check(writer: WalWriter, model: Model, path: Path) -> None:
     assert end == len(model.records)
     assert first <= end
     assert writer.qos2_pending == model.pending
-    for mid in range(1, 7):
-        assert writer.latest_digest(mid) == model.digests.get(mid)
+    for pid in range(1, 7):
+        assert writer.latest_digest(pid) == model.digests.get(pid)
     reader = WalReader(path)
     columns = reader.read(first, end)
     expected = [WalRecord(first + i, *r) for i, r in enumerate(model.records[first:end])]

@@ -88,10 +88,10 @@ def with_properties(first: int, count: int, every: int = 2) -> list[NewRecord]:
     out = []
     for i in range(first, first + count):
         qos = i % 3
-        mid = i % 91 + 1 if qos else None
+        pid = i % 91 + 1 if qos else None
         # A User Property "no" = the offset, as 4 raw bytes: the WAL does not care.
         props = b"\x26\x00\x02no" + struct.pack(">I", i) if i % every == 0 else b""
-        out.append(NewRecord(f"p/{i % 3}", b"payload %d" % i, qos, False, False, mid, i, props))
+        out.append(NewRecord(f"p/{i % 3}", b"payload %d" % i, qos, False, False, pid, i, props))
     return out
 
 
@@ -138,7 +138,7 @@ def test_a_kind_6_block_is_these_bytes_and_decodes_back() -> None:
     assert piece.payloads() == [b"hi", b"x"]
     assert piece.properties() == [b"\x01\x01", b""]
     assert list(piece.topics()) == ["a/b", "a/b"]
-    assert list(piece.timestamps) == [100, 101] and list(piece.message_ids) == [7, 0]
+    assert list(piece.timestamps) == [100, 101] and list(piece.packet_ids) == [7, 0]
     assert piece.rows(1, 2).properties() == [b""]
     columns = WalColumns(5, [piece])
     assert list(columns.records()) == [
@@ -212,11 +212,11 @@ def test_properties_round_trip_through_appends_reads_blobs_and_recovery(tmp_path
         assert decode_blob(blob) == columns
     with WalWriter.open(path, segment_max_bytes=2000) as writer:
         assert writer.next_offset == 120
-        assert writer.qos2_pending == {r.message_id for r in records if r.qos == 2}
+        assert writer.qos2_pending == {r.packet_id for r in records if r.qos == 2}
         for record in records:
             if record.qos:
-                latest = [r for r in records if r.message_id == record.message_id][-1]
-                assert writer.latest_digest(record.message_id) == record_digest(  # type: ignore[arg-type]
+                latest = [r for r in records if r.packet_id == record.packet_id][-1]
+                assert writer.latest_digest(record.packet_id) == record_digest(  # type: ignore[arg-type]
                     latest.topic, latest.payload
                 )
 
@@ -370,7 +370,7 @@ def test_appends_refuse_mixed_lengths_and_oversized_properties_and_change_nothin
         mixed = [tuple(with_properties(2, 1)[0]), tuple(with_properties(3, 1)[0])[:7]]
         with pytest.raises(ValueError):
             writer.append(mixed)  # type: ignore[arg-type]
-        monkeypatch.setattr("connector.wal.batch.MAX_PAYLOAD_BYTES", 20)
+        monkeypatch.setattr("connector.wal.appends.MAX_PAYLOAD_BYTES", 20)
         big = NewRecord("t", b"p" * 15, 2, False, False, 5, 0, b"q" * 10)
         with pytest.raises(ValueError, match="15 payload and 10 property bytes"):
             writer.append([big])

@@ -9,12 +9,12 @@ from connector.wal import NewRecord, WalWriter, record_digest
 from connector.wal.state import QosState
 
 
-def q1(mid: int, payload: bytes, topic: str = "q/1") -> NewRecord:
-    return NewRecord(topic, payload, 1, False, False, mid, 0)
+def q1(pid: int, payload: bytes, topic: str = "q/1") -> NewRecord:
+    return NewRecord(topic, payload, 1, False, False, pid, 0)
 
 
-def q2(mid: int, payload: bytes = b"two") -> NewRecord:
-    return NewRecord("q/2", payload, 2, False, False, mid, 0)
+def q2(pid: int, payload: bytes = b"two") -> NewRecord:
+    return NewRecord("q/2", payload, 2, False, False, pid, 0)
 
 
 def q0(i: int) -> NewRecord:
@@ -22,7 +22,7 @@ def q0(i: int) -> NewRecord:
 
 
 def snapshot(writer: WalWriter) -> tuple[frozenset[int], dict[int, int | None]]:
-    return writer.qos2_pending, {mid: writer.latest_digest(mid) for mid in range(1, 20)}
+    return writer.qos2_pending, {pid: writer.latest_digest(pid) for pid in range(1, 20)}
 
 
 def test_state_follows_appends_and_releases(tmp_path: Path) -> None:
@@ -82,6 +82,6 @@ def test_state_survives_truncation_of_the_segments_that_held_it(tmp_path: Path) 
 
 
 def test_snapshot_encoding_round_trip_at_full_size() -> None:
-    state = QosState(range(1, 65536), {mid: mid * 7919 % (1 << 32) for mid in range(1, 65536)})
+    state = QosState(range(1, 65536), {pid: pid * 7919 % (1 << 32) for pid in range(1, 65536)})
     assert QosState.decode(state.encode()) == state
     assert QosState.decode(QosState().encode()) == QosState()

@@ -49,7 +49,7 @@ _Appenders: TypeAlias = tuple[
     list[int],  # the digest seed of each topic index
     Callable[[int], None],  # topic index
     Callable[[int], None],  # flags
-    Callable[[int], None],  # message id (0 without one)
+    Callable[[int], None],  # packet id (0 without one)
     Callable[[int], None],  # timestamp
     Callable[[int], None],  # payload end
     Callable[[bytes], None],  # payload
@@ -123,7 +123,7 @@ class AppendEncoder:
         release of a pending id). On any error ``state`` is restored and the error raised.
         """
         pending = state.pending_qos2
-        released = [mid for mid in dict.fromkeys(released_qos2) if mid in pending]
+        released = [pid for pid in dict.fromkeys(released_qos2) if pid in pending]
         if not records and not released:
             return None
         added: list[int] = []
@@ -200,16 +200,16 @@ class AppendEncoder:
         append_digests = cursor.digests
         cache, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
         block = cursor.block
-        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = block.appenders()
+        block_topic, seeds, ids, flags_out, pids, stamps, ends, payloads = block.appenders()
         estimate, total, watch = block.start + BLOCK_SLACK, 0, cursor.watch
         try:
-            for topic, payload, qos, retained, duplicate, mid, stamp in records:
+            for topic, payload, qos, retain, dup, pid, stamp in records:
                 if estimate >= watch:
                     cursor.offset = offset
                     watch = cursor.check(total, 0)
                     if cursor.block is not block:
                         block = cursor.block
-                        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = (
+                        block_topic, seeds, ids, flags_out, pids, stamps, ends, payloads = (
                             block.appenders()
                         )
                         estimate, total = block.start + BLOCK_SLACK, 0
@@ -220,22 +220,22 @@ class AppendEncoder:
                         entry = self._cache_topic(topic)
                     tid = block.add_topic(topic, entry)
                     estimate += 2 + len(entry[0])
-                flags = flags_of.get((qos, retained, duplicate, mid is not None))
+                flags = flags_of.get((qos, retain, dup, pid is not None))
                 if flags is None:
                     raise ValueError(f"invalid record at offset {offset}: qos={qos!r}")
                 if qos:
-                    if not mid:
-                        raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
-                    append_digests[mid] = crc32(payload, seeds[tid])
-                    if qos == 2 and mid not in pending:
-                        pending.add(mid)
-                        added.append(mid)
+                    if not pid:
+                        raise ValueError(f"QoS {qos} record at offset {offset} needs a packet id")
+                    append_digests[pid] = crc32(payload, seeds[tid])
+                    if qos == 2 and pid not in pending:
+                        pending.add(pid)
+                        added.append(pid)
                 size = len(payload)
                 if size > MAX_PAYLOAD_BYTES:
                     raise ValueError(f"record at offset {offset} is too large ({size} bytes)")
                 ids(tid)
                 flags_out(flags)
-                mids(mid or 0)
+                pids(pid or 0)
                 stamps(stamp)
                 total += size
                 ends(total)
@@ -262,18 +262,18 @@ class AppendEncoder:
         append_digests = cursor.digests
         cache, flags_of, crc32 = self._topics, FLAGS, zlib.crc32
         block = cursor.block
-        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = block.appenders()
+        block_topic, seeds, ids, flags_out, pids, stamps, ends, payloads = block.appenders()
         property_ends, properties_out = block.property_appenders()
         estimate, total, property_total = block.start + BLOCK_SLACK, 0, 0
         watch = cursor.watch
         try:
-            for topic, payload, qos, retained, duplicate, mid, stamp, properties in records:
+            for topic, payload, qos, retain, dup, pid, stamp, properties in records:
                 if estimate >= watch:
                     cursor.offset = offset
                     watch = cursor.check(total, property_total)
                     if cursor.block is not block:
                         block = cursor.block
-                        block_topic, seeds, ids, flags_out, mids, stamps, ends, payloads = (
+                        block_topic, seeds, ids, flags_out, pids, stamps, ends, payloads = (
                             block.appenders()
                         )
                         property_ends, properties_out = block.property_appenders()
@@ -285,16 +285,16 @@ class AppendEncoder:
                         entry = self._cache_topic(topic)
                     tid = block.add_topic(topic, entry)
                     estimate += 2 + len(entry[0])
-                flags = flags_of.get((qos, retained, duplicate, mid is not None))
+                flags = flags_of.get((qos, retain, dup, pid is not None))
                 if flags is None:
                     raise ValueError(f"invalid record at offset {offset}: qos={qos!r}")
                 if qos:
-                    if not mid:
-                        raise ValueError(f"QoS {qos} record at offset {offset} needs a message id")
-                    append_digests[mid] = crc32(payload, seeds[tid])
-                    if qos == 2 and mid not in pending:
-                        pending.add(mid)
-                        added.append(mid)
+                    if not pid:
+                        raise ValueError(f"QoS {qos} record at offset {offset} needs a packet id")
+                    append_digests[pid] = crc32(payload, seeds[tid])
+                    if qos == 2 and pid not in pending:
+                        pending.add(pid)
+                        added.append(pid)
                 size = len(payload)
                 extra = len(properties)
                 if size + extra > MAX_PAYLOAD_BYTES:
@@ -304,7 +304,7 @@ class AppendEncoder:
                     )
                 ids(tid)
                 flags_out(flags)
-                mids(mid or 0)
+                pids(pid or 0)
                 stamps(stamp)
                 total += size
                 ends(total)
@@ -426,8 +426,8 @@ class _OpenBlock:
         "ends",
         "first",
         "flags",
-        "message_ids",
         "names",
+        "packet_ids",
         "payloads",
         "properties",
         "property_ends",
@@ -448,7 +448,7 @@ class _OpenBlock:
         self.table_bytes = 0
         self.topic_ids = array("i")
         self.flags = bytearray()
-        self.message_ids = array("H")
+        self.packet_ids = array("H")
         self.timestamps = array("q")
         self.ends = array("i", [0])
         self.payloads: list[bytes] = []
@@ -462,7 +462,7 @@ class _OpenBlock:
             self.seeds,
             self.topic_ids.append,
             self.flags.append,
-            self.message_ids.append,
+            self.packet_ids.append,
             self.timestamps.append,
             self.ends.append,
             self.payloads.append,
@@ -497,7 +497,7 @@ class _OpenBlock:
             self.first,
             self.names,
             self.timestamps,
-            self.message_ids,
+            self.packet_ids,
             self.flags,
             self.topic_ids,
             self.ends,

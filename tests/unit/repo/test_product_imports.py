@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 PRODUCT = ("connector", "streaming_jobs", "pyspark_mqtt.py")
 NOT_SHIPPED = frozenset({"devtools", "tests", "bench"})
 

@@ -81,6 +81,14 @@ def test_table_checkpoint_interval_from_flag_or_file(tmp_path: Path) -> None:
             parse_config([*BASE, "--table-checkpoint-interval", bad], environ={})
 
 
+@pytest.mark.parametrize("bad", ["0", "-1"])
+def test_max_messages_per_trigger_is_checked_against_the_option_table(bad: str) -> None:
+    """The range is the option's (connector/source/option_table.py), checked once there: 0 is
+    refused, not taken for "no limit"."""
+    with pytest.raises(UsageError, match=f"--max-messages-per-trigger must be >= 1, got {bad}"):
+        parse_config([*BASE, "--max-messages-per-trigger", bad], environ={})
+
+
 def test_password_from_environment_or_file(tmp_path: Path) -> None:
     config, _ = parse_config([*BASE, "--username", "u", "--password-env", "PW"], environ={})
     assert read_password(config, {"PW": "from-env"}) == "from-env"
