@@ -176,7 +176,7 @@ lint: $(VENV_STAMP)
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
 ## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS, INGEST_S3_ARGS,
 ## INGEST_S3_INLINE_ARGS, INGEST_S3_LONG_ARGS, WAL_THROUGHPUT_ARGS, SHARED_SUBSCRIPTION_ARGS,
-## FLOW_CONTROL_ARGS (e.g. LATENCY_ARGS=--quick)
+## FLOW_CONTROL_ARGS, MICRO_ARGS (e.g. LATENCY_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
 DRAIN_QOS2_ARGS ?=
@@ -192,6 +192,7 @@ INGEST_S3_LONG_ARGS ?=
 WAL_THROUGHPUT_ARGS ?=
 SHARED_SUBSCRIPTION_ARGS ?=
 FLOW_CONTROL_ARGS ?=
+MICRO_ARGS ?=
 bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
@@ -216,6 +217,7 @@ bench: setup
 	$(VENV_PY) -m bench.wal_throughput --repeat 3 $(WAL_THROUGHPUT_ARGS)
 	$(VENV_PY) -m bench.shared_subscription --messages 20000 --rounds 3 $(SHARED_SUBSCRIPTION_ARGS)
 	$(VENV_PY) -m bench.flow_control $(FLOW_CONTROL_ARGS)
+	$(VENV_PY) -m bench.micro $(MICRO_ARGS)
 	$(VENV_PY) -m bench.report
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced
@@ -241,6 +243,15 @@ fuzz: setup
 chaos: setup
 	@rc=0; CHAOS_SCALE=long CHAOS_RESULTS=bench/results/chaos.json \
 		$(VENV_PY) -m pytest -q -p no:cacheprovider tests/chaos $(PYTEST_ARGS) || rc=$$?; \
+	$(VENV_PY) -m bench.report; exit $$rc
+
+## soak: loop the chaos tests (bench/chaos_soak.py: the network-faults test 20 times, the
+## kill -9 and failover tests 3 times each; counts to bench/results/chaos_soak.json), then render
+## bench/REPORT.md; e.g. SOAK_ARGS="--loops 2". Run it from a worktree of its own while editing
+SOAK_ARGS ?=
+.PHONY: soak
+soak: setup
+	@rc=0; $(VENV_PY) -m bench.chaos_soak $(SOAK_ARGS) || rc=$$?; \
 	$(VENV_PY) -m bench.report; exit $$rc
 
 ## clean: remove everything setup and the tools generated (not data/)

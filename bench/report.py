@@ -662,6 +662,89 @@ def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
     return md_table(["counter", "value"], rows)
 
 
+def section_micro(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """The small costs the code's comments refer to, each beside its alternative."""
+    enum, record, crc = data["enum member"], data["record build"], data["crc32"]
+    rows = [
+        [
+            "an enum member read through its class / as a module name (per-message paths of "
+            "`connector.mqtt.decode`, `properties`)",
+            f"{enum['through the class']['median']} ns / {enum['module name']['median']} ns",
+        ],
+        [
+            "a WAL record built as `NewRecord` (NamedTuple) / as a plain tuple "
+            "(`connector.source.receiver`, per message)",
+            f"{record['NewRecord (NamedTuple)']['median']} ns / "
+            f"{record['plain tuple']['median']} ns ({record['ratio']}x)",
+        ],
+        [
+            "CRC32 over segment bytes, what bounds WAL recovery's read (`connector.wal.recovery`)",
+            f"{crc['GB/s']['median']} GB/s",
+        ],
+    ]
+    if "py4j column" in data:
+        rows.append(
+            [
+                "one PySpark `Column` built (`F.col(...).alias(...)`, Py4J round trips), why "
+                "the job builds its projections once (`streaming_jobs.projections`)",
+                f"{data['py4j column']['ms per column']['median']} ms",
+            ]
+        )
+    return md_table(["what", "median"], rows)
+
+
+SOAK_FAULTS = (
+    ("connection_cuts", "cuts"),
+    ("stalls", "stalls"),
+    ("malformed_frames_sent", "malformed frames"),
+    ("no_connack_connections", "no-CONNACK connections"),
+    ("source_process_kills", "source kill -9"),
+    ("driver_kills", "driver kills"),
+    ("broker_restarts", "broker restarts"),
+)
+
+
+def section_chaos_soak(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """Chaos tests looped (bench/chaos_soak.py): per test, runs, messages per QoS, faults,
+    lost and extra rows (QoS 2 must have none; QoS 1 extra rows are counted resends)."""
+    rows = []
+    for test, entry in data["tests"].items():
+        c = entry["counters"]
+        faults = ", ".join(f"{c[k]:,} {label}" for k, label in SOAK_FAULTS if c.get(k))
+        rows.append(
+            [
+                f"`{test.split('::')[-1]}`",
+                f"{entry['passed']}/{entry['runs']}",
+                f"{c.get('qos1_published', 0):,} / {c.get('qos2_published', 0):,}",
+                faults or "—",
+                f"{c.get('qos1_lost', 0) + c.get('qos2_lost', 0):,}",
+                f"{c.get('qos2_extra_rows', 0):,}",
+                f"{c.get('qos1_extra_rows', 0):,}",
+            ]
+        )
+    out = md_table(
+        [
+            "test",
+            "runs passed",
+            "published QoS 1 / 2",
+            "faults",
+            "lost",
+            "QoS 2 extra rows",
+            "QoS 1 extra rows",
+        ],
+        rows,
+    )
+    failed = {t: e["failed_seeds"] for t, e in data["tests"].items() if e["failed_seeds"]}
+    notes = [
+        f"{data.get('loops', 1)} loop(s) side by side. QoS 1 extra rows are broker resends "
+        "(DUP=1) of messages whose PUBACK a fault kept from the broker: at least once, each "
+        "counted by the receiver (docs/delivery.md); QoS 2 must have none.",
+    ]
+    if failed:
+        notes.append(f"Failed runs (replay with CHAOS_SEED): {json.dumps(failed)}")
+    return [*out, "", *notes]
+
+
 def _inflight_label(inflight: object) -> str:
     return "unbounded (0)" if inflight == 0 else str(inflight)
 
@@ -1545,7 +1628,14 @@ SECTIONS: tuple[tuple[str, str, str, Renderer] | Group, ...] = (
     ("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", section_backlog_rss),
     ("latency", "Latency", "python -m bench.latency", section_latency),
     ("scale", "Scale of cost", "python -m bench.scale", section_scale),
+    ("micro", "Costs behind code choices", "python -m bench.micro", section_micro),
     ("chaos", "Chaos", "the chaos tests", section_chaos),
+    (
+        "chaos_soak",
+        "Chaos soak",
+        "python -m bench.chaos_soak --runs 20 (the network-faults, kill -9 and failover tests)",
+        section_chaos_soak,
+    ),
     ("reconnect", "Reconnect", "python -m bench.reconnect", section_reconnect),
     WAL_ON_OBJECT_STORAGE,
     (

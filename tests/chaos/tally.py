@@ -50,6 +50,12 @@ COUNTERS = (
     "messages_landed",
     "messages_lost",
     "messages_duplicated",
+    "qos1_published",
+    "qos1_lost",
+    "qos1_extra_rows",
+    "qos2_published",
+    "qos2_lost",
+    "qos2_extra_rows",
     "tests_passed",
     "tests_failed",
 )
@@ -139,13 +145,17 @@ def settle_per_qos(
     for qos, ledger in sorted(ledgers.items()):
         mine = [row for row in rows if row["qos"] == qos]
         landed = [bytes(row["payload"]) for row in mine]
-        if qos != 1:
-            verdicts[qos] = settle(tally, ledger, landed)
-            continue
-        first = ledger.check([bytes(r["payload"]) for r in mine if not r["duplicate"]])
-        assert not first.duplicated, f"QoS 1 first deliveries stored twice: {first.problems()}"
-        resends = sum(1 for row in mine if row["duplicate"]) - len(first.lost)
-        verdicts[qos] = settle(tally, ledger, landed, possible_duplicates=resends)
+        resends: int | None = None
+        if qos == 1:
+            first = ledger.check([bytes(r["payload"]) for r in mine if not r["duplicate"]])
+            assert not first.duplicated, f"QoS 1 first deliveries stored twice: {first.problems()}"
+            resends = sum(1 for row in mine if row["duplicate"]) - len(first.lost)
+        verdict = ledger.check(landed)
+        if qos in (1, 2):
+            tally.add(f"qos{qos}_published", verdict.published)
+            tally.add(f"qos{qos}_lost", len(verdict.lost))
+            tally.add(f"qos{qos}_extra_rows", verdict.extra)
+        verdicts[qos] = settle(tally, ledger, landed, resends)
     others = sorted({row["qos"] for row in rows} - set(ledgers))
     assert not others, f"rows at a QoS nobody published with: {others}"
     return verdicts

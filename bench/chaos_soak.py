@@ -1,0 +1,130 @@
+"""Loop chaos tests and add up what they did: ``bench/results/chaos_soak.json``.
+
+``python -m bench.chaos_soak [--runs N] [--test NODE[@RUNS] ...] [--loops K] [--output FILE]``
+
+Each run is a pytest process of its own on one chaos test (a fresh seed each time; the seed is
+kept with the run), writing its tally (``CHAOS_RESULTS``, see ``tests/chaos/tally.py``).
+``--loops`` runs that many loops side by side, as two soaks on a 2-core machine do, which
+makes timing faults likelier. The result, per test: runs, runs passed, the seeds of the runs
+that failed, and the sum of every counter (faults applied, messages published per QoS, lost,
+extra rows). The report renders it in its Chaos section. Run it from a worktree of its own when
+the code under test is being edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import REPO_ROOT, machine_info
+
+DEFAULT_TESTS = (
+    "tests/chaos/test_network_faults.py::test_cuts_stalls_fragments_and_malformed_frames_during_ingest",
+    "tests/chaos/test_source_kills.py@3",
+    "tests/chaos/test_driver_failover.py@3",
+)
+"""The network-faults test ``--runs`` times, the kill -9 and failover tests three times each
+(``@RUNS`` after a test sets its own number of runs)."""
+RUN_TIMEOUT = 1800.0
+
+
+def run_once(test: str, results: Path) -> dict[str, Any]:
+    """One pytest process on ``test``, its tally written to ``results``: the tally and
+    whether it passed (the tally holds the run's seed)."""
+    env = {**os.environ, "CHAOS_RESULTS": str(results)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    tally = json.loads(results.read_text()) if results.exists() else {}
+    return {"passed": done.returncode == 0, "tally": tally, "tail": done.stdout[-2000:]}
+
+
+def add_up(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The runs of one test, added up: counters summed, failed runs' seeds listed."""
+    counters: dict[str, int] = {}
+    for run in runs:
+        for key, value in run["tally"].items():
+            if isinstance(value, int) and not isinstance(value, bool) and key != "seed":
+                counters[key] = counters.get(key, 0) + value
+    return {
+        "runs": len(runs),
+        "passed": sum(1 for run in runs if run["passed"]),
+        "failed_seeds": [run["tally"].get("seed") for run in runs if not run["passed"]],
+        "counters": counters,
+    }
+
+
+def soak_one(test: str, runs: int, loops: int, workdir: Path) -> list[dict[str, Any]]:
+    """``runs`` runs of ``test``, ``loops`` at a time."""
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    numbers = iter(range(runs))
+
+    def loop() -> None:
+        while True:
+            with lock:
+                number = next(numbers, None)
+            if number is None:
+                return
+            result = run_once(test, workdir / f"run-{number}.json")
+            with lock:
+                results.append(result)
+                done = len(results)
+            state = "passed" if result["passed"] else "FAILED"
+            print(f"{test}: run {done}/{runs} {state}", flush=True)
+
+    threads = [threading.Thread(target=loop) for _ in range(loops)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def soak(tests: Sequence[str], runs: int, loops: int, workdir: Path) -> dict[str, Any]:
+    """``runs`` runs of each test, ``loops`` at a time; one entry per test."""
+    out: dict[str, Any] = {}
+    for index, spec in enumerate(tests):
+        test, _, own = spec.partition("@")
+        place = workdir / str(index)
+        place.mkdir()
+        out[test] = add_up(soak_one(test, int(own) if own else runs, loops, place))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--runs", type=int, default=20, help="runs per test (unless @RUNS)")
+    parser.add_argument("--loops", type=int, default=1, help="runs side by side")
+    parser.add_argument("--test", action="append", help="a chaos test (repeatable)")
+    parser.add_argument("--output", default=str(REPO_ROOT / "bench/results/chaos_soak.json"))
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="chaos-soak-") as tmp:
+        tests = args.test or list(DEFAULT_TESTS)
+        data = {
+            "tests": soak(tests, args.runs, args.loops, Path(tmp)),
+            "loops": args.loops,
+            "machine": machine_info(),
+        }
+    Path(args.output).write_text(json.dumps(data, indent=2) + "\n")
+    failed = sum(t["runs"] - t["passed"] for t in data["tests"].values())
+    print(f"wrote {args.output}; {failed} run(s) failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

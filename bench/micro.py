@@ -1,0 +1,141 @@
+"""The small costs behind choices the code makes, measured: ``bench/results/micro.json``.
+
+``python -m bench.micro [--repeat R] [--no-spark]``
+
+The code says why it does something ("a module name: faster than the member read through its
+class"); the figures live here, each measured against its alternative in the same run:
+
+* reading an enum member through its class (``PacketType.PUBLISH``) against a module name bound
+  to it, as ``connector.mqtt.decode`` and ``properties`` do on the per-message path;
+* building a WAL record as a ``NewRecord`` (a NamedTuple) against a plain tuple in the same field
+  order, as the receiver does per message (``connector.source.receiver``);
+* CRC32 over a segment's bytes, which bounds what WAL recovery reads per second
+  (``connector.wal.recovery``);
+* building a PySpark ``Column`` (``F.col(...).alias(...)``, one or more Py4J round trips), which
+  is why the ingest job builds its projections once per Spark context
+  (``streaming_jobs.projections``); skipped with ``--no-spark``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import timeit
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from connector.mqtt.packets import PacketType
+from connector.wal.records import NewRecord
+
+from .common import Stats, describe_machine, format_table, machine_info, write_results
+
+_PUBLISH = PacketType.PUBLISH
+
+
+def per_call_ns(statement: Callable[[], object], number: int, repeat: int) -> Stats:
+    """Nanoseconds per call of ``statement`` (a loop of ``number`` calls, ``repeat`` times)."""
+    timer = timeit.Timer(statement)
+    return Stats.of(t / number * 1e9 for t in timer.repeat(repeat=repeat, number=number))
+
+
+def enum_member(repeat: int) -> dict[str, Any]:
+    def through_class() -> object:
+        return PacketType.PUBLISH
+
+    def module_name() -> object:
+        return _PUBLISH
+
+    cls, mod = (
+        per_call_ns(through_class, 1_000_000, repeat),
+        per_call_ns(module_name, 1_000_000, repeat),
+    )
+    return {"through the class": cls.as_dict(1), "module name": mod.as_dict(1)}
+
+
+def record_build(repeat: int) -> dict[str, Any]:
+    topic, payload = "plant/line-3/sensor-17/telemetry", b"x" * 100
+
+    def named() -> object:
+        return NewRecord(topic, payload, 1, False, False, 17, 1_700_000_000_000_000, b"")
+
+    def plain() -> object:
+        return (topic, payload, 1, False, False, 17, 1_700_000_000_000_000, b"")
+
+    nt, tp = per_call_ns(named, 300_000, repeat), per_call_ns(plain, 300_000, repeat)
+    return {
+        "NewRecord (NamedTuple)": nt.as_dict(1),
+        "plain tuple": tp.as_dict(1),
+        "ratio": round(nt.median / tp.median, 2),
+    }
+
+
+def crc32_rate(repeat: int) -> dict[str, Any]:
+    data = bytes(range(256)) * (64 * 1024 * 1024 // 256)
+    seconds = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        zlib.crc32(data)
+        seconds.append(time.perf_counter() - started)
+    rates = [len(data) / s / 1e9 for s in seconds]
+    return {"GB/s": Stats.of(rates).as_dict(2), "bytes": len(data)}
+
+
+def py4j_column(repeat: int) -> dict[str, Any]:
+    """Milliseconds to build one ``F.col(name).alias(other)`` in a local Spark session."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("bench-micro")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    try:
+        F.col("warm").alias("up")
+        per_column = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            for n in range(200):
+                F.col(f"c{n}").alias(f"a{n}")
+            per_column.append((time.perf_counter() - started) / 200 * 1000)
+        return {"ms per column": Stats.of(per_column).as_dict(3)}
+    finally:
+        spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--no-spark", action="store_true", help="skip the Py4J measurement")
+    parser.add_argument("--output", help="results file (default bench/results/micro.json)")
+    args = parser.parse_args(argv)
+    info = machine_info()
+    print(describe_machine(info))
+    data: dict[str, Any] = {
+        "machine": info,
+        "params": {"repeat": args.repeat},
+        "enum member": enum_member(args.repeat),
+        "record build": record_build(args.repeat),
+        "crc32": crc32_rate(args.repeat),
+    }
+    if not args.no_spark:
+        data["py4j column"] = py4j_column(args.repeat)
+    rows = [
+        ["enum member through its class, ns", data["enum member"]["through the class"]["median"]],
+        ["enum member as a module name, ns", data["enum member"]["module name"]["median"]],
+        ["NewRecord (NamedTuple) / plain tuple", data["record build"]["ratio"]],
+        ["CRC32, GB/s", data["crc32"]["GB/s"]["median"]],
+    ]
+    if "py4j column" in data:
+        rows.append(["PySpark Column, ms", data["py4j column"]["ms per column"]["median"]])
+    print(format_table(["what", "median"], rows))
+    path = write_results("micro", data, None if args.output is None else Path(args.output))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
