@@ -15,8 +15,9 @@ follow from the states. The session names no state.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import Enum
+from typing import cast
 
 from .errors import LocalProtocolError
 
@@ -54,6 +55,9 @@ class Exchange(Enum):
         self.released = released
         self.next: dict[str, Exchange | None] = {}
         """The state each allowed step leads to (filled from :data:`TRANSITIONS`)."""
+        self.held_twin: Exchange | None = None
+        """For a state that takes room in the window: the one it takes when the window is
+        full (its PUBREC waits); set below."""
 
 
 class Step:
@@ -192,7 +196,24 @@ exchange open on the id. A target that takes room in the window (``room``) becom
 WHY: dict[str, str] = {step: why for step, _, why in _WHY}
 """Why each step goes where the table says, for readers of the table."""
 
-_HELD_TWIN = {E.PUBREC_SENT: E.PUBREC_HELD, E.RESEND_PUBREC_SENT: E.RESEND_PUBREC_HELD}
+_ILLEGAL = cast(Exchange, object())
+"""What a step not in the table looks up to (no state: compared by identity)."""
+_STEP_STORED, _STEP_RELEASED, _STEP_COMPLETED = Step.STORED, Step.RELEASED, Step.COMPLETED
+_STEP_ROOM = Step.ROOM
+_NEW_STORED = cast(Exchange, TRANSITIONS[(None, Step.STORED)])
+"""Where a new exchange goes when stored: PUBREC_SENT (its held twin without room)."""
+
+
+def _illegal(packet_id: int, state: Exchange | None, step: str) -> IllegalTransition:
+    return IllegalTransition(
+        f"QoS 2 exchange {packet_id}: step {step!r} is not allowed from "
+        f"{state.name if state is not None else 'no exchange'}"
+    )
+
+
+E.PUBREC_SENT.held_twin = E.PUBREC_HELD
+E.RESEND_PUBREC_SENT.held_twin = E.RESEND_PUBREC_HELD
+_NEW_HELD = cast(Exchange, _NEW_STORED.held_twin)
 _FROM_NONE: dict[str, Exchange | None] = {}
 for (_was, _step), _to in TRANSITIONS.items():
     (_FROM_NONE if _was is None else _was.next)[_step] = _to
@@ -223,15 +244,33 @@ class Exchanges:
 
     def stored(self, packet_id: int) -> bool:
         """The caller stored a delivery of this connection; whether its PUBREC goes out now
-        (False: held for room, or an id restored meanwhile whose resend gets it)."""
-        state = self.states.get(packet_id)
-        to = self._to(packet_id, state, Step.STORED)
-        if to is state:
+        (False: held for room, or an id restored meanwhile whose resend gets it). On every
+        QoS 2 message's path, so the table is read and ``_move``'s bookkeeping done inline
+        for a new exchange."""
+        states = self.states
+        state = states.get(packet_id)
+        if state is None:
+            to = _NEW_STORED
+            window = self.window
+            if not window or (not self.queue and self.room_taken < window):
+                states[packet_id] = to
+                self.room_taken += 1
+                return True
+            states[packet_id] = _NEW_HELD  # no room: it waits, in order
+            self.queue[packet_id] = None
+            self.pubrecs_held += 1
             return False
-        if to is not None and to.room and (state is None or not state.room) and not self.has_room():
-            to = _HELD_TWIN[to]
+        else:
+            found = state.next.get(_STEP_STORED, _ILLEGAL)
+            if found is _ILLEGAL:
+                raise _illegal(packet_id, state, Step.STORED)
+            if found is state or found is None:
+                return False
+            to = found
+        if to.room and (state is None or not state.room) and not self.has_room():
+            to = cast(Exchange, to.held_twin)
         self._move(packet_id, state, to)
-        return to is not None and to.room
+        return to.room
 
     def stored_late(self, packet_id: int) -> None:
         """Stored when no PUBREC can be written on the connection it came on (gone), or
@@ -245,30 +284,53 @@ class Exchanges:
         state = self.states.get(packet_id)
         to = self._to(packet_id, state, Step.RESENT)
         if to is not state and to is not None and to.room and not self.has_room():
-            to = _HELD_TWIN[to]
+            to = cast(Exchange, to.held_twin)
         self._move(packet_id, state, to)
         return to is not None and to.room
 
     def released(self, packet_id: int) -> bool:
         """PUBREL for ``packet_id``; whether an exchange was open (False: the id is unknown,
         and PUBCOMP may go at once, section 4.3.3)."""
-        state = self.states.get(packet_id)
+        states = self.states
+        state = states.get(packet_id)
         if state is None:
             return False
-        self._move(packet_id, state, self._to(packet_id, state, Step.RELEASED))
+        to = state.next.get(_STEP_RELEASED, _ILLEGAL)
+        if to is _ILLEGAL or to is None:
+            raise _illegal(packet_id, state, Step.RELEASED)
+        if to.room is state.room and not state.held:  # the window is as it was: inline
+            states[packet_id] = to
+        else:
+            self._move(packet_id, state, to)
         return True
 
-    def completed(self, packet_id: int) -> list[int]:
+    def completed(self, packet_id: int) -> Sequence[int]:
         """The caller stored the release of ``packet_id`` (its PUBCOMP goes out); returns the
         held ids whose PUBREC the freed room lets out, oldest first (section 4.6)."""
-        state = self.states.get(packet_id)
-        self._move(packet_id, state, self._to(packet_id, state, Step.COMPLETED))
-        freed: list[int] = []
+        states = self.states
+        state = states.get(packet_id)
+        to = (_FROM_NONE if state is None else state.next).get(_STEP_COMPLETED, _ILLEGAL)
+        if to is _ILLEGAL:
+            raise _illegal(packet_id, state, Step.COMPLETED)
+        if to is None and state is not None and state.room:  # the common end: inline
+            del states[packet_id]
+            self.room_taken -= 1
+        else:
+            self._move(packet_id, state, to)
         queue = self.queue
-        while queue and self.has_room_for_held():
+        window = self.window
+        if not queue or (window and self.room_taken >= window):
+            return ()
+        freed: list[int] = []
+        while queue and (not window or self.room_taken < window):
             oldest = next(iter(queue))
-            held = self.states[oldest]
-            self._move(oldest, held, self._to(oldest, held, Step.ROOM))
+            held = states[oldest]
+            room = held.next.get(_STEP_ROOM, _ILLEGAL)
+            if room is _ILLEGAL or room is None:
+                raise _illegal(oldest, held, Step.ROOM)
+            del queue[oldest]  # _move's bookkeeping for held -> room, inlined
+            states[oldest] = room
+            self.room_taken += 1
             freed.append(oldest)
         return freed
 
@@ -313,22 +375,15 @@ class Exchanges:
         window = self.window
         return not window or (not self.queue and self.room_taken < window)
 
-    def has_room_for_held(self) -> bool:
-        """Whether the oldest held PUBREC may go out now."""
-        return not self.window or self.room_taken < self.window
-
     # ------------------------------------------------------------------ the one move
 
     @staticmethod
     def _to(packet_id: int, state: Exchange | None, step: str) -> Exchange | None:
         """The state ``step`` leads to from ``state``, as :data:`TRANSITIONS` says."""
-        try:
-            return (_FROM_NONE if state is None else state.next)[step]
-        except KeyError:
-            raise IllegalTransition(
-                f"QoS 2 exchange {packet_id}: step {step!r} is not allowed from "
-                f"{state.name if state is not None else 'no exchange'}"
-            ) from None
+        to = (_FROM_NONE if state is None else state.next).get(step, _ILLEGAL)
+        if to is _ILLEGAL:
+            raise _illegal(packet_id, state, step)
+        return to
 
     def _move(self, packet_id: int, was: Exchange | None, to: Exchange | None) -> None:
         """Put the exchange of ``packet_id`` from ``was`` in state ``to`` (None: closed),

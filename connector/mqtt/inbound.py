@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from .encode import ACK_WORDS
 from .errors import InvalidArgument
@@ -68,6 +69,7 @@ class Inbound:
         "faults",
         "matches_stored",
         "max_qos",
+        "pubrel",
         "receive_maximum",
         "redeliveries",
         "shared_id_resends",
@@ -81,6 +83,11 @@ class Inbound:
     ) -> None:
         self.exchanges = Exchanges(pubrec_window)
         """QoS 2 exchanges from the caller's ``ack`` to PUBCOMP: one state per id."""
+        self.pubrel = self.exchanges.released
+        """PUBREL (section 3.6): whether a stored id is released (the caller persists that
+        and calls ``complete``; from here on a PUBLISH with the id is new, [MQTT-4.3.3-1]); a
+        PUBREL again before ``complete`` is released again. False: the id is unknown, and
+        PUBCOMP goes at once so the broker can free it (section 4.3.3)."""
         self.receive_maximum = receive_maximum
         """Our Receive Maximum at level 5 (0: not checked)."""
         self.matches_stored = matches_stored
@@ -146,10 +153,10 @@ class Inbound:
 
     # ------------------------------------------------------------------ the broker's packets
 
-    def publish(self, packet: Publish, acks: list[int]) -> Publish | str | None:
-        """A QoS 1/2 PUBLISH from the broker: the message to deliver, None when it is
-        withheld as the resend of a stored message (its acknowledgement added to ``acks``),
-        or the violation that ends the connection.
+    def publish(self, packet: Publish, events: list[Any], acks: list[int]) -> str | None:
+        """A QoS 1/2 PUBLISH from the broker: delivered (added to ``events``), or withheld as
+        the resend of a stored message (its acknowledgement added to ``acks``); returns the
+        violation that ends the connection, or None.
 
         A QoS 1/2 PUBLISH with DUP=0 that reuses the id of an exchange first delivered on this
         connection and still open breaks section 2.3.1, and acknowledging it would acknowledge
@@ -219,14 +226,8 @@ class Inbound:
                 )
         else:
             delivered[pid] = packet
-        return packet
-
-    def pubrel(self, packet_id: int) -> bool:
-        """PUBREL (section 3.6): whether a stored id is released (the caller persists that
-        and calls ``complete``; from here on a PUBLISH with the id is new, [MQTT-4.3.3-1]); a
-        PUBREL again before ``complete`` is released again. False: the id is unknown, and
-        PUBCOMP goes at once so the broker can free it (section 4.3.3)."""
-        return self.exchanges.released(packet_id)
+        events.append(packet)
+        return None
 
     def _same_as_stored(self, packet: Publish) -> bool:
         """Whether ``packet`` equals the stored message with its id (True when unknown: the
@@ -314,11 +315,13 @@ class Inbound:
             for pid in packet_ids:
                 exchanges.completed_offline(pid)
             return words
+        completed = exchanges.completed
+        append = words.append
         for pid in packet_ids:
-            freed = exchanges.completed(pid)
-            words.append(_PUBCOMP | pid)
-            for held in freed:
-                words.append(_PUBREC | held)
+            freed = completed(pid)
+            append(_PUBCOMP | pid)
+            if freed:
+                words.extend(_PUBREC | held for held in freed)
         return words
 
     def _pop_later(self, pid: int, message: Publish) -> Publish | None:

@@ -112,6 +112,9 @@ class ClientSession:
         self._inbound = Inbound(config.pubrec_window, receive_maximum, matches_stored)
         """What the broker delivers and the caller stores, across connections."""
         self._outbound = Outbound(config.level)
+        self._pubrel = self._inbound.pubrel  # the QoS 2 release path, looked up once
+        self._acks: list[int] = []
+        """Acknowledgement words ``Inbound.publish`` asks for, written after each PUBLISH."""
         """The packet ids this client uses and what each waits for."""
         self._last_sent = 0.0
         self._last_received = 0.0
@@ -425,9 +428,17 @@ class ClientSession:
             code = 0x81
         events: list[Event] = []
         if self.state is State.CONNECTED:
+            inbound_publish = self._inbound.publish  # the per-message path, looked up once
+            acks = self._acks
             for packet in packets:
                 if type(packet) is Publish:
-                    problem = self._on_publish(packet, events, now)
+                    if packet.properties is not None or packet.packet_id is None:
+                        problem = self._on_publish(packet, events, now)
+                    else:
+                        problem = inbound_publish(packet, events, acks)
+                        if acks:
+                            self._send_acks(acks, now)
+                            acks.clear()
                     if problem:
                         violation = problem
                         break
@@ -557,7 +568,7 @@ class ClientSession:
     def _on_pubrel(self, packet_id: int, events: list[Event], now: float) -> None:
         """PUBREL (section 3.6): a stored id is released (``Inbound.pubrel``); an unknown id
         gets PUBCOMP at once so the broker can free it (section 4.3.3)."""
-        if self._inbound.pubrel(packet_id):
+        if self._pubrel(packet_id):
             events.append(Released(packet_id))
         else:
             self._send(encode_ack(PacketType.PUBCOMP, packet_id), now)
@@ -573,15 +584,12 @@ class ClientSession:
         if packet.packet_id is None:  # QoS 0: a PUBLISH has its packet id exactly at QoS 1/2
             events.append(packet)
             return None
-        acks: list[int] = []
-        outcome = self._inbound.publish(packet, acks)
+        acks = self._acks
+        problem = self._inbound.publish(packet, events, acks)
         if acks:
             self._send_acks(acks, now)
-        if type(outcome) is str:
-            return outcome
-        if outcome is not None:
-            events.append(packet)
-        return None
+            acks.clear()
+        return problem
 
     def _on_connack(self, packet: Connack, events: list[Event], now: float) -> str | None:
         if packet.return_code:

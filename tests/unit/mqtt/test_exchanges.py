@@ -32,27 +32,47 @@ STEPS = [v for k, v in vars(Step).items() if k.isupper()]
 HELD_TWIN = {E.PUBREC_SENT: E.PUBREC_HELD, E.RESEND_PUBREC_SENT: E.RESEND_PUBREC_HELD}
 
 
+STEP_METHODS = (
+    "stored",
+    "stored_late",
+    "resent",
+    "released",
+    "completed",
+    "completed_offline",
+    "id_reused",
+    "connection_lost",
+    "session_lost",
+)
+
+
 @pytest.fixture
 def moves(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Move]]:
-    """Every state change of every session, checked as it happens: the change is a step of
-    TRANSITIONS (or its held twin, when the window is full), and the window's bookkeeping
-    agrees with the states."""
+    """Every state change of every session, checked as it happens: each change a step method
+    makes is a step of TRANSITIONS (or its held twin, when the window is full), and the
+    window's bookkeeping agrees with the states after it."""
     seen: list[Move] = []
-    move = Exchanges._move
     allowed = set(TRANSITIONS.items())
 
-    def checked(self: Exchanges, packet_id: int, was: Exchange | None, to: Exchange | None) -> None:
-        move(self, packet_id, was, to)
-        if was is not to:
-            assert any(
-                before is was and (after is to or HELD_TWIN.get(after) is to)  # type: ignore[arg-type]
-                for (before, _), after in allowed
-            ), f"{packet_id}: {was} -> {to} is no step of the table"
-            seen.append((was, to))
-        assert self.room_taken == sum(state.room for state in self.states.values())
-        assert set(self.queue) == {pid for pid, state in self.states.items() if state.held}
+    def checked(method):  # type: ignore[no-untyped-def]
+        def step(self: Exchanges, *args):  # type: ignore[no-untyped-def]
+            before = dict(self.states)
+            result = method(self, *args)
+            for pid in set(before) | set(self.states):
+                was, to = before.get(pid), self.states.get(pid)
+                if was is not to:
+                    assert any(
+                        b is was and (a is to or HELD_TWIN.get(a) is to)  # type: ignore[arg-type]
+                        for (b, _), a in allowed
+                    ), f"{pid}: {was} -> {to} is no step of the table"
+                    seen.append((was, to))
+            assert self.room_taken == sum(state.room for state in self.states.values())
+            assert set(self.queue) == {pid for pid, state in self.states.items() if state.held}
+            return result
 
-    monkeypatch.setattr(Exchanges, "_move", checked)
+        return step
+
+    for name in STEP_METHODS:
+        monkeypatch.setattr(Exchanges, name, checked(getattr(Exchanges, name)))
     yield seen
 
 
@@ -198,9 +218,9 @@ def test_the_pubcomp_that_frees_room_lets_out_the_oldest_held_pubrec() -> None:
     exchanges.stored(2)
     exchanges.stored(3)
     exchanges.released(1)
-    assert exchanges.completed(1) == [2]
+    assert list(exchanges.completed(1)) == [2]
     assert exchanges.states == {2: E.PUBREC_SENT, 3: E.PUBREC_HELD}
-    assert exchanges.completed(9) == []  # an unknown id: PUBCOMP, nothing moves
+    assert list(exchanges.completed(9)) == []  # an unknown id: PUBCOMP, nothing moves
 
 
 @pytest.mark.parametrize(
