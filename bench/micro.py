@@ -19,6 +19,7 @@ class"); the figures live here, each measured against its alternative in the sam
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import timeit
 import zlib
@@ -87,10 +88,13 @@ def py4j_column(repeat: int) -> dict[str, Any]:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, as every session here
     spark = (
         SparkSession.builder.master("local[1]")
         .appName("bench-micro")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .getOrCreate()
     )
     try:
