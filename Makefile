@@ -33,6 +33,17 @@ AEDES_STAMP := $(AEDES_DIR)/node_modules/.setup-stamp
 # Maven Central; runs on the Java that Spark uses).
 S3PROXY_VERSION := 4.1.0
 S3PROXY_JAR := $(BROKERS_DIR)/s3proxy/s3proxy-$(S3PROXY_VERSION).jar
+# Sparkplug B edge nodes written by others, for tests/interop/test_sparkplug_edge_nodes.py:
+# Eclipse Tahu's JavaScript client (npm sparkplug-client and sparkplug-payload, installed into
+# tools/sparkplug-edge like aedes) and Tahu's Java edge library (org.eclipse.tahu:tahu-edge-compat
+# from Maven Central, a shaded jar), driven by tools/tahu-edge's TahuEdgeNode, compiled here.
+SPARKPLUG_EDGE_DIR := tools/sparkplug-edge
+SPARKPLUG_EDGE_STAMP := $(SPARKPLUG_EDGE_DIR)/node_modules/.setup-stamp
+TAHU_VERSION := 1.0.21
+TAHU_DIR := $(BROKERS_DIR)/tahu
+TAHU_JAR := $(TAHU_DIR)/tahu-edge-compat-$(TAHU_VERSION).jar
+TAHU_EDGE_SRC := $(wildcard tools/tahu-edge/src/mqtt/lakehouse/tahuedge/*.java)
+TAHU_EDGE_JAR := $(TAHU_DIR)/tahu-edge-node.jar
 # Go's official tarball installs here, outside many users' PATH.
 GO ?= $(shell command -v go 2>/dev/null || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; })
 NPM ?= $(shell command -v npm 2>/dev/null)
@@ -53,6 +64,9 @@ $(VENV_STAMP): pyproject.toml
 	fi
 	$(VENV_PY) -m pip install --quiet --upgrade pip
 	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev,bench]'
+	@# The Sparkplug tests' decoding oracle: pysparkplug's protobuf classes (never the product's
+	@# decoder). Its own pin of paho-mqtt<2 is for its client, which nothing here uses.
+	$(VENV_PY) -m pip install --quiet --no-deps pysparkplug==0.6.1
 	@# `.venv/bin/spark-submit` finds Spark and runs the job with `python3` from PATH unless
 	@# told otherwise: pin both to this virtualenv's interpreter.
 	@for launcher in spark-submit pyspark; do \
@@ -120,9 +134,10 @@ $(S3PROXY_JAR): | system-deps
 	mvn -q dependency:copy -Dartifact=org.gaul:s3proxy:$(S3PROXY_VERSION):jar:jar-with-dependencies \
 		-DoutputDirectory="$(abspath $(@D))" -Dmdep.stripClassifier=true -Dmdep.overWriteReleases=true
 
-## interop-brokers: mochi-mqtt (Go) and aedes (Node) for tests/interop; without Go or Node
-## a note is printed and those brokers' tests skip
-interop-brokers: $(MOCHI_BIN) $(AEDES_STAMP)
+## interop-brokers: mochi-mqtt (Go) and aedes (Node) for tests/interop, and the Sparkplug edge
+## nodes (Tahu's JavaScript client, Tahu's Java library); without Go, Node or a JDK and Maven a
+## note is printed and those tests skip
+interop-brokers: $(MOCHI_BIN) $(AEDES_STAMP) $(SPARKPLUG_EDGE_STAMP) $(TAHU_EDGE_JAR)
 
 # Rebuilt when its sources change. go.sum pins every module; the module and build caches are
 # Go's defaults. Without Go, nothing is built: the mochi tests skip, saying why.
@@ -145,6 +160,41 @@ $(AEDES_STAMP): $(AEDES_DIR)/package.json $(AEDES_DIR)/package-lock.json
 		echo "Installing aedes into $(AEDES_DIR)/node_modules"; \
 		cd $(AEDES_DIR) && "$(NPM)" ci --no-audit --no-fund --loglevel=error; \
 		touch "$(abspath $@)"; \
+	fi
+
+# The lock file pins sparkplug-client, sparkplug-payload and their dependencies; `npm ci` as for
+# aedes. Without Node and npm, nothing is installed: the JavaScript edge node's tests skip.
+$(SPARKPLUG_EDGE_STAMP): $(SPARKPLUG_EDGE_DIR)/package.json $(SPARKPLUG_EDGE_DIR)/package-lock.json
+	@if [ -z "$(NODE)" ] || [ -z "$(NPM)" ]; then \
+		echo "note: no node or npm found on PATH: the Sparkplug JavaScript edge node tests will skip"; \
+	else \
+		echo "Installing sparkplug-client into $(SPARKPLUG_EDGE_DIR)/node_modules"; \
+		cd $(SPARKPLUG_EDGE_DIR) && "$(NPM)" ci --no-audit --no-fund --loglevel=error; \
+		touch "$(abspath $@)"; \
+	fi
+
+# Tahu's edge library: one shaded jar (tahu-core, tahu-edge, Paho, protobuf, logback inside).
+# Without Maven or Java nothing is fetched: the Tahu (Java) edge node's tests skip.
+$(TAHU_JAR):
+	@if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
+		echo "note: no mvn or java found: the Sparkplug Tahu (Java) edge node tests will skip"; \
+	else \
+		mkdir -p $(@D); \
+		mvn -q -B dependency:copy -Dartifact=org.eclipse.tahu:tahu-edge-compat:$(TAHU_VERSION) \
+			-DoutputDirectory="$(abspath $(@D))" -Dmdep.overWriteReleases=true 2>&1 \
+			| sed -e 's/\x1b\[[0-9;]*m//g'; \
+	fi
+
+# tools/tahu-edge's driver, compiled against that jar. Needs a JDK's javac; without one (or
+# without the jar) nothing is built: the Tahu (Java) edge node's tests skip.
+$(TAHU_EDGE_JAR): $(TAHU_EDGE_SRC) $(TAHU_JAR)
+	@if ! command -v javac >/dev/null 2>&1 || [ ! -f "$(TAHU_JAR)" ]; then \
+		echo "note: no javac (JDK) or no $(TAHU_JAR): the Sparkplug Tahu (Java) edge node tests will skip"; \
+	else \
+		echo "Compiling tools/tahu-edge into $@"; \
+		rm -rf $(TAHU_DIR)/classes; \
+		javac --release 17 -encoding UTF-8 -cp "$(TAHU_JAR)" -d $(TAHU_DIR)/classes $(TAHU_EDGE_SRC); \
+		jar cf "$@" -C $(TAHU_DIR)/classes .; \
 	fi
 
 ## test: the whole suite under tests/ (pyproject's testpaths: unit, integration, Spark,
@@ -176,7 +226,7 @@ lint: $(VENV_STAMP)
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
 ## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS, INGEST_S3_ARGS,
 ## INGEST_S3_INLINE_ARGS, INGEST_S3_LONG_ARGS, WAL_THROUGHPUT_ARGS, SHARED_SUBSCRIPTION_ARGS,
-## FLOW_CONTROL_ARGS, MICRO_ARGS (e.g. LATENCY_ARGS=--quick)
+## FLOW_CONTROL_ARGS, MICRO_ARGS, SPARKPLUG_ARGS (e.g. LATENCY_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
 DRAIN_QOS2_ARGS ?=
@@ -193,6 +243,7 @@ WAL_THROUGHPUT_ARGS ?=
 SHARED_SUBSCRIPTION_ARGS ?=
 FLOW_CONTROL_ARGS ?=
 MICRO_ARGS ?=
+SPARKPLUG_ARGS ?=
 bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
@@ -218,6 +269,7 @@ bench: setup
 	$(VENV_PY) -m bench.shared_subscription --messages 20000 --rounds 3 $(SHARED_SUBSCRIPTION_ARGS)
 	$(VENV_PY) -m bench.flow_control $(FLOW_CONTROL_ARGS)
 	$(VENV_PY) -m bench.micro $(MICRO_ARGS)
+	$(VENV_PY) -m bench.sparkplug $(SPARKPLUG_ARGS)
 	$(VENV_PY) -m bench.report
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced
@@ -256,6 +308,7 @@ soak: setup
 
 ## clean: remove everything setup and the tools generated (not data/)
 clean:
-	rm -rf $(VENV) $(JARS_DIR) $(BROKERS_DIR) $(AEDES_DIR)/node_modules .pytest_cache .ruff_cache \
+	rm -rf $(VENV) $(JARS_DIR) $(BROKERS_DIR) $(AEDES_DIR)/node_modules \
+		$(SPARKPLUG_EDGE_DIR)/node_modules .pytest_cache .ruff_cache \
 		.hypothesis .mypy_cache *.egg-info
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

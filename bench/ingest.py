@@ -97,7 +97,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -1025,6 +1025,21 @@ PHASES = (
 )
 
 
+def phase_table(
+    spark_peers: Mapping[str, list[Landing]],
+) -> tuple[list[str], list[list[Any]]]:
+    """Headers and rows: each peer's last run, its batches and mean ms per phase."""
+    rows = []
+    for peer, runs in spark_peers.items():
+        last = runs[-1]
+        means = _phase_means(last)
+        rows.append(
+            [peer, len(last.batches), round(last.rows / len(last.batches))]
+            + [f"{means[p]:.0f}" for p in PHASES]
+        )
+    return ["peer", "batches", "rows/batch", *PHASES], rows
+
+
 def _phase_means(landing: Landing) -> dict[str, float]:
     return {
         phase: sum(b.durations_ms.get(phase, 0) for b in landing.batches) / len(landing.batches)
@@ -1481,16 +1496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(format_table(*_appends_table(appends)))
         print()
-    phase_rows = []
-    for peer, runs in spark_peers.items():
-        last = runs[-1]
-        means = _phase_means(last)
-        phase_rows.append(
-            [peer, len(last.batches), round(last.rows / len(last.batches))]
-            + [f"{means[p]:.0f}" for p in PHASES]
-        )
     print("Spark's per-batch phases, last repetition (mean ms per non-empty batch):")
-    print(format_table(["peer", "batches", "rows/batch", *PHASES], phase_rows))
+    print(format_table(*phase_table(spark_peers)))
     print()
     print("where the CPU goes while the measured batches run (sampled from /proc):")
     print(format_table(*_cpu_table(spark_peers)))

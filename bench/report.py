@@ -13,7 +13,8 @@ its section saying so; a file of an unexpected shape is reported in its section,
 a subsection per run, then one that puts their figures side by side (what limits the S3 peer);
 ``## Shared subscription`` one ingest job against several sharing a subscription
 (``shared_subscription.json``); ``## Flow control over a long round trip`` a backlog drained
-over MQTT 3.1.1 and 5 through a delay proxy (``flow_control.json``).
+over MQTT 3.1.1 and 5 through a delay proxy (``flow_control.json``); ``## Sparkplug B into
+Delta`` metrics per second against raw rows of the same messages (``sparkplug.json``).
 """
 
 from __future__ import annotations
@@ -349,6 +350,128 @@ def section_ingest(data: Mapping[str, Any], charts: Charts) -> Lines:
             "",
             f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU "
             "during the run.",
+        ]
+    return out
+
+
+def section_sparkplug(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench.sparkplug``: a Sparkplug B backlog into Delta, a row per metric, against raw
+    rows of the same messages, and the decoder alone."""
+    params, peers = data.get("parameters", {}), data["peers"]
+    payload = params.get("ndata_payload_bytes", {})
+    kinds = ", ".join(dict.fromkeys(params.get("metric_datatypes", [])))
+    options = ", ".join(f"`{o}`" for o in params.get("source_options", []))
+    out = [
+        f"{num(params.get('births'))} NBIRTH and {num(params.get('ndata_messages'))} "
+        f"alias-only NDATA messages of {params.get('metrics')} metrics ({kinds}; "
+        f"{num(payload.get('median'))}-byte payloads), queued at QoS {params.get('qos')} for "
+        "the ingest job's persistent session (Sparkplug's own DATA is QoS 0, which a broker "
+        f"does not queue), landed in Delta on {params.get('master')}, trigger "
+        f"{params.get('trigger')}, written by {params.get('sink')}"
+        + (f", source options {options}" if options else "")
+        + f"; peers in turns, median of {params.get('repeat')}. `sparkplug`: "
+        "`--payload-format sparkplug`, a row per metric; `raw`: the default, a row per message "
+        "with the payload's bytes.",
+        "",
+        *_warmup_notes(params.get("warmup"), peers),
+        *_clock_notes(data),
+    ]
+    rows = [
+        [
+            peer,
+            *stats_cells(item["messages_per_second"]),
+            num(item["rows_per_second"].get("median")),
+            num(item.get("rows_per_message"), 2),
+        ]
+        for peer, item in peers.items()
+    ]
+    headers = ["peer", "msg/s median", "min", "max", "rows/s median", "rows/msg"]
+    out += [*md_table(headers, rows), ""]
+    reps = [
+        [
+            str(r["repetition"]),
+            " then ".join(r["order"]),
+            num(r["sparkplug"]),
+            num(r["raw"]),
+            times(r["ratio"]),
+        ]
+        for r in data.get("repetitions", [])
+    ]
+    out += [
+        *md_table(["repetition", "order", "sparkplug msg/s", "raw msg/s", "sparkplug/raw"], reps),
+        "",
+        *md_table(["ratio (msg/s)", "median", "min", "max"], ratio_rows(data.get("ratios"))),
+        "",
+    ]
+    decoder = data.get("decoder")
+    if isinstance(decoder, Mapping):
+        out += [
+            "The decoder alone (no Spark, one Python thread) on the same "
+            f"{num(decoder['messages'])} messages ({num(decoder['rows'])} rows); median of "
+            f"{decoder['repeat']}: "
+            "`decode_messages` is a task's decoding of its partition, `to_record_batch` its "
+            "conversion to Arrow, `fold` the planner's pass over the same records.",
+            "",
+            *md_table(
+                ["stage", "seconds", "msg/s", "metrics/s"],
+                [
+                    [
+                        f"`{stage}`",
+                        num(s["seconds"], 3),
+                        num(s["messages_per_second"]),
+                        num(s.get("rows_per_second")),
+                    ]
+                    for stage, s in decoder["stages"].items()
+                ],
+            ),
+            "",
+        ]
+    cpu = data.get("cpu_seconds_per_100k_messages")
+    if isinstance(cpu, Mapping) and cpu:
+        components = [
+            c
+            for c in next(iter(cpu.values()))
+            if c not in NOT_THE_PIPELINE and any(p.get(c, 0) >= 0.005 for p in cpu.values())
+        ]
+        out += [
+            "CPU seconds per 100,000 messages while the measured batches ran (median over the "
+            "repetitions, sampled from /proc):",
+            "",
+            *md_table(
+                ["component", *cpu],
+                [
+                    *([c, *(num(p.get(c), 2) for p in cpu.values())] for c in components),
+                    [
+                        "total of the pipeline",
+                        *(
+                            num(sum(v for c, v in p.items() if c not in NOT_THE_PIPELINE), 2)
+                            for p in cpu.values()
+                        ),
+                    ],
+                ],
+            ),
+            "",
+        ]
+    profile = data.get("decoder_profile")
+    if profile:
+        out += [
+            "cProfile of `decode_messages` + `to_record_batch` on the same messages, the top "
+            "functions by cumulative time (seconds under the profiler):",
+            "",
+            *md_table(
+                ["function", "calls", "own s", "cumulative s"],
+                [
+                    [f"`{p['function']}`", p["ncalls"], num(p["tottime"], 3), num(p["cumtime"], 3)]
+                    for p in profile
+                ],
+            ),
+            "",
+        ]
+    share = data.get("other_processes_cpu_share")
+    if share is not None:
+        out += [
+            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU "
+            "during the measured batches.",
         ]
     return out
 
@@ -1625,6 +1748,7 @@ SECTIONS: tuple[tuple[str, str, str, Renderer] | Group, ...] = (
         "bench/results/ingest_long.json",
         section_ingest,
     ),
+    ("sparkplug", "Sparkplug B into Delta", "python -m bench.sparkplug", section_sparkplug),
     ("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", section_backlog_rss),
     ("latency", "Latency", "python -m bench.latency", section_latency),
     ("scale", "Scale of cost", "python -m bench.scale", section_scale),

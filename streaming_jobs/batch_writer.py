@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .delta_append import DeltaAppender
-from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, table_rows
+from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, event_rows, table_rows
 from .progress import BatchStats, RunStats
 from .stop_interruption import stop_interruption
 
@@ -50,10 +50,13 @@ class BatchWriter:
         stats: RunStats,
         *,
         merge_schema: bool = False,
+        events_table: str | None = None,
     ) -> None:
         self.plan = plan
         self.table = table
         self.dead_letter_table = dead_letter_table
+        self.events_table = events_table
+        """Sparkplug: the births, deaths and STATE messages, one row each."""
         self.stats = stats
         self.merge_schema = merge_schema
         self.appender = DeltaAppender()
@@ -66,7 +69,7 @@ class BatchWriter:
             raise RuntimeError(f"no {QUERY_ID_PROPERTY} in the batch's context")
         began = time.monotonic()
         try:
-            if self.dead_letter_table is None:
+            if self.dead_letter_table is None and self.events_table is None:
                 rows, unparsed, newest = self._write_single(batch, app_id, batch_id)
             else:
                 rows, unparsed, newest = self._write_cached(batch, app_id, batch_id)
@@ -101,6 +104,8 @@ class BatchWriter:
         targets = [(self.table, table_rows(decoded, self.plan), self.plan.partition_by)]
         if self.dead_letter_table is not None:
             targets.append((self.dead_letter_table, dead_letter_rows(decoded, self.plan), ()))
+        if self.events_table is not None:
+            targets.append((self.events_table, event_rows(decoded), ()))
         created = []
         for path, rows, partition_by in targets:
             if self._table_exists(rows, path):
@@ -136,6 +141,14 @@ class BatchWriter:
                 F.count(F.lit(1)).alias("rows"),
                 F.count(F.col(REASON)).alias("unparsed"),
                 F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
+                *(
+                    [
+                        F.count_if(F.col("event")).alias("events"),
+                        F.count(F.col("metric_index")).alias("metrics"),
+                    ]
+                    if self.plan.sparkplug
+                    else []
+                ),
             ],
         )
 
@@ -172,23 +185,29 @@ class BatchWriter:
         self, batch: DataFrame, app_id: str, batch_id: int
     ) -> tuple[int, int, int | None]:
         """The counts first, then the writes, from one cached read: good rows to the table and
-        the rest to the dead-letter table when there is one, else every row to the table."""
+        the rest to the dead-letter table when there is one, else every row to the table;
+        Sparkplug's births, deaths and STATE messages also to the events table."""
         decoded = decode(batch, self.plan).persist()
         try:
             counts = decoded.agg(*self._metrics(decoded)).first()
             assert counts is not None
             rows, unparsed = int(counts["rows"]), int(counts["unparsed"])
             dead_letters = self.dead_letter_table
-            self._append(
-                table_rows(decoded, self.plan),
-                self.table,
-                app_id,
-                batch_id,
-                rows - unparsed if dead_letters is not None else rows,
-            )
+            kept = rows - unparsed if dead_letters is not None else rows
+            if self.plan.sparkplug:  # one row per metric, and the undecodable ones when kept
+                kept = int(counts["metrics"]) + (0 if dead_letters is not None else unparsed)
+            self._append(table_rows(decoded, self.plan), self.table, app_id, batch_id, kept)
             if dead_letters is not None:
                 self._append(
                     dead_letter_rows(decoded, self.plan), dead_letters, app_id, batch_id, unparsed
+                )
+            if self.events_table is not None:
+                self._append(
+                    event_rows(decoded),
+                    self.events_table,
+                    app_id,
+                    batch_id,
+                    int(counts["events"]),
                 )
         finally:
             decoded.unpersist()

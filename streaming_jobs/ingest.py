@@ -394,6 +394,7 @@ def supervise(
             partition_by=config.partition_by,
             mqtt5=parsed.mqtt5,
             property_columns=config.property_columns,
+            events=config.events_table is not None,
         )
     except SchemaError as exc:
         raise UsageError(str(exc)) from None
@@ -412,6 +413,7 @@ def supervise(
         _path(config.dead_letter_table) if config.dead_letter_table else None,
         stats,
         merge_schema=config.merge_schema,
+        events_table=_path(config.events_table) if config.events_table else None,
     )
     source = reader.load()
     try:
@@ -439,7 +441,7 @@ def supervise(
         ", ".join(config.topic),
         parsed.broker,
         config.table,
-        f" and {config.dead_letter_table}" if config.dead_letter_table else "",
+        "".join(f" and {path}" for path in (config.dead_letter_table, config.events_table) if path),
         config.payload_format,
         query.id,
     )

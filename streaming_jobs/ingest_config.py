@@ -160,6 +160,8 @@ class IngestConfig:
     topic_columns: tuple[str | None, ...] = ()
     property_columns: tuple[str, ...] = ()
     dead_letter_table: str | None = None
+    events_table: str | None = None
+    sparkplug_reorder_timeout: float | None = None
     partition_by: tuple[str, ...] = ()
     merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
@@ -387,13 +389,33 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
         raise UsageError("--schema goes with --payload-format json")
     if values.get("dead_letter_table") and payload_format == "binary":
         raise UsageError(
-            "--dead-letter-table needs --payload-format text or json (binary payloads "
-            "cannot fail to parse)"
+            "--dead-letter-table needs --payload-format text, json or sparkplug (binary "
+            "payloads cannot fail to parse)"
         )
-    table = Path(values["table"]).resolve()
-    dead_letter = values.get("dead_letter_table")
-    if dead_letter and Path(dead_letter).resolve() == table:
-        raise UsageError("--dead-letter-table must differ from --table")
+    if payload_format != "sparkplug":
+        for dest in ("events_table", "sparkplug_reorder_timeout"):
+            if values.get(dest) is not None:
+                raise UsageError(f"--{dest.replace('_', '-')} goes with --payload-format sparkplug")
+    else:
+        for dest in ("topic_columns", "property_columns"):
+            if values.get(dest):
+                raise UsageError(
+                    f"--{dest.replace('_', '-')} does not go with --payload-format sparkplug "
+                    "(its rows have group_id, edge_node_id and device_id; docs/sparkplug.md)"
+                )
+    paths = [
+        (name, Path(values[key]).resolve())
+        for name, key in (
+            ("--table", "table"),
+            ("--dead-letter-table", "dead_letter_table"),
+            ("--events-table", "events_table"),
+        )
+        if values.get(key)
+    ]
+    for i, (name, path) in enumerate(paths):
+        for other, other_path in paths[:i]:
+            if path == other_path:
+                raise UsageError(f"{name} must differ from {other}")
     interval = values.get("table_checkpoint_interval")
     if interval is not None and interval < 1:
         raise UsageError("--table-checkpoint-interval must be at least 1")

@@ -25,7 +25,7 @@ from connector.source.option_table import OPTIONS, Option
 from connector.source.option_table import markdown as options_markdown
 
 KINDS = ("value", "list", "pairs", "names", "switch", "action")
-PAYLOAD_FORMATS = ("binary", "text", "json")
+PAYLOAD_FORMATS = ("binary", "text", "json", "sparkplug")
 _UNSET: Any = object()
 """``Flag.default`` not given: the option's default (a switch: on when that is true), or None."""
 
@@ -177,6 +177,12 @@ def _number(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _sparkplug_only(value: Any) -> str | None:
+    """``--payload-format`` as the source's ``payloadFormat``: only ``sparkplug`` changes the
+    source's rows (binary, text and json are decoded by the job from the raw payload)."""
+    return "sparkplug" if value == "sparkplug" else None
+
+
 def _mqtt5_default(option: str) -> str:
     """How the docs give the default of an MQTT 5 option's flag: the option's (one home, the
     option table), which applies with ``--mqtt-version 5``; unset otherwise."""
@@ -241,8 +247,10 @@ FLAGS: tuple[Flag, ...] = (
          "(`<checkpoint>/mqtt-wal`)", metavar="PATH", required=True),
     Flag("--payload-format", OUTPUT, "binary: raw bytes in 'payload'; text: UTF-8 in 'text'; "
          "json: typed columns from `--schema` (with `--mqtt-version 5`, a message whose "
-         "`contentType` is not JSON does not parse)", choices=PAYLOAD_FORMATS,
-         default="binary"),
+         "`contentType` is not JSON does not parse); sparkplug: Sparkplug B, one row per "
+         "metric with names and datatypes from the births (docs/sparkplug.md)",
+         option="payloadFormat", choices=PAYLOAD_FORMATS, default="binary",
+         to_option=_sparkplug_only),
     Flag("--schema", OUTPUT, "with `--payload-format json` (required there): the payload's "
          "fields as Spark DDL, e.g. `'temp DOUBLE, status STRING, seq BIGINT NOT NULL'` (NOT "
          "NULL: a row lacking the field is a parse error)", metavar="DDL"),
@@ -255,9 +263,16 @@ FLAGS: tuple[Flag, ...] = (
          f"column ({', '.join(f'`{name}`' for name in PROPERTY_FIELDS)}) copied to top-level "
          "columns of `--table` under the same names, e.g. `contentType,userProperties`; the "
          "table keeps `properties` as well", kind="names", metavar="NAMES"),
-    Flag("--dead-letter-table", OUTPUT, "text/json: Delta table for rows whose payload does not "
-         "parse (raw payload, MQTT columns, reason); without it they stay in `--table` with "
-         "'_parse_error' set", metavar="PATH"),
+    Flag("--events-table", OUTPUT, "with `--payload-format sparkplug`: Delta table of the "
+         "births, deaths and host STATE messages, one row each, with whether a death matched "
+         "the session's bdSeq", metavar="PATH"),
+    Flag("--sparkplug-reorder-timeout", OUTPUT, option="sparkplugReorderTimeout",
+         metavar="SECONDS", type=float, default=None,
+         shown=OPTIONS["sparkplugReorderTimeout"].default_text, to_option=_number),
+    Flag("--dead-letter-table", OUTPUT, "text/json/sparkplug: Delta table for rows whose "
+         "payload does not parse (raw payload, MQTT columns, reason); without it they stay in "
+         "`--table` with '_parse_error' (sparkplug: 'reason' and 'payload') set",
+         metavar="PATH"),
     Flag("--partition-by", OUTPUT, "comma-separated partition columns of `--table`; 'date' "
          "adds the UTC receive date", kind="names", metavar="COLUMNS"),
     Flag("--table-checkpoint-interval", OUTPUT, "`delta.checkpointInterval` of the tables the "

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from connector.source.schema import COLUMNS, PROPERTIES_COLUMN, PROPERTIES_TYPE
+from connector.source.sparkplug_schema import FIELDS as SPARKPLUG_FIELDS
 
 from .projections import Projections
 
@@ -68,6 +69,22 @@ NO_MATCH = "payload does not match the schema"
 CONTENT_TYPE_NOT_JSON = ("content type '", "' is not JSON")
 """The reason of a JSON row whose MQTT 5 Content Type is not JSON, around that type."""
 
+SPARKPLUG = "sparkplug"
+SPARKPLUG_SOURCE_COLUMNS = tuple(f[0] for f in SPARKPLUG_FIELDS)
+"""The source's columns with ``payloadFormat`` ``sparkplug`` (connector.source.sparkplug_schema)."""
+_EVENT_ONLY = ("event", "host_id", "host_online", "payload")
+SPARKPLUG_METRIC_COLUMNS = tuple(c for c in SPARKPLUG_SOURCE_COLUMNS if c not in _EVENT_ONLY)
+"""``--table`` of a Sparkplug run: one row per metric (docs/sparkplug.md)."""
+_EVENT_COLUMNS = frozenset(
+    {"group_id", "edge_node_id", "device_id", "message_type", "seq", "bd_seq"}
+    | {"payload_timestamp", "death_matched", "host_id", "host_online", "seq_gap"}
+    | {"missing_seqs", "reason", "topic", "qos", "timestamp", "offset", "receiver"}
+)
+SPARKPLUG_EVENT_COLUMNS = tuple(c for c in SPARKPLUG_SOURCE_COLUMNS if c in _EVENT_COLUMNS)
+"""``--events-table``: one row per NBIRTH, DBIRTH, NDEATH, DDEATH and STATE message."""
+SPARKPLUG_DEAD_LETTER_COLUMNS = ("topic", "payload", "qos", "timestamp", "offset", "receiver")
+"""A Sparkplug dead letter: the message as stored, and ``reason``."""
+
 
 class SchemaError(ValueError):
     """``--schema``, ``--topic-columns`` or ``--partition-by`` do not fit together."""
@@ -89,6 +106,8 @@ class PayloadPlan:
     """The source speaks MQTT 5: its rows have ``properties``, which both tables keep."""
     property_columns: tuple[str, ...] = ()
     """``--property-columns``: fields of ``properties`` copied to top-level columns."""
+    events: bool = False
+    """Sparkplug: an ``--events-table`` takes the births, deaths and STATE messages."""
     projections: Projections = dataclasses.field(
         default_factory=Projections, compare=False, repr=False
     )
@@ -99,8 +118,14 @@ class PayloadPlan:
         return DATE in self.partition_by and DATE not in self._data_names()
 
     @property
+    def sparkplug(self) -> bool:
+        return self.payload_format == SPARKPLUG
+
+    @property
     def mqtt_columns(self) -> tuple[str, ...]:
-        """The source's columns: MQTT_COLUMNS, and ``properties`` for MQTT 5."""
+        """The source's columns: MQTT_COLUMNS, and ``properties`` for MQTT 5; Sparkplug's."""
+        if self.sparkplug:
+            return SPARKPLUG_SOURCE_COLUMNS
         return (*MQTT_COLUMNS, PROPERTIES) if self.mqtt5 else MQTT_COLUMNS
 
     def _data_names(self) -> list[str]:
@@ -118,6 +143,11 @@ class PayloadPlan:
 
     def table_columns(self) -> list[str]:
         """The columns of ``--table``, in order."""
+        if self.sparkplug:
+            cols = list(SPARKPLUG_METRIC_COLUMNS)
+            if self.keep_payload or not self.dead_letters:
+                cols.append("payload")
+            return [*cols, DATE] if self.adds_date else cols
         cols = [self.column("topic"), *(n for n in self.topic_columns if n is not None)]
         if self.payload_format == "binary":
             cols.append("payload")
@@ -148,10 +178,15 @@ def make_plan(
     partition_by: tuple[str, ...] = (),
     mqtt5: bool = False,
     property_columns: tuple[str, ...] = (),
+    events: bool = False,
 ) -> PayloadPlan:
     """Check that the names fit together; MQTT columns that a schema field names are renamed
     ``mqtt_<name>`` (a JSON ``timestamp`` field is common). ``property_columns`` need
-    ``mqtt5``."""
+    ``mqtt5``; ``events`` (an events table) needs ``sparkplug``."""
+    if payload_format == SPARKPLUG:
+        return _sparkplug_plan(keep_payload, dead_letters, partition_by, events)
+    if events:
+        raise SchemaError("--events-table goes with --payload-format sparkplug")
     fields = list(schema.fields) if schema is not None else []
     field_names = {f.name.lower() for f in fields}
     if len(field_names) != len(fields):
@@ -203,6 +238,24 @@ def make_plan(
             raise SchemaError(
                 f"--partition-by {name!r}: Delta cannot partition by a struct or array"
             )
+    return plan
+
+
+def _sparkplug_plan(
+    keep_payload: bool, dead_letters: bool, partition_by: tuple[str, ...], events: bool
+) -> PayloadPlan:
+    plan = PayloadPlan(
+        SPARKPLUG, None, (), keep_payload, dead_letters, partition_by, {}, events=events
+    )
+    columns = plan.table_columns()
+    arrays = {name for name, spark, _, _ in SPARKPLUG_FIELDS if spark.startswith("ARRAY")}
+    for name in partition_by:
+        if name not in columns:
+            raise SchemaError(
+                f"--partition-by {name!r}: no such column; the table has " + ", ".join(columns)
+            )
+        if name in arrays:
+            raise SchemaError(f"--partition-by {name!r}: Delta cannot partition by an array")
     return plan
 
 
@@ -270,7 +323,11 @@ def _decoded_columns(plan: PayloadPlan) -> list[Column]:
             if name is not None
         ]
     valid_utf8 = F.is_valid_utf8(text)
-    if plan.payload_format == "binary":
+    if plan.sparkplug:
+        # A dead letter is a message that is not Sparkplug (its bytes kept, connector.sparkplug
+        # .messages); a metric with a reason (an unknown alias) is a row of the table.
+        reason = F.when(payload.isNotNull() & F.col("metric_index").isNull(), F.col("reason"))
+    elif plan.payload_format == "binary":
         reason = F.lit(None).cast("string")
     elif plan.payload_format == "text":
         columns.append(F.when(valid_utf8, text).alias(TEXT))
@@ -298,8 +355,19 @@ def _decoded_columns(plan: PayloadPlan) -> list[Column]:
 
 def table_rows(decoded: DataFrame, plan: PayloadPlan) -> DataFrame:
     """The rows for ``--table``: all of them, or only those that parsed when a dead-letter
-    table takes the others."""
-    if plan.dead_letters:
+    table takes the others. Sparkplug: the metrics (and, without a dead-letter table, the
+    messages that did not decode)."""
+    if plan.sparkplug:
+        (kept,) = plan.projections.columns(
+            decoded,
+            "parsed",
+            lambda: [
+                F.col("metric_index").isNotNull()
+                | (F.lit(not plan.dead_letters) & F.col(REASON).isNotNull())
+            ],
+        )
+        decoded = decoded.where(kept)
+    elif plan.dead_letters:
         (parsed,) = plan.projections.columns(decoded, "parsed", lambda: [F.col(REASON).isNull()])
         decoded = decoded.where(parsed)
     return plan.projections.select(decoded, "table", lambda: _table_columns(plan))
@@ -329,8 +397,18 @@ def _table_columns(plan: PayloadPlan) -> list[Column]:
     return out
 
 
+def event_rows(decoded: DataFrame) -> DataFrame:
+    """The rows for ``--events-table`` (Sparkplug): one per birth, death and STATE message."""
+    return decoded.where(F.col("event")).select(*SPARKPLUG_EVENT_COLUMNS)
+
+
 def dead_letter_rows(decoded: DataFrame, plan: PayloadPlan | None = None) -> DataFrame:
     """The rows for ``--dead-letter-table``: the source's columns (``properties`` too with
     MQTT 5) with the raw payload, and ``reason``."""
+    if plan is not None and plan.sparkplug:
+        columns: tuple[str, ...] = SPARKPLUG_DEAD_LETTER_COLUMNS
+        return decoded.where(F.col(REASON).isNotNull()).select(
+            *columns, F.col(REASON).alias("reason")
+        )
     columns = MQTT_COLUMNS if plan is None else plan.mqtt_columns
     return decoded.where(F.col(REASON).isNotNull()).select(*columns, F.col(REASON).alias("reason"))

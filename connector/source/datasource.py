@@ -7,6 +7,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from .options import SourceOptions
 from .reader import MqttStreamReader
 from .schema import schema_ddl
+from .sparkplug_schema import SCHEMA_DDL as SPARKPLUG_DDL
 
 
 class MqttDataSource(DataSource):
@@ -22,7 +23,10 @@ class MqttDataSource(DataSource):
         return "mqtt"
 
     def schema(self) -> str:
-        """The rows' DDL: with a ``properties`` column for ``mqttVersion`` 5."""
+        """The rows' DDL: with a ``properties`` column for ``mqttVersion`` 5; Sparkplug rows
+        for ``payloadFormat`` ``sparkplug``."""
+        if self.parsed.sparkplug:
+            return SPARKPLUG_DDL
         return schema_ddl(self.parsed.mqtt5)
 
     def streamReader(self, schema: object) -> DataSourceStreamReader:

@@ -126,6 +126,16 @@ OPTIONS: Mapping[str, Option] = {
                "`3.1` (`MQIsdp`, level 3), `3.1.1` (`MQTT`, level 4) or `5` (MQTT 5.0, level "
                "5; also `5.0`), which adds the `properties` column (the output schema in the "
                "README)", default="3.1.1", choices=("3.1", "3.1.1", "5")),
+        Option("payloadFormat", "choice",
+               "`mqtt`: one row per message (the README's schema); `sparkplug`: Sparkplug B "
+               "(topics `spBv1.0/...`), one row per metric with names and datatypes resolved "
+               "from the births, and a row per event (docs/sparkplug.md)",
+               default="mqtt", choices=("mqtt", "sparkplug")),
+        Option("sparkplugReorderTimeout", "seconds",
+               "with `payloadFormat` `sparkplug`: how long a skipped sequence number may take to "
+               "arrive before the next message of its edge node is flagged (`seq_gap`, "
+               "Sparkplug's Reorder Timeout), on the receive times stored in the WAL, so a "
+               "replay flags the same rows", default="5", low=0.0),
         Option("receiveMaximum", "int",
                "MQTT 5 flow control (Receive Maximum, MQTT 5.0 section 3.1.2.11.3): the broker "
                "sends at most this many unacknowledged QoS 1/2 messages; the WAL's group commit "

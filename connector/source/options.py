@@ -166,6 +166,13 @@ class SourceOptions:
     max_packet_size: int | None = None
     """``maxPacketSize``; None when not given: ``SessionConfig.packet_limit`` then follows
     ``mqttVersion``."""
+    payload_format: str = _default("payloadFormat")
+    sparkplug_reorder_timeout: float = _default("sparkplugReorderTimeout")
+
+    @property
+    def sparkplug(self) -> bool:
+        """Whether the rows are Sparkplug B metrics (``payloadFormat`` ``sparkplug``)."""
+        return self.payload_format == "sparkplug"
 
     @property
     def mqtt5(self) -> bool:
@@ -270,6 +277,14 @@ class SourceOptions:
             "wal" if parse_location(wal_path).objects else "inline"
         )
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
+        payload_format = _typed(opts, "payloadFormat")
+        if payload_format == "sparkplug":
+            _check_sparkplug_sharding(topics, receivers, shard_by)
+        elif "sparkplugReorderTimeout" in opts:
+            raise InvalidOptionError(
+                "option 'sparkplugReorderTimeout' applies only with option 'payloadFormat' "
+                "sparkplug"
+            )
         mqtt5 = _parse_mqtt5(opts, version)
         problem = persistent_session_problem(clean, mqtt5["session_expiry_interval"])
         if problem:
@@ -303,6 +318,8 @@ class SourceOptions:
             shard_by=shard_by,
             share_group=share_group,
             max_packet_size=_typed(opts, "maxPacketSize"),
+            payload_format=payload_format,
+            sparkplug_reorder_timeout=_typed(opts, "sparkplugReorderTimeout"),
             **mqtt5,
         )
 
@@ -317,6 +334,9 @@ class SourceOptions:
             "mqttVersion": str(self.mqtt_version),
             "walPath": self.wal_path,
         }
+        if self.sparkplug:
+            out["payloadFormat"] = self.payload_format
+            out["sparkplugReorderTimeout"] = f"{self.sparkplug_reorder_timeout:g}"
         for name, value in (
             ("receiveMaximum", self.receive_maximum),
             ("sessionExpiryInterval", self.session_expiry_interval),
@@ -403,6 +423,38 @@ def _parse_shards(
             "characters with mqttVersion 3.1; give a shorter clientId"
         )
     return receivers, shard_by, ""
+
+
+def _check_sparkplug_sharding(topics: tuple[str, ...], receivers: int, shard_by: str) -> None:
+    """Sparkplug decodes an edge node's data from its births, in the order stored: every
+    message of one edge node must reach one receiver (one WAL). A shared subscription spreads
+    them over the group's members; with several receivers each filter must take whole edge
+    nodes: every message type of the node and its devices (``spBv1.0/<group>/#``,
+    ``spBv1.0/<group>/+/<edge node>/#``), or only STATE."""
+    shared = [t for t in topics if t.startswith(SHARE_PREFIX)]
+    if shared or (receivers > 1 and shard_by == "share"):
+        raise InvalidOptionError(
+            "option 'payloadFormat' sparkplug needs every message of an edge node in one "
+            "receiver, and a shared subscription spreads them over its members"
+            + (f" ({shared[0]!r})" if shared else " (shardBy share)")
+            + ": use one receiver, or shardBy=topics with filters that take whole edge nodes "
+            "(e.g. spBv1.0/<group>/#)"
+        )
+    if receivers == 1:
+        return
+    for topic in topics:
+        levels = topic.split("/")
+        state_only = "STATE" in levels[:2]
+        whole_nodes = levels[-1] == "#" and (
+            len(levels) <= 3 or (len(levels) <= 5 and levels[2] == "+")
+        )
+        if not (state_only or whole_nodes):
+            raise InvalidOptionError(
+                f"option 'topics': {topic!r} does not take whole edge nodes (every message "
+                "type, the node's and its devices'), so with several receivers an edge node's "
+                "births and data could reach different ones; give filters such as "
+                "spBv1.0/<group>/# or spBv1.0/<group>/+/<edge node>/#"
+            )
 
 
 def _parse_topics(opts: Mapping[str, str]) -> tuple[str, ...]:

@@ -32,6 +32,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from connector.sparkplug.messages import decode_messages, messages_of
+from connector.sparkplug.state import SparkplugState
 from connector.wal import WalDataLossError, decode_blob
 from connector.wal.opening import open_reader
 
@@ -41,6 +43,8 @@ from .schema import to_record_batches
 from .shard_handles import LocalShard, ShardProcess, ShardStatus, start_processes
 from .shard_worker import TERMINATED_EXIT_STATUS
 from .shards import Position, check_wal_layout, decode_offset, encode_offset, fair_split
+from .sparkplug_plan import SparkplugStates
+from .sparkplug_schema import to_record_batches as sparkplug_batches
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,9 @@ class MqttPartition(InputPartition):
     blob: bytes | None = None
     receiver: int = 0
     mqtt5: bool = False
+    sparkplug_state: str | None = None
+    """``payloadFormat`` ``sparkplug``: the state before ``start``, as JSON (the rows are
+    Sparkplug metrics, :mod:`.sparkplug_plan`)."""
 
 
 def split_range(start: int, end: int, per_partition: int) -> list[tuple[int, int]]:
@@ -123,6 +130,8 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
         self._terminated = False
         self._stopping = False
+        self._sparkplug_states: dict[int, SparkplugStates] = {}
+        """``payloadFormat`` ``sparkplug``: the states of each shard's WAL, by shard."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -138,6 +147,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "_previous_sigterm": None,
             "_terminated": False,
             "_stopping": False,
+            "_sparkplug_states": {},
         }
 
     @property
@@ -365,6 +375,10 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             path = shard.wal_path
             wal = open_reader(path) if inline else None
+            ranges = split_range(first, ends[index].offset, self.options.records_per_partition)
+            states: list[str | None] = [None] * len(ranges)
+            if self.options.sparkplug:
+                states = list(self._sparkplug(shard).plan(ranges, shard.status().first))
             parts.extend(
                 MqttPartition(
                     path,
@@ -374,12 +388,22 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     wal.encode_range(a, b) if wal is not None else None,
                     index,
                     self.options.mqtt5,
+                    state,
                 )
-                for a, b in split_range(
-                    first, ends[index].offset, self.options.records_per_partition
-                )
+                for (a, b), state in zip(ranges, states, strict=True)
             )
         return parts
+
+    def _sparkplug(self, shard: LocalShard | ShardProcess) -> SparkplugStates:
+        """The Sparkplug states of ``shard``'s WAL (kept for the query's lifetime)."""
+        found = self._sparkplug_states.get(shard.index)
+        if found is None or found.identity != shard.identity:
+            found = self._sparkplug_states[shard.index] = SparkplugStates(
+                shard.wal_path,
+                shard.identity,
+                round(self.options.sparkplug_reorder_timeout * 1_000_000),
+            )
+        return found
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MqttPartition)
@@ -402,12 +426,26 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 partition.end,
                 f"expected {partition.end - partition.start} records, found {len(columns)}",
             )
+        if partition.sparkplug_state is not None:
+            state = SparkplugState.from_json(partition.sparkplug_state)
+            messages = messages_of(
+                columns.topics,
+                columns.payloads,
+                columns.qos,
+                columns.timestamps_us,
+                partition.start,
+            )
+            rows = decode_messages(messages, state, partition.receiver)
+            yield from sparkplug_batches(rows)
+            return
         yield from to_record_batches(columns, receiver=partition.receiver, mqtt5=partition.mqtt5)
 
     def commit(self, end: dict[str, Any]) -> None:
         ends = self._positions(end)
         for shard, position in zip(self.shards, ends, strict=True):
             if position.wal == shard.identity:
+                if self.options.sparkplug:  # before the WAL deletes the records below it
+                    self._sparkplug(shard).commit(position.offset, shard.status().first)
                 shard.commit(position.offset)
 
     # ------------------------------------------------------------------ stopping

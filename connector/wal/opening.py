@@ -5,6 +5,7 @@ for stores and FUSE mounts of them (the choice is :func:`connector.wal.location.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TypeAlias
 
 from .identity import read_identity as read_file_identity
@@ -13,6 +14,7 @@ from .object_reader import ObjectWalReader
 from .object_writer import ObjectWalWriter, read_object_identity
 from .objects import ObjectStore
 from .reader import WalReader
+from .segment import fsync_dir
 from .writer import WalWriter
 
 AnyWalWriter: TypeAlias = WalWriter | ObjectWalWriter
@@ -72,7 +74,8 @@ def read_sidecar(path: str | os.PathLike[str] | WalLocation, name: str) -> bytes
 
 
 def write_sidecar(path: str | os.PathLike[str] | WalLocation, name: str, data: bytes) -> None:
-    """Replace the file ``name`` beside the WAL atomically (owner-only, like the WAL's files)."""
+    """Replace the file ``name`` beside the WAL atomically and durably (written, fsynced,
+    renamed, the directory fsynced; owner-only, like the WAL's files)."""
     location = location_of(path)
     if location.objects:
         ObjectStore(location).write(name, data)
@@ -82,4 +85,7 @@ def write_sidecar(path: str | os.PathLike[str] | WalLocation, name: str, data: b
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(temp, final)
+    fsync_dir(Path(location.text))

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-TARGETS = ("decoder", "session", "wal")
+TARGETS = ("decoder", "session", "sparkplug", "wal")
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "fuzz"
 

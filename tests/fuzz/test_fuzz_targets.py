@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-BUDGET = {"decoder": 4000, "session": 3000, "wal": 150}
+BUDGET = {"decoder": 4000, "session": 3000, "sparkplug": 3000, "wal": 150}
 """Mutated inputs per target on top of the seeds; FUZZ_SCALE multiplies them."""
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
 

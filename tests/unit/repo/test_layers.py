@@ -1,8 +1,9 @@
 """The import rules of the product (CONTRIBUTING.md, docs/architecture.md): layers import one
-way, ``connector.mqtt`` and ``connector.wal`` below ``connector.source``, below
-``streaming_jobs``, the two lowest knowing nothing of each other; ``connector.mqtt.errors`` is
-a leaf; and no module of ``connector`` is in an import cycle. Every import counts, those inside
-functions too; only those under ``if TYPE_CHECKING:`` (annotations, never run) do not."""
+way, ``connector.mqtt``, ``connector.wal`` and ``connector.sparkplug`` below
+``connector.source``, below ``streaming_jobs``, the three lowest knowing nothing of each other;
+``connector.mqtt.errors`` is a leaf; and no module of ``connector`` is in an import cycle.
+Every import counts, those inside functions too; only those under ``if TYPE_CHECKING:``
+(annotations, never run) do not."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("connector", "streaming_jobs")
 
+_ABOVE = ("connector.source", "streaming_jobs")
 FORBIDDEN = {
-    "connector.mqtt": ("connector.wal", "connector.source", "streaming_jobs"),
-    "connector.wal": ("connector.mqtt", "connector.source", "streaming_jobs"),
+    "connector.mqtt": ("connector.wal", "connector.sparkplug", *_ABOVE),
+    "connector.wal": ("connector.mqtt", "connector.sparkplug", *_ABOVE),
+    "connector.sparkplug": ("connector.mqtt", "connector.wal", *_ABOVE),
     "connector.source": ("streaming_jobs",),
 }
 """Layer -> what it must not import."""

@@ -1,0 +1,143 @@
+"""The protocol buffers wire format, read (https://protobuf.dev/programming-guides/encoding/):
+the primitives the Sparkplug B payload is made of, sans-I/O, strict.
+
+A message is a run of fields, each a key (a varint: field number << 3 | wire type) and a value:
+a varint (wire type 0), 8 little-endian bytes (1), a length-delimited run of bytes (2: strings,
+bytes, nested messages, packed repeated scalars) or 4 little-endian bytes (5). Groups (3, 4)
+are long deprecated and not used by Sparkplug: they are refused. :func:`fields` walks one
+message and yields each field as it is; a reader of a message type keeps the fields it knows
+and skips the others (protocol buffers' rule for unknown fields and extensions). Every error is
+a :class:`WireError` that says what was wrong and at which byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+VARINT = 0
+FIXED64 = 1
+LENGTH = 2
+FIXED32 = 5
+
+MAX_VARINT_BYTES = 10
+"""A varint holds at most 64 bits: 10 bytes of 7 bits."""
+
+_FIXED32 = struct.Struct("<I")
+_FIXED64 = struct.Struct("<Q")
+_FLOAT = struct.Struct("<f")
+_DOUBLE = struct.Struct("<d")
+
+
+class WireError(ValueError):
+    """Bytes that are not a well-formed protocol buffers message (or not the one expected)."""
+
+
+def read_varint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """The varint at ``pos`` (before ``end``) and the position after it."""
+    result = shift = 0
+    start = pos
+    while pos < end:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if pos - start > MAX_VARINT_BYTES or result >> 64:
+                raise WireError(f"varint at byte {start} is longer than 64 bits")
+            return result, pos
+        shift += 7
+        if pos - start >= MAX_VARINT_BYTES:
+            raise WireError(f"varint at byte {start} runs past {MAX_VARINT_BYTES} bytes")
+    raise WireError(f"varint at byte {start} is cut short by the end of its message ({end})")
+
+
+Field = tuple[int, int, int | bytes | memoryview]
+"""One field: (field number, wire type, value). A varint or fixed value as an unsigned int; a
+length-delimited value as a slice of the message's bytes."""
+
+
+def fields(
+    data: bytes | memoryview, start: int = 0, end: int | None = None, where: str = ""
+) -> Iterator[Field]:
+    """The fields of the message in ``data[start:end]``, in order. A WireError names ``where``
+    (the message's path in its payload) and the byte offset inside the bytes given."""
+    view = data if isinstance(data, memoryview) else memoryview(data)
+    stop = len(view) if end is None else end
+    pos = start
+    try:
+        while pos < stop:
+            at = pos
+            key = view[pos]  # one byte for field numbers below 16: read it inline
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = read_varint(view, pos, stop)
+            number, wire = key >> 3, key & 7
+            if number == 0:
+                raise WireError(f"field number 0 at byte {at} (field numbers start at 1)")
+            if wire == VARINT:
+                if pos < stop and view[pos] < 0x80:
+                    value = view[pos]
+                    pos += 1
+                else:
+                    value, pos = read_varint(view, pos, stop)
+                yield number, wire, value
+            elif wire == LENGTH:
+                if pos < stop and view[pos] < 0x80:
+                    length = view[pos]
+                    pos += 1
+                else:
+                    length, pos = read_varint(view, pos, stop)
+                if length > stop - pos:
+                    raise WireError(
+                        f"field {number} at byte {at}: length {length} runs past the end of "
+                        f"its message ({stop - pos} bytes left)"
+                    )
+                yield number, wire, view[pos : pos + length]
+                pos += length
+            elif wire in (FIXED64, FIXED32):
+                fixed = _FIXED64 if wire == FIXED64 else _FIXED32
+                if stop - pos < fixed.size:
+                    raise WireError(
+                        f"field {number} at byte {at}: {fixed.size} bytes cut short "
+                        f"({stop - pos} left)"
+                    )
+                yield number, wire, fixed.unpack_from(view, pos)[0]
+                pos += fixed.size
+            else:
+                raise WireError(
+                    f"field {number} at byte {at} has wire type {wire}: "
+                    + ("groups are not supported" if wire in (3, 4) else "no such wire type")
+                )
+    except WireError as exc:
+        if not where:
+            raise
+        raise WireError(f"{where}: {exc}") from None
+
+
+def as_float(bits: int) -> float:
+    """The ``float`` whose 32 bits (a FIXED32 value) are ``bits``."""
+    return float(_FLOAT.unpack(_FIXED32.pack(bits))[0])
+
+
+def as_double(bits: int) -> float:
+    """The ``double`` whose 64 bits (a FIXED64 value) are ``bits``."""
+    return float(_DOUBLE.unpack(_FIXED64.pack(bits))[0])
+
+
+def as_text(value: bytes | memoryview, what: str) -> str:
+    """A ``string`` field's value: UTF-8, refused otherwise (protocol buffers' rule)."""
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WireError(f"{what} is not UTF-8: {exc}") from None
+
+
+def packed_varints(value: bytes | memoryview) -> list[int]:
+    """The varints of a packed repeated scalar field."""
+    out = []
+    pos, end = 0, len(value)
+    while pos < end:
+        number, pos = read_varint(value, pos, end)
+        out.append(number)
+    return out
