@@ -162,6 +162,8 @@ class IngestConfig:
     dead_letter_table: str | None = None
     events_table: str | None = None
     sparkplug_reorder_timeout: float | None = None
+    sparkplug_host_id: str | None = None
+    sparkplug_rebirth_interval: float | None = None
     partition_by: tuple[str, ...] = ()
     merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
@@ -393,7 +395,12 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
             "payloads cannot fail to parse)"
         )
     if payload_format != "sparkplug":
-        for dest in ("events_table", "sparkplug_reorder_timeout"):
+        for dest in (
+            "events_table",
+            "sparkplug_reorder_timeout",
+            "sparkplug_host_id",
+            "sparkplug_rebirth_interval",
+        ):
             if values.get(dest) is not None:
                 raise UsageError(f"--{dest.replace('_', '-')} goes with --payload-format sparkplug")
     else:

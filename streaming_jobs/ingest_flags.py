@@ -269,6 +269,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--sparkplug-reorder-timeout", OUTPUT, option="sparkplugReorderTimeout",
          metavar="SECONDS", type=float, default=None,
          shown=OPTIONS["sparkplugReorderTimeout"].default_text, to_option=_number),
+    Flag("--sparkplug-host-id", OUTPUT, option="sparkplugHostId", metavar="ID"),
+    Flag("--sparkplug-rebirth-interval", OUTPUT, option="sparkplugRebirthInterval",
+         metavar="SECONDS", type=float, default=None,
+         shown=OPTIONS["sparkplugRebirthInterval"].default_text, to_option=_number),
     Flag("--dead-letter-table", OUTPUT, "text/json/sparkplug: Delta table for rows whose "
          "payload does not parse (raw payload, MQTT columns, reason); without it they stay in "
          "`--table` with '_parse_error' (sparkplug: 'reason' and 'payload') set",

@@ -43,7 +43,7 @@ from .events import (
     ServerDisconnect,
     Subscribed,
 )
-from .packets import Publish
+from .packets import Publish, Will
 from .properties import Properties
 from .reasons import FATAL_DISCONNECTS
 from .session import ClientSession, State
@@ -124,6 +124,7 @@ class MqttClient:
         on_connect: Callable[[Connected], None] | None = None,
         stop_event: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
+        will: Callable[[], Will] | None = None,
     ) -> None:
         self.broker = BrokerAddress.parse(broker) if isinstance(broker, str) else broker
         self.session = session if isinstance(session, ClientSession) else ClientSession(session)
@@ -138,6 +139,9 @@ class MqttClient:
         self.reconnect_policy = reconnect or ReconnectPolicy()
         self.read_size = read_size
         self.on_connect = on_connect
+        self.will = will
+        """Makes each CONNECT's Will (a Will that carries the time of its CONNECT); None: the
+        session config's."""
         self.stop_event = stop_event or threading.Event()
         self.clock = clock
         self.connections = 0
@@ -167,7 +171,7 @@ class MqttClient:
         deadline = self.clock() + self.connect_timeout
         try:
             try:
-                self.session.connect(self.clock())
+                self.session.connect(self.clock(), None if self.will is None else self.will())
                 self.flush()
                 connected = self._wait_for(Connected, deadline, "CONNACK")
             except (BrokerViolation, ServerDisconnected):

@@ -66,6 +66,7 @@ from .packets import (
     Pubrel,
     Suback,
     Unsuback,
+    Will,
 )
 from .properties import Properties
 from .reasons import connack_error, reason_name
@@ -195,8 +196,9 @@ class ClientSession:
 
     # ---------------------------------------------------------------- connection lifecycle
 
-    def connect(self, now: float) -> None:
-        """Queue CONNECT; the next event expected is CONNACK."""
+    def connect(self, now: float, will: Will | None = None) -> None:
+        """Queue CONNECT (with ``will``, else the config's Will); the next event expected is
+        CONNACK."""
         if self.state not in (State.DISCONNECTED, State.CLOSED):
             raise LocalProtocolError(f"connect() while {self.state.value}")
         cfg = self.config
@@ -216,7 +218,7 @@ class ClientSession:
                     keep_alive=cfg.keep_alive,
                     username=cfg.username,
                     password=cfg.password,
-                    will=cfg.will,
+                    will=will if will is not None else cfg.will,
                     protocol_level=cfg.level,
                     properties=properties,
                 ),

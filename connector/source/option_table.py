@@ -136,6 +136,16 @@ OPTIONS: Mapping[str, Option] = {
                "arrive before the next message of its edge node is flagged (`seq_gap`, "
                "Sparkplug's Reorder Timeout), on the receive times stored in the WAL, so a "
                "replay flags the same rows", default="5", low=0.0),
+        Option("sparkplugHostId", "text",
+               "with `payloadFormat` `sparkplug`: act as the Sparkplug host application with "
+               "this id (no `/`, `+`, `#`): publish STATE on `spBv1.0/STATE/<id>` (birth "
+               "after each connect, death as the Will and on a clean stop) and ask edge nodes "
+               "for a rebirth (NCMD `Node Control/Rebirth`) when their data cannot be resolved "
+               "or sequence numbers stay missing (docs/sparkplug.md); one receiver only",
+               shown="none: the source only reads"),
+        Option("sparkplugRebirthInterval", "seconds",
+               "with `sparkplugHostId`: the least time between two rebirth requests to one "
+               "edge node", default="30", low=0.0),
         Option("receiveMaximum", "int",
                "MQTT 5 flow control (Receive Maximum, MQTT 5.0 section 3.1.2.11.3): the broker "
                "sends at most this many unacknowledged QoS 1/2 messages; the WAL's group commit "

@@ -168,6 +168,9 @@ class SourceOptions:
     ``mqttVersion``."""
     payload_format: str = _default("payloadFormat")
     sparkplug_reorder_timeout: float = _default("sparkplugReorderTimeout")
+    sparkplug_host_id: str | None = None
+    """``sparkplugHostId``: the receiver acts as this Sparkplug host (None: it only reads)."""
+    sparkplug_rebirth_interval: float = _default("sparkplugRebirthInterval")
 
     @property
     def sparkplug(self) -> bool:
@@ -278,13 +281,16 @@ class SourceOptions:
         )
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
         payload_format = _typed(opts, "payloadFormat")
+        host_id = opts.get("sparkplugHostId")
         if payload_format == "sparkplug":
             _check_sparkplug_sharding(topics, receivers, shard_by)
-        elif "sparkplugReorderTimeout" in opts:
-            raise InvalidOptionError(
-                "option 'sparkplugReorderTimeout' applies only with option 'payloadFormat' "
-                "sparkplug"
-            )
+            _check_sparkplug_host(host_id, receivers, "sparkplugRebirthInterval" in opts)
+        else:
+            for name in SPARKPLUG_OPTIONS:
+                if name in opts:
+                    raise InvalidOptionError(
+                        f"option {name!r} applies only with option 'payloadFormat' sparkplug"
+                    )
         mqtt5 = _parse_mqtt5(opts, version)
         problem = persistent_session_problem(clean, mqtt5["session_expiry_interval"])
         if problem:
@@ -320,6 +326,8 @@ class SourceOptions:
             max_packet_size=_typed(opts, "maxPacketSize"),
             payload_format=payload_format,
             sparkplug_reorder_timeout=_typed(opts, "sparkplugReorderTimeout"),
+            sparkplug_host_id=host_id,
+            sparkplug_rebirth_interval=_typed(opts, "sparkplugRebirthInterval"),
             **mqtt5,
         )
 
@@ -337,6 +345,9 @@ class SourceOptions:
         if self.sparkplug:
             out["payloadFormat"] = self.payload_format
             out["sparkplugReorderTimeout"] = f"{self.sparkplug_reorder_timeout:g}"
+            if self.sparkplug_host_id is not None:
+                out["sparkplugHostId"] = self.sparkplug_host_id
+                out["sparkplugRebirthInterval"] = f"{self.sparkplug_rebirth_interval:g}"
         for name, value in (
             ("receiveMaximum", self.receive_maximum),
             ("sessionExpiryInterval", self.session_expiry_interval),
@@ -423,6 +434,31 @@ def _parse_shards(
             "characters with mqttVersion 3.1; give a shorter clientId"
         )
     return receivers, shard_by, ""
+
+
+SPARKPLUG_OPTIONS = ("sparkplugReorderTimeout", "sparkplugHostId", "sparkplugRebirthInterval")
+"""The options that apply only with ``payloadFormat`` ``sparkplug``."""
+
+
+def _check_sparkplug_host(host_id: str | None, receivers: int, interval_given: bool) -> None:
+    """A host id is a topic level of its own ([tck-id-host-topic-phid-birth-topic]); one MQTT
+    client is the host, so one receiver."""
+    if host_id is None:
+        if interval_given:
+            raise InvalidOptionError(
+                "option 'sparkplugRebirthInterval' applies only with option 'sparkplugHostId'"
+            )
+        return
+    if not host_id or any(c in host_id for c in "/+#"):
+        raise InvalidOptionError(
+            f"option 'sparkplugHostId' must be a non-empty name without '/', '+', '#', got "
+            f"{host_id!r}"
+        )
+    if receivers > 1:
+        raise InvalidOptionError(
+            "option 'sparkplugHostId' needs one receiver: a Sparkplug host is one MQTT client "
+            f"(its STATE and its Will), and 'receivers' is {receivers}"
+        )
 
 
 def _check_sparkplug_sharding(topics: tuple[str, ...], receivers: int, shard_by: str) -> None:

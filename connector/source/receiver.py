@@ -34,6 +34,7 @@ from connector.wal import RecordTuple, WalLockedError, record_digest
 from connector.wal.opening import AnyWalWriter, open_writer, read_sidecar, write_sidecar
 
 from .options import SourceOptions
+from .sparkplug_host import HostRole
 from .wal_properties import encode_for_wal
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,11 @@ class Receiver:
             topic_alias_maximum=options.topic_alias_maximum,
             maximum_packet_size=options.max_packet_size,
         )
+        self.host = HostRole(options) if options.sparkplug_host_id is not None else None
+        """``sparkplugHostId``: the receiver is a Sparkplug host (:mod:`.sparkplug_host`)."""
+        subscriptions = [(topic, options.qos) for topic in options.topics]
+        if self.host is not None:
+            subscriptions += self.host.subscriptions(options.topics, options.qos)
         session = ClientSession(config, matches_stored=self._matches_stored)
         session.restore_qos2_pending(self.wal.qos2_pending)
         session.expect_session_present = self.wal.next_offset > 0 and not options.clean_session
@@ -205,11 +211,12 @@ class Receiver:
         self.client = MqttClient(
             options.broker,
             session,
-            [(topic, options.qos) for topic in options.topics],
+            subscriptions,
             tls=options.tls,
             connect_timeout=options.connect_timeout,
             on_connect=self._on_connect,
             stop_event=self._stop,
+            will=None if self.host is None else self.host.will,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -230,6 +237,8 @@ class Receiver:
         """Stop receiving, send DISCONNECT (never UNSUBSCRIBE), release the WAL."""
         self._end_loop(STOP_JOIN_SECONDS)
         try:
+            if self.host is not None and not self.frozen:
+                self.host.goodbye(self.client)
             self.client.disconnect()
         finally:
             self.wal.close()
@@ -253,6 +262,8 @@ class Receiver:
             )
         self.check()
         self.frozen = True
+        if self.host is not None:
+            self.host.goodbye(client)
         client.disconnect()
         return self.wal.next_offset
 
@@ -291,12 +302,14 @@ class Receiver:
         if connected.forgotten_qos2:
             # The broker forgot the session: it will never send PUBREL for these ids.
             self.wal.append([], released_qos2=connected.forgotten_qos2)
+        if self.host is not None:
+            self.host.born(self.client)
 
     def _subscribe_new_filters(self, connected: Connected) -> None:
         """With a session present the driver does not subscribe again (that would make the
         broker resend retained messages on every restart). Filters added to the options since
         the session was made are subscribed here; the set lives in the WAL directory."""
-        wanted = {topic: self.options.qos for topic in self.options.topics}
+        wanted = dict(self.client.subscriptions)
         try:
             raw = read_sidecar(self.options.wal_path, SUBSCRIPTIONS_FILE)
             known = None if raw is None else json.loads(raw)
@@ -387,6 +400,8 @@ class Receiver:
                 read = self._read()
                 if read is not None:
                     self._persist_then_ack(read)
+                if self.host is not None:
+                    self.host.tick(client)
         except BaseException as exc:  # reported to Spark through check()
             log.error("MQTT receiver stopped: %s", exc)
             with self._cond:
@@ -440,6 +455,8 @@ class Receiver:
         self.wal.append(records, released_qos2=read.released)
         self.stats.appended += len(records)
         self.client.acknowledge(messages, read.released)
+        if self.host is not None and messages:
+            self.host.stored(self.client, messages, now_us)
         with self._cond:
             if messages:  # a QoS 2 release is not a message: the queue may be empty
                 self.last_activity = time.monotonic()

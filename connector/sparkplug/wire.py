@@ -1,5 +1,6 @@
-"""The protocol buffers wire format, read (https://protobuf.dev/programming-guides/encoding/):
-the primitives the Sparkplug B payload is made of, sans-I/O, strict.
+"""The protocol buffers wire format (https://protobuf.dev/programming-guides/encoding/): the
+primitives the Sparkplug B payload is made of, sans-I/O, strict when read; and the few a host
+needs to write (:func:`key`, :func:`varint`, :func:`length_delimited`).
 
 A message is a run of fields, each a key (a varint: field number << 3 | wire type) and a value:
 a varint (wire type 0), 8 little-endian bytes (1), a length-delimited run of bytes (2: strings,
@@ -141,3 +142,28 @@ def packed_varints(value: bytes | memoryview) -> list[int]:
         number, pos = read_varint(value, pos, end)
         out.append(number)
     return out
+
+
+# -------------------------------------------------------------------------- writing
+
+
+def varint(value: int) -> bytes:
+    """``value`` (0 to 2**64 - 1) as a varint."""
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"{value} does not fit an unsigned 64-bit varint")
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def key(number: int, wire: int) -> bytes:
+    """The key of field ``number`` with wire type ``wire``."""
+    return varint(number << 3 | wire)
+
+
+def length_delimited(number: int, value: bytes) -> bytes:
+    """Field ``number`` holding ``value`` (a string's UTF-8, bytes, a nested message)."""
+    return key(number, LENGTH) + varint(len(value)) + value

@@ -37,7 +37,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -58,14 +57,12 @@ from devtools.system_tools import which
 from tests.brokers import MosquittoBroker
 from tests.mqtt_clients import PahoClient
 from tests.sparkplug_payloads import pb
+from tests.sparkplug_peers import BIN_DIRS, REPO, js_edge_node
 from tests.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]
-JS_DIR = REPO / "tools" / "sparkplug-edge"
 TAHU_DIR = REPO / ".brokers" / "tahu"
 TAHU_DRIVER = TAHU_DIR / "tahu-edge-node.jar"
 TAHU_LOGBACK = REPO / "tools" / "tahu-edge" / "logback.xml"
-_BIN_DIRS = ("/usr/bin", "/usr/local/bin")
 PEER_TIMEOUT = 90.0
 """Seconds a peer may take from start to exit (a JVM's start, Tahu's 1 s pause at disconnect)."""
 DELIVERY_TIMEOUT = 20.0
@@ -78,14 +75,8 @@ DEVICE = "device1"
 
 def tahu_js_command(port: int, node: str) -> list[str]:
     """The JavaScript edge node's command line; skips when Node or the package is missing."""
-    node_bin = which("node", _BIN_DIRS)
-    if node_bin is None:
-        pytest.skip("the Tahu JavaScript edge node needs Node.js, and no `node` was found")
-    if not (JS_DIR / "node_modules" / "sparkplug-client" / "package.json").is_file():
-        pytest.skip(f"sparkplug-client is not installed in {JS_DIR}: run `make setup`")
     return [
-        node_bin,
-        str(JS_DIR / "edge-node.js"),
+        *js_edge_node("edge-node.js"),
         str(port),
         *("--group", GROUP, "--node", node, "--device", DEVICE),
     ]
@@ -93,7 +84,7 @@ def tahu_js_command(port: int, node: str) -> list[str]:
 
 def tahu_java_command(port: int, node: str) -> list[str]:
     """The Java edge node's command line; skips when Java or the built jars are missing."""
-    java = which("java", _BIN_DIRS)
+    java = which("java", BIN_DIRS)
     if java is None:
         pytest.skip("the Tahu Java edge node needs Java, and no `java` was found")
     jars = sorted(TAHU_DIR.glob("tahu-edge-compat-*.jar"))

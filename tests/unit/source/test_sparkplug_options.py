@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from connector.source.datasource import MqttDataSource
+from connector.source.option_table import OPTIONS
 from connector.source.options import InvalidOptionError, SourceOptions
 from connector.source.sparkplug_schema import ARROW_SCHEMA, SCHEMA_DDL
 
@@ -39,6 +40,23 @@ def test_the_reorder_timeout_is_read_and_kept_in_the_redacted_view() -> None:
             "applies only with option 'payloadFormat' sparkplug",
         ),
         ({"topic": "$share/g/spBv1.0/#"}, "shared subscription spreads them"),
+        ({"sparkplugHostId": "a/b"}, "'sparkplugHostId' must be a non-empty name"),
+        ({"sparkplugHostId": ""}, "'sparkplugHostId' must be a non-empty name"),
+        ({"sparkplugRebirthInterval": "5"}, "applies only with option 'sparkplugHostId'"),
+        (
+            {"payloadFormat": "mqtt", "sparkplugHostId": "scada"},
+            "'sparkplugHostId' applies only with option 'payloadFormat' sparkplug",
+        ),
+        (
+            {
+                "sparkplugHostId": "scada",
+                "receivers": "2",
+                "shardBy": "topics",
+                "topic": None,
+                "topics": "spBv1.0/a/#,spBv1.0/b/#",
+            },
+            "'sparkplugHostId' needs one receiver",
+        ),
         (
             {
                 "topic": None,
@@ -70,3 +88,13 @@ def test_receivers_that_each_take_whole_edge_nodes_are_accepted() -> None:
         SourceOptions.parse(
             {**shards, "payloadFormat": "sparkplug", "topics": "spBv1.0/a/#,spBv1.0/b/+/+"}
         )
+
+
+def test_the_host_options_are_read_and_kept_in_the_redacted_view() -> None:
+    opts = SourceOptions.parse({**BASE, "sparkplugHostId": "scada"})
+    default = float(OPTIONS["sparkplugRebirthInterval"].default or "nan")
+    assert (opts.sparkplug_host_id, opts.sparkplug_rebirth_interval) == ("scada", default)
+    assert opts.redacted()["sparkplugHostId"] == "scada"
+    assert SourceOptions.parse(BASE).sparkplug_host_id is None
+    again = SourceOptions.parse({**BASE, "sparkplugHostId": "h", "sparkplugRebirthInterval": "2"})
+    assert again.sparkplug_rebirth_interval == 2.0
