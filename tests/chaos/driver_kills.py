@@ -105,12 +105,27 @@ def kill_at_a_moment(
     return moment
 
 
+STOP_TIMEOUT = 120.0
+"""How long the source's runner may take to finish its stop once the job's JVM is gone."""
+
+
 def wait_exit(job: Job, what: str, timeout: float) -> int:
-    """The job's exit status; fails the test with its output unless it exits in time."""
+    """The job's exit status, once every process of the job has ended; fails the test with
+    its output unless it exits in time. The source's runner finishes its orderly stop (the
+    WAL closed, its lease released) after the JVM that sent it SIGTERM may have exited
+    (docs/architecture.md, decision 32): a test that killed the job's processes right away
+    would cut that stop short."""
     try:
-        return job.proc.wait(timeout=timeout)
+        code = job.proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{what} did not end in {timeout:g} s:\n{job.logs()}", pytrace=False)
+    wait_until(
+        lambda: not alive_in({job.proc.pid}),
+        STOP_TIMEOUT,
+        interval=0.1,
+        message=lambda: f"{what}: processes {alive_in({job.proc.pid})} outlived the job",
+    )
+    return code
 
 
 def newest_part(wal_path: str) -> str:
