@@ -270,6 +270,7 @@ bench: setup
 	$(VENV_PY) -m bench.flow_control $(FLOW_CONTROL_ARGS)
 	$(VENV_PY) -m bench.micro $(MICRO_ARGS)
 	$(VENV_PY) -m bench.sparkplug $(SPARKPLUG_ARGS)
+	$(VENV_PY) -m bench.sink $(SINK_ARGS)
 	$(VENV_PY) -m bench.report
 
 ## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced

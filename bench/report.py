@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .common import rate, ratio
 from .cpu_sampler import NOT_THE_PIPELINE
 from .latency import DELTA_CHECKPOINT_INTERVAL, run_label
 
@@ -814,6 +815,32 @@ def section_micro(data: Mapping[str, Any], charts: Charts) -> Lines:
             ]
         )
     return md_table(["what", "median"], rows)
+
+
+def section_sink(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """Writing to MQTT: messages/s per peer and QoS, and the paired ratios against paho."""
+    params = data["params"]
+    peers = ("spark", "task", "paho")
+    rows = [
+        [
+            qos,
+            *(rate(result["rates"][peer]["median"]) for peer in peers),
+            ratio(result["spark/paho"]["median"]),
+            ratio(result["task/paho"]["median"]),
+        ]
+        for qos, result in data["qos"].items()
+    ]
+    return [
+        f"{params['messages']:,} messages of {params['size']} bytes per run, medians of "
+        f"{params['repeat']} repetitions (peers in turns, each on a fresh Mosquitto); `spark` is "
+        f'`df.write.format("mqtt")` in {params["partitions"]} partitions (local[2]), `task` '
+        "the writer's task publisher alone (one connection, no Spark), `paho` paho-mqtt with "
+        "its window of 20. Done when the broker acknowledged every message.",
+        "",
+        *md_table(
+            ["QoS", "spark msg/s", "task msg/s", "paho msg/s", "spark/paho", "task/paho"], rows
+        ),
+    ]
 
 
 SOAK_FAULTS = (
@@ -1749,6 +1776,7 @@ SECTIONS: tuple[tuple[str, str, str, Renderer] | Group, ...] = (
         section_ingest,
     ),
     ("sparkplug", "Sparkplug B into Delta", "python -m bench.sparkplug", section_sparkplug),
+    ("sink", "Writing to MQTT", "python -m bench.sink", section_sink),
     ("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", section_backlog_rss),
     ("latency", "Latency", "python -m bench.latency", section_latency),
     ("scale", "Scale of cost", "python -m bench.scale", section_scale),

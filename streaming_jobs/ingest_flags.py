@@ -355,6 +355,14 @@ def markdown() -> str:
         "`--source-option KEY=VALUE`.",
         "",
         options_markdown(option_flags()),
+        '## Options of the MQTT writer (`write` and `writeStream` `.format("mqtt")`)',
+        "",
+        "Every invalid option, and every column the writer does not take, fails at `save()` "
+        "or `start()` on the driver, naming it, before a message is sent; an option of the "
+        "reader alone is refused. The columns and the delivery guarantees are in "
+        'docs/delivery.md, "Writing to MQTT".',
+        "",
+        options_markdown(writer=True),
         "## Flags of the ingest job",
         "",
         f"Required: {required} (on the command line or in the config file). "

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from .address import BrokerAddress
-from .config import DEFAULT_KEEP_ALIVE, SessionConfig
+from .config import DEFAULT_KEEP_ALIVE, DEFAULT_PUBLISH_WINDOW, SessionConfig
 from .driver import DEFAULT_CONNECT_TIMEOUT, MqttClient
 from .errors import MqttError
 from .message_properties import message_properties
@@ -169,9 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument(
         "--inflight",
         type=int,
-        default=20,
-        help="QoS 1/2 messages awaiting acknowledgement (default 20, Mosquitto's default "
-        "max_inflight_messages: Mosquitto acknowledges but drops QoS 2 messages beyond it)",
+        default=DEFAULT_PUBLISH_WINDOW,
+        help=f"QoS 1/2 messages awaiting acknowledgement (default {DEFAULT_PUBLISH_WINDOW}: "
+        "a 3.1.1 broker may acknowledge and drop what goes over its limit, docs/brokers.md)",
     )
     pub.add_argument("--payload", help="fixed payload text instead of numbered filler")
     pub.add_argument(

@@ -22,6 +22,11 @@ DEFAULT_KEEP_ALIVE = 60
 """Keep alive in seconds unless told otherwise (section 3.1.2.10): a dead broker is noticed
 within 1.5 times this."""
 
+DEFAULT_PUBLISH_WINDOW = 20
+"""Outbound QoS 1/2 messages a publisher keeps unacknowledged, at most, unless told otherwise.
+Below MQTT 5 a broker announces no limit, and one may acknowledge and drop what goes over its
+own (docs/brokers.md); at MQTT 5 the broker's Receive Maximum lowers it (section 4.9)."""
+
 DEFAULT_PUBREC_WINDOW = 256
 """QoS 2 exchanges of one connection answered with PUBREC and not yet completed, at most,
 unless told otherwise (``SessionConfig.pubrec_window``)."""

@@ -54,7 +54,7 @@ from .properties import (
     decode_properties,
     read_properties,
 )
-from .reasons import check_reason
+from .reasons import FAILURE, check_reason
 from .topics import check_shared, check_subscription, validate_topic_filter, validate_topic_name
 
 TOPIC_CACHE_SIZE = 4096
@@ -565,7 +565,9 @@ def _decode_v5(kind: int, body: bytes) -> Packet:
         code = 0
         props = None
         if size > 2:
-            code = check_reason(cursor.u8("reason code"), PacketType(kind), received=True)
+            code = cursor.u8("reason code")
+            if not (kind in _TOLERATED_ACK_CODES and code < FAILURE):
+                check_reason(code, PacketType(kind), received=True)
             if size > 3:
                 props = cursor.properties(PacketType(kind))
         packet = _V5_ACK_TYPES[kind](packet_id, code, props)
@@ -654,6 +656,13 @@ def _decode_v5(kind: int, body: bytes) -> Packet:
         raise MalformedFrame(f"packet type {kind} is reserved (MQTT 5.0 section 2.1.2)")
     cursor.finish()
     return packet
+
+
+_TOLERATED_ACK_CODES = frozenset({PacketType.PUBACK, PacketType.PUBREC})
+"""Acknowledgements of our PUBLISH whose success-class reason code (below 0x80) is taken even
+when the packet may not carry it ([MQTT-3.4.2-1], [MQTT-3.5.2-1]): the broker has the message
+either way, and the session counts the fault (``BrokerFault.ACK_REASON_NOT_ALLOWED``) instead
+of dropping the connection, which would only make it send the message again."""
 
 
 _V5_ACK_TYPES: dict[int, type[Puback | Pubrec | Pubrel | Pubcomp]] = {

@@ -146,6 +146,8 @@ class MqttClient:
         self.clock = clock
         self.connections = 0
         self.publish_done: list[int] = []
+        self.publish_refused: list[str] = []
+        """Why the broker refused each PUBLISH it refused (``PublishDone.refused``, MQTT 5)."""
         self._sock: ByteStream | None = None
         self._backlog: list[Event] = []
         """Events read while ``connect()`` waited for CONNACK/SUBACK, for the next ``poll()``."""
@@ -413,6 +415,8 @@ class MqttClient:
                     read.released.append(event.packet_id)
                 elif isinstance(event, PublishDone):
                     self.publish_done.append(event.packet_id)
+                    if event.refused is not None:
+                        self.publish_refused.append(event.refused)
                 elif isinstance(event, ProtocolViolation):
                     # Drop the whole read: nothing of it was persisted or acknowledged, so the
                     # broker redelivers the good messages on the next connection.

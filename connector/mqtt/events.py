@@ -63,10 +63,14 @@ class Released:
 @dataclass(slots=True)
 class PublishDone:
     """An outbound QoS 1/2 message finished (PUBACK, or PUBCOMP for QoS 2; at level 5 also
-    a PUBREC with a reason code >= 0x80). ``reason_code`` >= 0x80: the broker refused it."""
+    a PUBREC with a reason code >= 0x80). ``refused`` says why the broker refused the
+    message itself (a PUBACK or PUBREC with a reason code >= 0x80, its topic and reason
+    named); a PUBCOMP 0x92 (Packet Identifier not found, after a new session) ends an
+    exchange whose message the broker had taken, and is no refusal."""
 
     packet_id: int
     reason_code: int = 0
+    refused: str | None = None
 
 
 @dataclass(slots=True)

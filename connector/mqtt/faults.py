@@ -8,7 +8,7 @@ import logging
 from collections import Counter
 from enum import StrEnum
 
-from .packets import Publish
+from .packets import Puback, Pubcomp, Publish, Pubrec
 
 log = logging.getLogger("connector.mqtt.session")
 
@@ -29,6 +29,9 @@ class BrokerFault(StrEnum):
     QOS_ABOVE_GRANTED = "qos-above-granted"
     """A message delivered at a QoS above every QoS this client subscribed with (section
     3.8.4: the delivery QoS is at most the granted maximum)."""
+    ACK_REASON_NOT_ALLOWED = "ack-reason-not-allowed"
+    """MQTT 5: a PUBACK or PUBREC for our PUBLISH with a reason code below 0x80 that the
+    packet may not carry ([MQTT-3.4.2-1], [MQTT-3.5.2-1]); taken as the success it says."""
     RECEIVE_MAXIMUM_EXCEEDED = "receive-maximum-exceeded"
     """MQTT 5: a QoS 1/2 PUBLISH beyond our Receive Maximum of unacknowledged ones
     ([MQTT-3.3.4-9]). The standard lets us disconnect with 0x93; the session takes the
@@ -53,6 +56,10 @@ _FAULT_TEXT = {
         "PUBLISH with packet id {pid} delivered at QoS {qos}, above the QoS {granted} this "
         "client subscribed with (section 3.8.4); stored and acknowledged at QoS {qos}"
     ),
+    BrokerFault.ACK_REASON_NOT_ALLOWED: (
+        "acknowledgement of our PUBLISH {pid} with a success reason code the packet may not "
+        "carry ([MQTT-3.4.2-1], [MQTT-3.5.2-1]); taken as a success"
+    ),
     BrokerFault.RECEIVE_MAXIMUM_EXCEEDED: (
         "PUBLISH with packet id {pid} exceeds the Receive Maximum sent in CONNECT "
         "([MQTT-3.3.4-9]); stored"
@@ -70,7 +77,12 @@ class BrokerFaults:
         self.counts: Counter[str] = Counter()
         self._logged: set[str] = set()
 
-    def record(self, fault: BrokerFault, packet: Publish, granted: int | None = None) -> None:
+    def record(
+        self,
+        fault: BrokerFault,
+        packet: Publish | Puback | Pubrec | Pubcomp,
+        granted: int | None = None,
+    ) -> None:
         """Count ``fault``, committed by the broker with ``packet``; log it once per
         connection and kind."""
         self.counts[fault] += 1
@@ -79,7 +91,9 @@ class BrokerFaults:
             log.warning(
                 "broker fault %s: %s (logged once per connection; %d so far)",
                 fault.value,
-                _FAULT_TEXT[fault].format(pid=packet.packet_id, qos=packet.qos, granted=granted),
+                _FAULT_TEXT[fault].format(
+                    pid=packet.packet_id, qos=getattr(packet, "qos", None), granted=granted
+                ),
                 self.counts[fault],
             )
 

@@ -4,6 +4,7 @@ among them: the session resolves it into the topic (section 3.3.2.3.4)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .properties import Properties
@@ -35,3 +36,38 @@ def message_properties(props: Properties | None) -> dict[str, Any]:
         "userProperties": list(props.user_properties),
         "subscriptionIdentifiers": list(props.subscription_identifiers),
     }
+
+
+def publish_properties(
+    fields: Mapping[str, Any] | None, extra_user: tuple[tuple[str, str], ...] = ()
+) -> Properties | None:
+    """The PUBLISH properties a client sends for the consumer's view ``fields`` (a mapping of
+    :data:`FIELDS`, as :func:`message_properties` makes, or any subset), with ``extra_user``
+    after its User Properties; None when it sets none. A user property may be a (key, value)
+    pair or a mapping with ``key`` and ``value``; text correlation data is sent as UTF-8.
+    ``subscriptionIdentifiers`` are left out: the broker assigns them, and a client's PUBLISH
+    must not carry one ([MQTT-3.3.4-6])."""
+    get = (fields or {}).get
+    user = [_pair(entry) for entry in get("userProperties") or ()]
+    user.extend(extra_user)
+    correlation = get("correlationData")
+    if isinstance(correlation, str):
+        correlation = correlation.encode()
+    props = Properties(
+        payload_format_indicator=get("payloadFormatIndicator"),
+        message_expiry_interval=get("messageExpiryInterval"),
+        content_type=get("contentType"),
+        response_topic=get("responseTopic"),
+        correlation_data=None if correlation is None else bytes(correlation),
+        user_properties=user,
+    )
+    if props == Properties():
+        return None
+    return props
+
+
+def _pair(entry: Any) -> tuple[str, str]:
+    if isinstance(entry, Mapping):
+        return str(entry["key"]), str(entry["value"])
+    key, value = entry
+    return str(key), str(value)

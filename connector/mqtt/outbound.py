@@ -41,7 +41,15 @@ class Outbound:
     """Packet ids in use by this client and what each one waits for, at protocol ``level``
     and within the broker's ``limits`` of the current connection (level 5)."""
 
-    __slots__ = ("_next_id", "level", "limits", "publishes", "subscribing", "unsubscribing")
+    __slots__ = (
+        "_next_id",
+        "level",
+        "limits",
+        "publishes",
+        "released",
+        "subscribing",
+        "unsubscribing",
+    )
 
     def __init__(self, level: int) -> None:
         self.level = level
@@ -50,7 +58,12 @@ class Outbound:
         self.publishes: dict[int, Publish | None] = {}
         """Outbound QoS 1/2 exchanges by id: the message until PUBACK or PUBREC (resent with
         DUP=1 on a new connection, section 4.4), then None for a QoS 2 one until PUBCOMP: its
-        PUBREL went out and the message is discarded (section 4.3.3, method A)."""
+        PUBREL went out (section 4.3.3, method A)."""
+        self.released: dict[int, Publish] = {}
+        """The message of each QoS 2 exchange whose PUBREL went out, until PUBCOMP. A broker
+        may deliver a QoS 2 message onwards only on PUBREL, and one that lost this client's
+        session (Session Present 0: a clean session, an expired one, a broker restarted
+        without it) lost such a message with it; :meth:`resends` then sends it again."""
         self.subscribing: dict[int, list[str]] = {}
         """SUBSCRIBE packets awaiting SUBACK on this connection: their filters, by id."""
         self.unsubscribing: set[int] = set()
@@ -163,14 +176,18 @@ class Outbound:
         self.publishes[pid] = Publish(topic, payload, qos, retain, False, pid, properties)
         return pid, frame
 
-    def resends(self) -> list[bytes]:
+    def resends(self, session_present: bool) -> list[bytes]:
         """What a new connection sends again, in order (section 4.4): each PUBLISH not
-        acknowledged, with DUP=1 and its original id, and each PUBREL not completed."""
+        acknowledged, with DUP=1 and its original id, and each PUBREL not completed; when the
+        broker has no session for us (``session_present`` false) a PUBLISH again in place of
+        each PUBREL (see ``released``): at least once, as the broker may have delivered it."""
         frames = []
         for pid, message in self.publishes.items():
-            if message is None:
+            if message is None and session_present:
                 frames.append(encode_ack(PacketType.PUBREL, pid))
             else:
+                if message is None:
+                    message = self.publishes[pid] = self.released.pop(pid)
                 frames.append(
                     self._frame(
                         message.topic,
@@ -252,18 +269,22 @@ class Outbound:
             )
             return b""
         if isinstance(packet, Pubrec) and not is_failure(packet.reason_code):
+            message = self.publishes[pid]
+            assert message is not None  # qos_in_flight: a PUBLISH awaits this PUBREC
+            self.released[pid] = message
             self.publishes[pid] = None
             return encode_ack(PacketType.PUBREL, pid)
         # PUBACK, PUBCOMP, or a refusing PUBREC: the exchange ends here (section 4.3.3).
-        del self.publishes[pid]
+        message = self.publishes.pop(pid)
+        self.released.pop(pid, None)
+        refused = None
         if is_failure(packet.reason_code):
-            log.warning(
-                "the broker refused our PUBLISH %d: %s%s",
-                pid,
-                reason_name(packet.reason_code, packet.type),
-                reason_string(packet.properties),
-            )
-        events.append(PublishDone(pid, packet.reason_code))
+            why = reason_name(packet.reason_code, packet.type) + reason_string(packet.properties)
+            log.warning("the broker refused our PUBLISH %d: %s", pid, why)
+            if message is not None:  # not a PUBCOMP: the message itself was refused
+                name = type(packet).__name__.upper()
+                refused = f"{name} {why} for a PUBLISH to {message.topic!r}"
+        events.append(PublishDone(pid, packet.reason_code, refused))
         return b""
 
     def subscribed(self, packet: Suback, events: list[Event]) -> str | None:

@@ -148,12 +148,16 @@ def is_failure(code: int) -> bool:
     return code >= FAILURE
 
 
+def reason_allowed(code: int, packet_type: PacketType) -> bool:
+    """Whether ``packet_type`` may carry reason code ``code`` (MQTT 5.0 section 2.4)."""
+    return code in REASON_CODES[packet_type]
+
+
 def check_reason(code: int, packet_type: PacketType, *, received: bool) -> int:
     """Return ``code`` if ``packet_type`` may carry it (MQTT 5.0 section 2.4 and the packet's
     reason code table), else raise: :class:`MalformedFrame` for a code ``received`` from the
     peer, :class:`InvalidArgument` for one the caller asks to send."""
-    allowed = REASON_CODES[packet_type]
-    if code in allowed:
+    if reason_allowed(code, packet_type):
         return code
     kind = packet_type.name
     section = REASON_CODE_SECTIONS[packet_type]

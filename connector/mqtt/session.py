@@ -46,6 +46,7 @@ from .events import (
     Released,
     ServerDisconnect,
 )
+from .faults import BrokerFault
 from .inbound import Inbound
 from .negotiated import MAX_RECEIVE_MAXIMUM, BrokerLimits, TopicAliases, largest_remaining_length
 from .outbound import Outbound, reason_string
@@ -69,7 +70,7 @@ from .packets import (
     Will,
 )
 from .properties import Properties
-from .reasons import connack_error, reason_name
+from .reasons import connack_error, reason_allowed, reason_name
 
 log = logging.getLogger(__name__)
 
@@ -506,6 +507,9 @@ class ClientSession:
         if isinstance(packet, Publish):  # e.g. in the same read as CONNACK
             return self._on_publish(packet, events, now)
         elif isinstance(packet, Puback | Pubrec | Pubcomp):
+            if packet.reason_code and not reason_allowed(packet.reason_code, packet.type):
+                # a success-class code the decoder let through (decode._TOLERATED_ACK_CODES)
+                self._inbound.faults.record(BrokerFault.ACK_REASON_NOT_ALLOWED, packet)
             frame = self._outbound.acknowledged(packet, events)
             if frame:
                 self._send(frame, now)
@@ -619,6 +623,6 @@ class ClientSession:
         forgotten = self._inbound.connected(packet.session_present or unknown)
         self.expect_session_present = not self.config.clean_session
         events.append(Connected(packet.session_present, lost, forgotten, limits, packet.properties))
-        for frame in self._outbound.resends():  # section 4.4, in order
+        for frame in self._outbound.resends(packet.session_present or unknown):  # 4.4
             self._send(frame, now)
         return None

@@ -1,22 +1,35 @@
-"""``MqttDataSource``: the PySpark data source registered as ``format("mqtt")``."""
+"""``MqttDataSource``: the PySpark data source registered as ``format("mqtt")``: a streaming
+source (``readStream``) and a writer (``write`` and ``writeStream``, :mod:`.sink`)."""
 
 from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.types import StructType
 
-from .options import SourceOptions
+from .options import InvalidOptionError, SourceOptions
 from .reader import MqttStreamReader
 from .schema import schema_ddl
+from .sink import MqttBatchWriter, MqttStreamWriter
+from .sink_options import SinkOptions
+from .sink_rows import check_schema
 from .sparkplug_schema import SCHEMA_DDL as SPARKPLUG_DDL
 
 
 class MqttDataSource(DataSource):
-    """Streaming-only source of MQTT messages; options are validated when it is created
-    (at ``load()``), before any connection."""
+    """MQTT as a streaming source and as a sink. The reader's options are validated when
+    Spark asks for the schema (at ``load()``), the writer's when it asks for a writer (at
+    ``save()`` or ``start()``): both before any connection."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.parsed = SourceOptions.parse(options)
+        self._parsed: SourceOptions | None = None
+
+    @property
+    def parsed(self) -> SourceOptions:
+        """The reader's options."""
+        if self._parsed is None:
+            self._parsed = SourceOptions.parse(self.options)
+        return self._parsed
 
     @classmethod
     def name(cls) -> str:
@@ -31,3 +44,19 @@ class MqttDataSource(DataSource):
 
     def streamReader(self, schema: object) -> DataSourceStreamReader:
         return MqttStreamReader(self.parsed)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MqttBatchWriter:
+        return MqttBatchWriter(self._sink_options(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> MqttStreamWriter:
+        return MqttStreamWriter(self._sink_options(schema, overwrite))
+
+    def _sink_options(self, schema: StructType, overwrite: bool) -> SinkOptions:
+        if overwrite:
+            raise InvalidOptionError(
+                "MQTT cannot overwrite what was published: use mode 'append' (or the "
+                "default), outputMode 'append' or 'update'"
+            )
+        options = SinkOptions.parse(self.options)
+        check_schema(schema, options)
+        return options

@@ -9,7 +9,9 @@ its choices, default and help from here; ``docs/options.md`` is generated from b
 Rules of a row: ``default`` is the text the source parses when the option is absent (``None``:
 no value, or one worked out at parse time, which ``shown`` describes); ``low``/``high`` bound
 ``int`` and ``seconds`` options; ``choices`` are the accepted values of ``choice`` and
-``version`` options; ``help`` is one line of Markdown.
+``version`` options; ``help`` is one line of Markdown. ``side`` says who takes the option:
+the reader (``format("mqtt")`` as a source), the writer (``write``/``writeStream``), or both;
+``write_help`` is what a shared option means to the writer when that differs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from connector.mqtt.config import DEFAULT_KEEP_ALIVE, DEFAULT_TOPIC_ALIAS_MAXIMUM
+from connector.mqtt.config import (
+    DEFAULT_KEEP_ALIVE,
+    DEFAULT_PUBLISH_WINDOW,
+    DEFAULT_TOPIC_ALIAS_MAXIMUM,
+)
 from connector.mqtt.driver import DEFAULT_CONNECT_TIMEOUT
 from connector.mqtt.negotiated import (
     DEFAULT_MAXIMUM_PACKET_SIZE,
@@ -30,6 +36,9 @@ from connector.mqtt.negotiated import (
 KINDS = ("url", "filter", "filters", "text", "secret", "path", "file", "bool", "int", "seconds",
          "choice", "version")  # fmt: skip
 """How an option's value is read; ``accepted`` describes each for the docs."""
+
+SIDES = ("read", "write", "both")
+"""Who takes an option: the reader, the writer, or both."""
 
 RECORDS_PER_PARTITION = 100_000
 """Default ``recordsPerPartition``: the most WAL records one Spark task reads (decision 30)."""
@@ -51,10 +60,24 @@ class Option:
     choices: tuple[str, ...] = ()
     shown: str | None = None
     secret: bool = False
+    side: str = "read"
+    write_help: str | None = None
+    write_shown: str | None = None
+    write_accepted: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"option {self.name!r}: unknown kind {self.kind!r}")
+        if self.side not in SIDES:
+            raise ValueError(f"option {self.name!r}: unknown side {self.side!r}")
+
+    @property
+    def reads(self) -> bool:
+        return self.side in ("read", "both")
+
+    @property
+    def writes(self) -> bool:
+        return self.side in ("write", "both")
 
     @property
     def bounds(self) -> str:
@@ -108,24 +131,32 @@ OPTIONS: Mapping[str, Option] = {
                "broker URL: `tcp://host:port` (1883), `ssl://` or `mqtts://host:port` (8883); "
                "MQTT over WebSocket: `ws://host:port/path` (80) or `wss://` (443, TLS), path "
                "`/mqtt` when none is given, a query string sent but never shown",
-               shown="required"),
+               shown="required", side="both"),
         Option("topic", "filter",
                "one topic filter (`+` and `#` wildcards, `$share/group/filter`)",
-               shown="`topic` or `topics` required"),
+               shown="`topic` or `topics` required", side="both",
+               write_help="the topic of every row; it wins over a `topic` column, as Kafka's "
+               "`topic` option does", write_shown="a `topic` column or this option",
+               write_accepted="topic name (no wildcards)"),
         Option("topics", "filters", "several topic filters, comma-separated, as in `topic`",
                shown="`topic` or `topics` required"),
-        Option("qos", "int", "subscription QoS", default="1", low=0, high=2),
+        Option("qos", "int", "subscription QoS", default="1", low=0, high=2, side="both",
+               write_help="QoS of the PUBLISH for rows without a `qos` column"),
         Option("clientId", "text",
                "MQTT client id; 1 to 23 characters with `mqttVersion` 3.1",
                shown="derived: `spark-mqtt-` + a hash of broker, topics and WAL path (23 chars, "
-               "valid for 3.1), the same on every run"),
+               "valid for 3.1), the same on every run", side="both",
+               write_help="prefix of the client ids of the writing tasks (one per task attempt, "
+               "clean sessions)", write_shown="`spark-mqtt-w`"),
         Option("cleanSession", "bool",
                "`false`: a persistent session, the broker queues messages while the query is "
                "down; `true`: it keeps nothing", default="false"),
         Option("mqttVersion", "version",
                "`3.1` (`MQIsdp`, level 3), `3.1.1` (`MQTT`, level 4) or `5` (MQTT 5.0, level "
                "5; also `5.0`), which adds the `properties` column (the output schema in the "
-               "README)", default="3.1.1", choices=("3.1", "3.1.1", "5")),
+               "README)", default="3.1.1", choices=("3.1", "3.1.1", "5"), side="both",
+               write_help="`3.1`, `3.1.1` or `5` (also `5.0`); with `5` the rows may have a "
+               "`properties` column and carry the idempotency key"),
         Option("payloadFormat", "choice",
                "`mqtt`: one row per message (the README's schema); `sparkplug`: Sparkplug B "
                "(topics `spBv1.0/...`), one row per metric with names and datatypes resolved "
@@ -175,15 +206,15 @@ OPTIONS: Mapping[str, Option] = {
                low=MIN_MAXIMUM_PACKET_SIZE, high=PROTOCOL_MAXIMUM_PACKET_SIZE,
                shown=f"`{DEFAULT_MAXIMUM_PACKET_SIZE}` (16 MiB) with `mqttVersion` 5, else the "
                f"protocol's largest (`{PROTOCOL_MAXIMUM_PACKET_SIZE}`)"),
-        Option("username", "text", "user name"),
+        Option("username", "text", "user name", side="both"),
         Option("password", "secret",
                "password, with `username`; never logged, shown in plans or written to the WAL",
-               secret=True),
+               secret=True, side="both"),
         Option("keepAlive", "int",
                "seconds; a dead broker is detected within 1.5 times the keep-alive",
-               default=str(DEFAULT_KEEP_ALIVE), low=0, high=65535),
+               default=str(DEFAULT_KEEP_ALIVE), low=0, high=65535, side="both"),
         Option("connectTimeout", "seconds", "seconds for TCP, TLS and CONNACK",
-               default=f"{DEFAULT_CONNECT_TIMEOUT:g}", low=0.001),
+               default=f"{DEFAULT_CONNECT_TIMEOUT:g}", low=0.001, side="both"),
         Option("walPath", "path",
                "where the write-ahead log lives: a local directory (the ingest job puts it in "
                "the checkpoint) or shared storage, `s3://`, `gs://`, `abfs://`, `hdfs://`, "
@@ -233,18 +264,20 @@ OPTIONS: Mapping[str, Option] = {
                default=str(RECORDS_PER_PARTITION), low=1),
         Option("tls.caFile", "file",
                "CA bundle that signed the broker's certificate (needs an `ssl://`, `mqtts://` "
-               "or `wss://` `brokerUrl`, as every `tls.*` option)"),
-        Option("tls.certFile", "file", "client certificate for mutual TLS, with `tls.keyFile`"),
-        Option("tls.keyFile", "file", "client private key for mutual TLS, with `tls.certFile`"),
+               "or `wss://` `brokerUrl`, as every `tls.*` option)", side="both"),
+        Option("tls.certFile", "file", "client certificate for mutual TLS, with `tls.keyFile`",
+               side="both"),
+        Option("tls.keyFile", "file", "client private key for mutual TLS, with `tls.certFile`",
+               side="both"),
         Option("tls.verify", "bool", "verify the broker's certificate and host name",
-               default="true"),
+               default="true", side="both"),
         Option("tls.alpn", "text",
                "ALPN protocols the TLS handshake offers, comma-separated (1 to 255 printable "
                "ASCII characters each), e.g. `x-amzn-mqtt-ca` for AWS IoT Core's MQTT on port "
-               "443 with a client certificate"),
+               "443 with a client certificate", side="both"),
         Option("allowPasswordOverPlainTcp", "bool",
                "a password over plain `tcp://` or `ws://` is refused, loopback included, unless "
-               "this is `true`", default="false"),
+               "this is `true`", default="false", side="both"),
         Option("receivers", "int",
                "receivers (processes) for this query, each with its own connection and WAL; see "
                "\"Scaling past one core\" in docs/operations.md", default="1", low=1, high=64),
@@ -255,8 +288,28 @@ OPTIONS: Mapping[str, Option] = {
         Option("shareGroup", "text",
                "with `shardBy` `share`: the group in `$share/<group>/<filter>` (no `/`, `+`, "
                "`#`)", shown="the client id, `/`, `+` and `#` replaced by `_`"),
+        Option("ignoreExtraColumns", "bool",
+               "columns other than `topic`, `payload`, `qos`, `retain` and (with `mqttVersion` "
+               "5) `properties` are an error unless this is `true`", default="false",
+               side="write"),
+        Option("idempotencyKey", "bool",
+               "with `mqttVersion` 5: each message carries the user property `spark-mqtt-key` "
+               "(`<write id>:<batch>:<partition>:<row>`), the same when a retried task or "
+               "batch publishes the row again, so a consumer can drop the repeat "
+               "(docs/delivery.md)", default="true", side="write"),
+        Option("maxInflight", "int",
+               "QoS 1 and 2 messages a writing task keeps unacknowledged, at most; the "
+               "broker's Receive Maximum lowers it with `mqttVersion` 5. A broker may "
+               "acknowledge and drop what a 3.1.1 client sends over its own limit (Mosquitto's "
+               "`max_inflight_messages`, 20 by default; docs/brokers.md)",
+               default=str(DEFAULT_PUBLISH_WINDOW), low=1, high=65535, side="write"),
+        Option("publishTimeout", "seconds",
+               "how long a writing task waits for the broker to take its messages (a "
+               "connection, the acknowledgements of QoS 1 and 2) before it fails",
+               default="60", low=0.001, side="write"),
         Option("path", "text", "the argument of `load(path)`, which Spark passes as an option: "
-               "accepted and not used"),
+               "accepted and not used", side="both",
+               write_help="the argument of `save(path)`: accepted and not used"),
     )
 }  # fmt: skip
 """Every option by its canonical name, in the order the docs list them."""
@@ -277,15 +330,20 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown(flags: Mapping[str, Iterable[str]] | None = None) -> str:
-    """The options as a Markdown table; ``flags`` adds a column: the job's flags per option."""
+def markdown(flags: Mapping[str, Iterable[str]] | None = None, *, writer: bool = False) -> str:
+    """The reader's options as a Markdown table (``writer``: the writer's); ``flags`` adds a
+    column: the job's flags per option."""
     flags = flags or {}
     head = ["option", "accepted", "default", *(["job flag"] if flags else []), "meaning"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in OPTIONS.values():
-        cells = [f"`{row.name}`", row.accepted, _cell(row.default_text)]
+        if not (row.writes if writer else row.reads):
+            continue
+        default = row.write_shown if writer and row.write_shown else row.default_text
+        accepted = row.write_accepted if writer and row.write_accepted else row.accepted
+        cells = [f"`{row.name}`", accepted, _cell(default)]
         if flags:
             cells.append(", ".join(f"`{flag}`" for flag in flags.get(row.name, ())) or "—")
-        cells.append(_cell(row.help))
+        cells.append(_cell(row.write_help if writer and row.write_help else row.help))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

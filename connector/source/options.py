@@ -94,7 +94,7 @@ _READERS: dict[str, Callable[[Option, str], Any]] = {
 }
 
 
-def _typed(opts: Mapping[str, str], name: str) -> Any:
+def typed_option(opts: Mapping[str, str], name: str) -> Any:
     """Option ``name`` read as its row says (kind, range or choices). Absent, or empty when the
     row has no default, it is the row's default; None when there is none. Text kinds are
     returned as given."""
@@ -110,13 +110,96 @@ def _typed(opts: Mapping[str, str], name: str) -> Any:
 
 def _default(name: str) -> Any:
     """Option ``name``'s default from the table, parsed: the field defaults of SourceOptions."""
-    return _typed({}, name)
+    return typed_option({}, name)
 
 
 def default_client_id(broker: str, topics: tuple[str, ...], wal_path: str | None) -> str:
     """A stable client id (23 characters, valid for 3.1) derived from what identifies the query."""
     seed = "\n".join([broker, *topics, wal_path or ""]).encode()
     return "spark-mqtt-" + hashlib.sha256(seed).hexdigest()[:12]
+
+
+def canonical_options(raw: Mapping[str, str], *, writer: bool = False) -> dict[str, str]:
+    """``raw`` under the table's names (any key case); keys the table does not know are left
+    out (Spark and other layers pass their own options through). An option of the other side
+    (a reader's option given to the writer, or the other way round) is refused."""
+    opts: dict[str, str] = {}
+    for key, value in raw.items():
+        canonical = canonical_name(key)
+        if canonical is None:
+            continue
+        row = OPTIONS[canonical]
+        if not (row.writes if writer else row.reads):
+            theirs, ours = ("reader", "writer") if writer else ("writer", "reader")
+            raise InvalidOptionError(
+                f"option {canonical!r} is an option of the {theirs} (docs/options.md); the "
+                f"{ours} does not take it"
+            )
+        opts[canonical] = value
+    return opts
+
+
+def parse_broker(opts: Mapping[str, str]) -> BrokerAddress:
+    """``brokerUrl``, required."""
+    url = opts.get("brokerUrl")
+    if not url:
+        raise InvalidOptionError(
+            "option 'brokerUrl' is required, e.g. tcp://broker:1883 or ssl://broker:8883"
+        )
+    try:
+        return BrokerAddress.parse(url)
+    except ValueError as exc:
+        raise InvalidOptionError(f"option 'brokerUrl': {exc}") from None
+
+
+def parse_credentials(
+    opts: Mapping[str, str], broker: BrokerAddress
+) -> tuple[str | None, str | None]:
+    """``username`` and ``password``; a password goes only over TLS unless
+    ``allowPasswordOverPlainTcp``."""
+    username = opts.get("username") or None
+    password = opts.get("password")
+    if password is not None and username is None:
+        raise InvalidOptionError("option 'password' needs option 'username'")
+    allow_plain = typed_option(opts, "allowPasswordOverPlainTcp")
+    # No exemption, not even for loopback: a tunnel or a proxy can make a local port reach
+    # another machine, and the rule is simpler to state and audit.
+    if password is not None and not broker.tls and not allow_plain:
+        raise InvalidOptionError(
+            f"option 'password' would be sent unencrypted to {broker}; use an ssl://, "
+            "mqtts:// or wss:// 'brokerUrl', or set option 'allowPasswordOverPlainTcp' to "
+            "true to send it over plain TCP anyway"
+        )
+    return username, password
+
+
+def parse_tls(opts: Mapping[str, str], broker: BrokerAddress) -> TlsOptions | None:
+    """The ``tls.*`` options: only with a TLS ``brokerUrl``; the files must exist."""
+    tls_keys = [name for name in OPTIONS if name.startswith("tls.")]
+    if not broker.tls:
+        if any(key in opts for key in tls_keys):
+            raise InvalidOptionError(
+                "tls.* options need an ssl://, mqtts:// or wss:// 'brokerUrl', got " + str(broker)
+            )
+        return None
+    for key in ("tls.caFile", "tls.certFile", "tls.keyFile"):
+        if key in opts and not Path(opts[key]).is_file():
+            raise InvalidOptionError(f"option {key!r}: no such file {opts[key]!r}")
+    if ("tls.certFile" in opts) != ("tls.keyFile" in opts):
+        raise InvalidOptionError("options 'tls.certFile' and 'tls.keyFile' go together")
+    alpn: tuple[str, ...] = ()
+    if "tls.alpn" in opts:
+        try:
+            alpn = validate_alpn(name.strip() for name in opts["tls.alpn"].split(","))
+        except ValueError as exc:
+            raise InvalidOptionError(f"option 'tls.alpn': {exc}") from None
+    return TlsOptions(
+        opts.get("tls.caFile"),
+        opts.get("tls.certFile"),
+        opts.get("tls.keyFile"),
+        typed_option(opts, "tls.verify"),
+        alpn,
+    )
 
 
 def default_wal_root() -> Path:
@@ -185,27 +268,13 @@ class SourceOptions:
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
         """Validate raw string options (any key case)."""
-        opts: dict[str, str] = {}
-        for key, value in raw.items():
-            canonical = canonical_name(key)
-            if canonical is None:
-                continue  # Spark and other layers pass their own options through
-            opts[canonical] = value
-
-        url = opts.get("brokerUrl")
-        if not url:
-            raise InvalidOptionError(
-                "option 'brokerUrl' is required, e.g. tcp://broker:1883 or ssl://broker:8883"
-            )
-        try:
-            broker = BrokerAddress.parse(url)
-        except ValueError as exc:
-            raise InvalidOptionError(f"option 'brokerUrl': {exc}") from None
+        opts = canonical_options(raw)
+        broker = parse_broker(opts)
 
         topics = _parse_topics(opts)
-        qos = _typed(opts, "qos")
-        version = _typed(opts, "mqttVersion")
-        clean = _typed(opts, "cleanSession")
+        qos = typed_option(opts, "qos")
+        version = typed_option(opts, "mqttVersion")
+        clean = typed_option(opts, "cleanSession")
         wal_path = opts.get("walPath") or ""
         if wal_path:
             try:
@@ -229,58 +298,21 @@ class SourceOptions:
         if not wal_path:
             wal_path = str(default_wal_root() / re.sub(r"[^A-Za-z0-9._-]", "_", client_id))
 
-        username = opts.get("username") or None
-        password = opts.get("password")
-        if password is not None and username is None:
-            raise InvalidOptionError("option 'password' needs option 'username'")
-        allow_plain = _typed(opts, "allowPasswordOverPlainTcp")
-        # No exemption, not even for loopback: a tunnel or a proxy can make a local port reach
-        # another machine, and the rule is simpler to state and audit.
-        if password is not None and not broker.tls and not allow_plain:
-            raise InvalidOptionError(
-                f"option 'password' would be sent unencrypted to {broker}; use an ssl://, "
-                "mqtts:// or wss:// 'brokerUrl', or set option 'allowPasswordOverPlainTcp' to "
-                "true to send it over plain TCP anyway"
-            )
+        username, password = parse_credentials(opts, broker)
+        tls = parse_tls(opts, broker)
 
-        tls = None
-        tls_keys = [name for name in OPTIONS if name.startswith("tls.")]
-        if broker.tls:
-            for key in ("tls.caFile", "tls.certFile", "tls.keyFile"):
-                if key in opts and not Path(opts[key]).is_file():
-                    raise InvalidOptionError(f"option {key!r}: no such file {opts[key]!r}")
-            if ("tls.certFile" in opts) != ("tls.keyFile" in opts):
-                raise InvalidOptionError("options 'tls.certFile' and 'tls.keyFile' go together")
-            alpn: tuple[str, ...] = ()
-            if "tls.alpn" in opts:
-                try:
-                    alpn = validate_alpn(name.strip() for name in opts["tls.alpn"].split(","))
-                except ValueError as exc:
-                    raise InvalidOptionError(f"option 'tls.alpn': {exc}") from None
-            tls = TlsOptions(
-                opts.get("tls.caFile"),
-                opts.get("tls.certFile"),
-                opts.get("tls.keyFile"),
-                _typed(opts, "tls.verify"),
-                alpn,
-            )
-        elif any(key in opts for key in tls_keys):
-            raise InvalidOptionError(
-                "tls.* options need an ssl://, mqtts:// or wss:// 'brokerUrl', got " + str(broker)
-            )
-
-        min_messages = _typed(opts, "minMessagesPerTrigger")
-        max_messages = _typed(opts, "maxMessagesPerTrigger")
+        min_messages = typed_option(opts, "minMessagesPerTrigger")
+        max_messages = typed_option(opts, "maxMessagesPerTrigger")
         if min_messages and max_messages and min_messages > max_messages:
             raise InvalidOptionError(
                 f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
                 f"'maxMessagesPerTrigger' ({max_messages})"
             )
-        partition_data = _typed(opts, "partitionData") or (
+        partition_data = typed_option(opts, "partitionData") or (
             "wal" if parse_location(wal_path).objects else "inline"
         )
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
-        payload_format = _typed(opts, "payloadFormat")
+        payload_format = typed_option(opts, "payloadFormat")
         host_id = opts.get("sparkplugHostId")
         if payload_format == "sparkplug":
             _check_sparkplug_sharding(topics, receivers, shard_by)
@@ -306,28 +338,28 @@ class SourceOptions:
             mqtt_version=version,
             username=username,
             password=password,
-            keep_alive=_typed(opts, "keepAlive"),
-            connect_timeout=_typed(opts, "connectTimeout"),
+            keep_alive=typed_option(opts, "keepAlive"),
+            connect_timeout=typed_option(opts, "connectTimeout"),
             wal_path=wal_path,
             max_messages_per_trigger=max_messages,
             min_messages_per_trigger=min_messages,
-            max_trigger_delay=_typed(opts, "maxTriggerDelay"),
-            first_batch_wait=_typed(opts, "firstBatchWait"),
-            fail_on_data_loss=_typed(opts, "failOnDataLoss"),
-            max_backlog_messages=_typed(opts, "maxBacklogMessages"),
-            available_now_idle_timeout=_typed(opts, "availableNowIdleTimeout"),
-            available_now_max_wait=_typed(opts, "availableNowMaxWait"),
+            max_trigger_delay=typed_option(opts, "maxTriggerDelay"),
+            first_batch_wait=typed_option(opts, "firstBatchWait"),
+            fail_on_data_loss=typed_option(opts, "failOnDataLoss"),
+            max_backlog_messages=typed_option(opts, "maxBacklogMessages"),
+            available_now_idle_timeout=typed_option(opts, "availableNowIdleTimeout"),
+            available_now_max_wait=typed_option(opts, "availableNowMaxWait"),
             partition_data=partition_data,
-            records_per_partition=_typed(opts, "recordsPerPartition"),
+            records_per_partition=typed_option(opts, "recordsPerPartition"),
             tls=tls,
             receivers=receivers,
             shard_by=shard_by,
             share_group=share_group,
-            max_packet_size=_typed(opts, "maxPacketSize"),
+            max_packet_size=typed_option(opts, "maxPacketSize"),
             payload_format=payload_format,
-            sparkplug_reorder_timeout=_typed(opts, "sparkplugReorderTimeout"),
+            sparkplug_reorder_timeout=typed_option(opts, "sparkplugReorderTimeout"),
             sparkplug_host_id=host_id,
-            sparkplug_rebirth_interval=_typed(opts, "sparkplugRebirthInterval"),
+            sparkplug_rebirth_interval=typed_option(opts, "sparkplugRebirthInterval"),
             **mqtt5,
         )
 
@@ -372,9 +404,9 @@ def _parse_mqtt5(opts: Mapping[str, str], version: ProtocolLevel) -> dict[str, i
     """The MQTT 5 options as SourceOptions fields. Each value is checked against its range
     first, then refused when ``mqttVersion`` is not 5; below level 5 all are None."""
     values = {
-        "receive_maximum": _typed(opts, "receiveMaximum"),
-        "session_expiry_interval": _typed(opts, "sessionExpiryInterval"),
-        "topic_alias_maximum": _typed(opts, "topicAliasMaximum"),
+        "receive_maximum": typed_option(opts, "receiveMaximum"),
+        "session_expiry_interval": typed_option(opts, "sessionExpiryInterval"),
+        "topic_alias_maximum": typed_option(opts, "topicAliasMaximum"),
     }
     if version == ProtocolLevel.MQTT_5:
         return values
@@ -397,8 +429,8 @@ def _parse_shards(
 ) -> tuple[int, str, str]:
     """``receivers``, ``shardBy`` and ``shareGroup``, validated together: what is valid depends
     on the filters, the protocol level and the client id."""
-    receivers = _typed(opts, "receivers")
-    shard_by = _typed(opts, "shardBy")
+    receivers = typed_option(opts, "receivers")
+    shard_by = typed_option(opts, "shardBy")
     group = opts.get("shareGroup")
     if group is not None and (not group or any(c in group for c in "/+#\0")):
         raise InvalidOptionError(

@@ -56,6 +56,9 @@ COUNTERS = (
     "qos2_published",
     "qos2_lost",
     "qos2_extra_rows",
+    "sink_kills",
+    "sink_rows",
+    "sink_rows_again",
     "tests_passed",
     "tests_failed",
 )

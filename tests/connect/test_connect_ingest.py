@@ -24,6 +24,7 @@ from connector.mqtt.driver import MqttClient
 from connector.source import MqttDataSource
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.connect.server import ConnectServer
+from tests.mqtt_clients import PahoClient
 from tests.spark.streams import (
     Message,
     StreamDirs,
@@ -118,6 +119,29 @@ def test_format_mqtt_is_found_by_a_server_with_the_connector_installed(
         assert_landed(table_rows(spark, dirs.table), sent)
     finally:
         spark.stop()
+
+
+def test_a_connect_client_writes_to_mqtt(
+    server_with_connector: ConnectServer, broker_factory: BrokerFactory
+) -> None:
+    """``df.write.format("mqtt")`` from a Spark Connect client: the server's tasks publish
+    every row, each to its topic."""
+    broker = broker_factory()
+    sub = PahoClient(unique_id("sub-"))
+    assert sub.connect(broker.host, broker.port).accepted
+    sub.subscribe("connw/#", 1)
+    spark = server_with_connector.session()
+    try:
+        frame = spark.range(COUNT).selectExpr(
+            "concat('connw/', cast(id % 3 as string)) AS topic", "cast(id as string) AS payload"
+        )
+        frame.write.format("mqtt").mode("append").option("brokerUrl", broker.url).save()
+        received = sub.wait_for_messages(COUNT, timeout=60)
+    finally:
+        spark.stop()
+        sub.close()
+    assert sorted(int(m.payload) for m in received) == list(range(COUNT))
+    assert all(m.topic == f"connw/{int(m.payload) % 3}" for m in received)
 
 
 def test_a_client_registers_a_source_class_of_its_own(

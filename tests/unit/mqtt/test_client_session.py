@@ -914,6 +914,35 @@ def test_unacked_outbound_is_resent_on_reconnect() -> None:
     assert session.outbound_in_flight == 0
 
 
+@pytest.mark.parametrize("clean_session", [True, False])
+def test_a_released_qos2_message_is_published_again_when_the_broker_lost_the_session(
+    clean_session: bool,
+) -> None:
+    """Method A (section 4.3.3): after PUBREC the broker holds the message and may deliver it
+    only on PUBREL. A broker without our session on the next connection (Session Present 0)
+    lost it with the session, so the PUBLISH goes again in place of the PUBREL (at least
+    once); with the session there, the PUBREL goes, as section 4.4 says."""
+    session = connected(clean_session=clean_session)
+    assert session.publish("q/2", b"two", 2, 1.0) == 1
+    session.data_to_send()
+    session.receive_data(wire(Pubrec(1)), 2.0)
+    assert session.data_to_send() == wire(Pubrel(1))
+    session.connection_lost()
+    connect(session, 3.0, session_present=False)
+    assert session.data_to_send() == encode_publish("q/2", b"two", 2, 1, dup=True)
+    assert session.receive_data(wire(Pubrec(1)), 4.0) == []
+    assert session.data_to_send() == wire(Pubrel(1))
+    if not clean_session:
+        session.connection_lost()
+        connect(session, 5.0, session_present=True)
+        assert session.data_to_send() == wire(Pubrel(1))
+    assert session.receive_data(wire(Pubcomp(1)), 6.0) == [PublishDone(1)]
+    assert session.outbound_in_flight == 0
+    session.connection_lost()
+    connect(session, 7.0, session_present=False)
+    assert session.data_to_send() == b""  # nothing is kept after PUBCOMP
+
+
 def test_resent_publish_has_the_dup_flag() -> None:
     session = connected()
     session.publish("t", b"", 1, 1.0)

@@ -42,6 +42,7 @@ from connector.mqtt.packets import (
     subscription_options,
 )
 from connector.mqtt.properties import Properties
+from connector.mqtt.reasons import reason_allowed
 from tests.fuzz.decoder_target import cites_rule
 from tests.fuzz.test_fuzz_targets import mutations
 
@@ -582,6 +583,13 @@ def _decode_all(data: bytes, cuts: int) -> tuple[list[Packet], str | None]:
     return out, None
 
 
+def tolerated_ack_code(packet: object) -> bool:
+    """A PUBACK or PUBREC the decoder takes with a success code its table lacks."""
+    return isinstance(packet, Puback | Pubrec) and not reason_allowed(
+        packet.reason_code, packet.type
+    )
+
+
 def test_mutated_v5_frames_raise_only_malformed_packets_and_round_trip() -> None:
     seeds = _seeds()
     for data in [*seeds, *mutations(seeds, 3000, seed=5)]:
@@ -590,4 +598,6 @@ def test_mutated_v5_frames_raise_only_malformed_packets_and_round_trip() -> None
         assert split == whole, data.hex()
         assert (whole_error is None) == (split_error is None), data.hex()
         for packet in whole:
+            if tolerated_ack_code(packet):
+                continue  # taken from a broker, never sent (decode._TOLERATED_ACK_CODES)
             assert StreamDecoder(V5).feed(encode(packet, V5)) == [packet], (data.hex(), packet)

@@ -33,8 +33,10 @@ from connector.mqtt.packets import (
     Packet,
     ProtocolLevel,
     Puback,
+    Pubcomp,
     Publish,
     Pubrec,
+    Pubrel,
     Suback,
     Subscribe,
     subscription_options,
@@ -209,10 +211,40 @@ def test_aliases_end_with_the_connection() -> None:
 
 def test_a_malformed_frame_is_answered_with_disconnect_0x81() -> None:
     session = connected()
-    events = session.receive_data(bytes.fromhex("40 03 0001 05"), 1.0)  # PUBACK, reason 0x05
+    events = session.receive_data(bytes.fromhex("40 03 0001 8f"), 1.0)  # PUBACK, reason 0x8F
     assert isinstance(events[-1], ProtocolViolation)
     (disconnect,) = sent(session)
     assert isinstance(disconnect, Disconnect) and disconnect.reason_code == 0x81
+
+
+@pytest.mark.parametrize(("kind", "code"), [(0x40, 0x01), (0x50, 0x02), (0x40, 0x05)])
+def test_a_success_code_an_ack_may_not_carry_is_counted_and_taken(kind: int, code: int) -> None:
+    """A PUBACK or PUBREC for our PUBLISH with a code below 0x80 that is not in its table
+    ([MQTT-3.4.2-1], [MQTT-3.5.2-1]) ends the exchange as the success it says, counted as a
+    broker fault; the connection stays."""
+    session = connected()
+    qos = 1 if kind == 0x40 else 2
+    pid = session.publish("t", b"x", qos, 1.0)
+    sent(session)
+    assert pid is not None
+    events = session.receive_data(bytes([kind, 3, 0, pid, code]), 2.0)
+    assert session.faults[BrokerFault.ACK_REASON_NOT_ALLOWED] == 1
+    assert session.state is State.CONNECTED
+    if qos == 1:
+        assert events == [PublishDone(pid, code, None)]
+    else:
+        assert events == [] and [type(p) for p in sent(session)] == [Pubrel]
+    assert not [e for e in events if isinstance(e, ProtocolViolation)]
+
+
+def test_a_failure_code_an_ack_may_not_carry_is_a_protocol_violation() -> None:
+    session = connected()
+    pid = session.publish("t", b"x", 2, 1.0)
+    sent(session)
+    assert pid is not None
+    events = session.receive_data(bytes([0x50, 3, 0, pid, 0x8F]), 2.0)  # PUBREC 0x8F
+    assert isinstance(events[-1], ProtocolViolation)
+    assert "not one the PUBREC packet may carry" in events[-1].reason
 
 
 def test_messages_beyond_our_receive_maximum_are_counted_and_delivered() -> None:
@@ -276,8 +308,24 @@ def test_refused_publishes_finish_with_their_reason_code() -> None:
     sent(session)
     assert one is not None and two is not None
     events = session.receive_data(wire(Puback(one, 0x87), Pubrec(two, 0x97)), 2.0)
-    assert events == [PublishDone(one, 0x87), PublishDone(two, 0x97)]
+    assert events == [
+        PublishDone(one, 0x87, "PUBACK 0x87 Not authorized for a PUBLISH to 't'"),
+        PublishDone(two, 0x97, "PUBREC 0x97 Quota exceeded for a PUBLISH to 't'"),
+    ]
     assert sent(session) == []  # no PUBREL after a refusing PUBREC (section 4.3.3)
+    assert session.outbound_in_flight == 0
+
+
+def test_a_pubcomp_for_an_id_the_broker_forgot_is_no_refusal() -> None:
+    """After a new session the broker may answer a resent PUBREL with PUBCOMP 0x92: it had
+    taken the message (its PUBREC was a success), so nothing was refused."""
+    session = connected()
+    pid = session.publish("t", b"2", 2, 1.0)
+    sent(session)
+    assert pid is not None
+    assert session.receive_data(wire(Pubrec(pid, 0)), 2.0) == []
+    events = session.receive_data(wire(Pubcomp(pid, 0x92)), 3.0)
+    assert events == [PublishDone(pid, 0x92, None)]
     assert session.outbound_in_flight == 0
 
 

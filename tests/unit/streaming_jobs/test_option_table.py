@@ -12,6 +12,7 @@ import pytest
 
 from connector.source.option_table import KNOWN_OPTIONS, OPTIONS, Option
 from connector.source.options import InvalidOptionError, SourceOptions
+from connector.source.sink_options import SinkOptions
 from streaming_jobs import ingest_flags
 from streaming_jobs.ingest_config import (
     CLI_ONLY,
@@ -74,12 +75,14 @@ def test_source_defaults_are_the_table_defaults() -> None:
 )
 def test_ranges_come_from_the_table(row: Option) -> None:
     assert row.low is not None
+    parse = SourceOptions.parse if row.reads else SinkOptions.parse
+    base = BASE if row.reads else {"brokerUrl": BASE["brokerUrl"]}
     below = str(row.low - 1) if row.kind == "int" else str(row.low / 2 if row.low else -1)
     with pytest.raises(InvalidOptionError, match=re.escape(repr(row.name))):
-        SourceOptions.parse({**BASE, row.name: below})
+        parse({**base, row.name: below})
     if row.high is not None:
         with pytest.raises(InvalidOptionError, match=re.escape(f"must be {row.bounds}")):
-            SourceOptions.parse({**BASE, row.name: str(int(row.high) + 1)})
+            parse({**base, row.name: str(int(row.high) + 1)})
 
 
 def test_every_value_a_flag_offers_is_accepted_by_the_source() -> None:
