@@ -93,7 +93,7 @@ def run_task(url: str, count: int, size: int, qos: int) -> float:
     ]
     publisher = TaskPublisher(options, TaskIdentity(f"bench-{time.time_ns()}", 0, 0, 0, 0))
     start = time.perf_counter()
-    tally = publisher.run(messages)
+    tally = publisher.run([messages])
     elapsed = time.perf_counter() - start
     if tally.rows != count:
         raise BenchError(f"task: published {tally.rows} of {count}")

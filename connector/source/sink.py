@@ -64,10 +64,13 @@ def task_identity(write_id: str, streaming: bool) -> TaskIdentity:
     )
 
 
-def _messages(batches: Iterator[pa.RecordBatch], options: SinkOptions) -> Iterator[OutMessage]:
+def _messages(
+    batches: Iterator[pa.RecordBatch], options: SinkOptions
+) -> Iterator[Iterator[OutMessage]]:
+    """The messages of each Arrow batch, rows numbered across the partition."""
     row = 0
     for batch in batches:
-        yield from batch_messages(batch, options, row)
+        yield batch_messages(batch, options, row)
         row += batch.num_rows
 
 

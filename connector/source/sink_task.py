@@ -104,12 +104,16 @@ class TaskPublisher:
         self._queued = 0
         self._progress_at = clock()
 
-    def run(self, messages: Iterable[OutMessage]) -> TaskTally:
-        """Connect, publish ``messages`` and wait until the broker has taken every one."""
+    def run(self, batches: Iterable[Iterable[OutMessage]]) -> TaskTally:
+        """Connect, publish the messages of ``batches`` and wait until the broker has taken
+        every one. What a batch queued is sent before the next batch is asked for: Spark may
+        take its time to make it."""
         client = self.client
         try:
-            for message in messages:
-                self.publish(message)
+            for batch in batches:
+                for message in batch:
+                    self.publish(message)
+                self._flush()
             if self.rows:
                 self.finish()
         except BaseException:
@@ -128,10 +132,14 @@ class TaskPublisher:
             client.connect()  # a wrong address or refused credentials fail here, at once
             self._progress_at = self.clock()
         window = self.options.max_inflight
-        while not client.connected or (
+        if not client.connected or (
             qos and (session.outbound_in_flight >= window or session.send_quota <= 0)
         ):
-            self._wait()
+            self._progress_at = self.clock()  # the wait for the broker starts now
+            while not client.connected or (
+                qos and (session.outbound_in_flight >= window or session.send_quota <= 0)
+            ):
+                self._wait()
         row = self.rows
         extra = ((IDEMPOTENCY_KEY, self.identity.key(row)),) if self._keyed else ()
         try:
@@ -156,6 +164,7 @@ class TaskPublisher:
     def finish(self) -> None:
         """Send what is queued and wait until no QoS 1/2 message is in flight."""
         self._flush()
+        self._progress_at = self.clock()
         while self.client.session.outbound_in_flight:  # QoS 0 needs no connection after
             self._wait()
         self._check_refused()
@@ -170,7 +179,8 @@ class TaskPublisher:
 
     def _wait(self) -> None:
         """Read the broker's acknowledgements once (reconnecting when the connection is
-        gone); PublishTimeout when nothing moved for ``publishTimeout`` seconds."""
+        gone); PublishTimeout when nothing moved for ``publishTimeout`` seconds of this wait
+        (the time Spark took to hand over rows is not the broker's)."""
         self._flush()
         self._check_refused()
         client = self.client

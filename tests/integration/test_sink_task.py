@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def test_every_message_reaches_a_subscriber_at_each_qos(
     protocol = mqtt.MQTTv5 if version == "5" else mqtt.MQTTv311
     sent = numbered(600, "sink/all")
     with subscriber(broker.host, broker.port, "sink/#", protocol=protocol) as sub:
-        tally = TaskPublisher(options(broker.url, mqttVersion=version), IDENTITY).run(sent)
+        tally = TaskPublisher(options(broker.url, mqttVersion=version), IDENTITY).run([sent])
         received = sub.wait_for_messages(len(sent), timeout=30)
     assert tally.rows == 600 and tally.by_qos == (200, 200, 200) and tally.connections == 1
     check_all_arrived(received, sent)
@@ -83,7 +84,7 @@ def test_every_message_reaches_a_subscriber_at_each_qos(
 def test_mochi_takes_every_message(mochi: ExternalBroker) -> None:
     sent = numbered(300, "sink/mochi")
     with subscriber(mochi.host, mochi.port, "sink/#", protocol=mqtt.MQTTv5) as sub:
-        tally = TaskPublisher(options(mochi.url, mqttVersion="5"), IDENTITY).run(sent)
+        tally = TaskPublisher(options(mochi.url, mqttVersion="5"), IDENTITY).run([sent])
         received = sub.wait_for_messages(len(sent), timeout=30)
     assert tally.rows == 300
     check_all_arrived(received, sent)
@@ -100,7 +101,7 @@ def test_tls_and_mutual_tls_over_websocket(
         publisher = TaskPublisher(
             options(broker.tls_url, **{"tls.caFile": str(pki.ca_cert)}), IDENTITY
         )
-        assert publisher.run(sent).rows == 30
+        assert publisher.run([sent]).rows == 30
         check_all_arrived(sub.wait_for_messages(30), sent)
     mochi = mochi_factory(
         listeners=("wss",), tls=MochiTls(pki.server_cert, pki.server_key, client_ca=pki.ca_cert)
@@ -112,8 +113,28 @@ def test_tls_and_mutual_tls_over_websocket(
     }
     with subscriber(mochi.host, mochi.port, "sink/#") as sub:
         publisher = TaskPublisher(options(mochi.listener_url("wss"), **tls), IDENTITY)
-        assert publisher.run(sent).rows == 30
+        assert publisher.run([sent]).rows == 30
         check_all_arrived(sub.wait_for_messages(30), sent)
+
+
+def test_a_batch_is_sent_before_the_next_is_asked_for_and_spark_s_time_is_not_the_broker_s(
+    broker_factory: BrokerFactory,
+) -> None:
+    """Between Arrow batches the task waits for Spark: what the first batch queued has reached
+    the subscriber meanwhile, and a wait longer than ``publishTimeout`` is no timeout."""
+    broker = broker_factory()
+    first, second = numbered(30, "sink/a", 1), numbered(30, "sink/b", 1)
+    with subscriber(broker.host, broker.port, "sink/#") as sub:
+
+        def batches() -> Iterator[list[OutMessage]]:
+            yield first
+            wait_until(lambda: len(sub.messages) >= len(first), 10, message="batch 1 unsent")
+            time.sleep(1.5)  # Spark making the next batch, longer than publishTimeout
+            yield second
+
+        publisher = TaskPublisher(options(broker.url, publishTimeout="1"), IDENTITY)
+        assert publisher.run(batches()).rows == 60
+        check_all_arrived(sub.wait_for_messages(60), first + second)
 
 
 def test_a_broker_restart_mid_task_loses_nothing(broker_factory: BrokerFactory) -> None:
@@ -133,7 +154,7 @@ def test_a_broker_restart_mid_task_loses_nothing(broker_factory: BrokerFactory) 
 
     with subscriber(broker.host, broker.port, "sink/#", clean_session=False) as sub:
         tally = TaskPublisher(options(broker.url, publishTimeout="30"), IDENTITY).run(
-            with_a_restart()
+            [with_a_restart()]
         )
         assert restarted.is_set()
         wanted = {m.payload for m in sent}
@@ -161,7 +182,7 @@ def test_mqtt5_keeps_to_the_broker_s_receive_maximum_and_maximum_packet_size(
         publisher = TaskPublisher(
             options(broker.url, mqttVersion="5", maxInflight="1000"), IDENTITY
         )
-        assert publisher.run(sent).rows == 600
+        assert publisher.run([sent]).rows == 600
         assert publisher.client.session.limits.receive_maximum == 20
         check_all_arrived(sub.wait_for_messages(600, timeout=30), sent)
     big = OutMessage("sink/big", b"x" * 400, 1, False, None)
@@ -169,7 +190,7 @@ def test_mqtt5_keeps_to_the_broker_s_receive_maximum_and_maximum_packet_size(
         RowError, match=r"row 2 of partition 3 \(topic 'sink/big'\).*Maximum Packet Size of 300"
     ):
         TaskPublisher(options(broker.url, mqttVersion="5"), IDENTITY).run(
-            [*numbered(2, "sink/small", 1), big]
+            [[*numbered(2, "sink/small", 1), big]]
         )
 
 
@@ -181,14 +202,15 @@ def test_a_refused_topic_fails_the_task_with_the_reason(
     broker = broker_factory(extra_config=[f"acl_file {acl}"])
     sent = [*numbered(5, "open/a", 1), OutMessage("closed/b", b"x", 1, False, None)]
     with pytest.raises(PublishRefused) as refused:
-        TaskPublisher(options(broker.url, mqttVersion="5"), IDENTITY).run(sent)
+        TaskPublisher(options(broker.url, mqttVersion="5"), IDENTITY).run([sent])
     assert "0x87 Not authorized" in str(refused.value)
     assert "'closed/b'" in str(refused.value)
 
 
 def test_an_unreachable_broker_fails_at_once() -> None:
     with pytest.raises(BrokerUnreachable):
-        TaskPublisher(options(f"tcp://{LOOPBACK}:{free_port()}"), IDENTITY).run(numbered(1, "t", 1))
+        publisher = TaskPublisher(options(f"tcp://{LOOPBACK}:{free_port()}"), IDENTITY)
+        publisher.run([numbered(1, "t", 1)])
 
 
 def test_a_broker_that_never_acknowledges_fails_after_the_publish_timeout() -> None:
@@ -213,7 +235,7 @@ def test_a_broker_that_never_acknowledges_fails_after_the_publish_timeout() -> N
             options(f"tcp://{LOOPBACK}:{port}", publishTimeout="1", keepAlive="0"), IDENTITY
         )
         with pytest.raises(PublishTimeout, match=r"took no message for 1 s \(3 in flight"):
-            publisher.run(numbered(3, "t", 1))
+            publisher.run([numbered(3, "t", 1)])
     finally:
         stop.set()
         server.close()

@@ -8,6 +8,7 @@ write with the broker's reason."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -90,6 +91,62 @@ def test_mochi_takes_a_batch_write_at_mqtt_5(spark: SparkSession, mochi: Externa
         write(frame, mochi.url, mqttVersion="5", qos="2")
         received = arrived(sub, {str(i).encode() for i in range(60)})
     assert len(received) == 60 and {m.qos for m in received} == {2}
+
+
+def test_a_broker_restart_in_the_middle_of_a_write_loses_nothing(
+    spark: SparkSession, broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    """One task writes 30,000 rows; a gate in the plan holds row 20,000 until the first Arrow
+    batch (10,000 rows) is at the subscriber and the broker (its sessions saved) has
+    restarted, so the task's connection dies between its batches. The task connects again,
+    the write succeeds, and a persistent subscriber gets every row."""
+    broker = broker_factory(persistence=True)
+    waiting, go = tmp_path / "waiting", tmp_path / "go"
+    gate_row = 20_000
+
+    @F.udf("bigint")
+    def gate(i):  # type: ignore[no-untyped-def]  # hints would make PySpark guess a UDF type
+        if i == gate_row:
+            waiting.touch()
+            deadline = time.monotonic() + 120
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return i
+
+    frame = spark.range(30_000, numPartitions=1).select(gate("id").alias("id"))
+    frame = frame.selectExpr("'r/all' AS topic", "cast(id as string) AS payload")
+    sub = PahoClient(unique_id("sub-"), clean_session=False)
+    assert sub.connect(broker.host, broker.port).accepted
+    sub.subscribe("r/#", 1)
+    restarted: list[bool] = []
+
+    def restart_at_the_gate() -> None:
+        """In a thread of its own: the write runs in the test's thread, where Spark finds
+        the data source (a Python data source is looked up through the thread's session)."""
+        try:
+            deadline = time.monotonic() + 120
+            while not (waiting.exists() and len(sub.messages) >= 10_000):
+                if time.monotonic() > deadline:
+                    return  # the test fails on ``restarted``
+                time.sleep(0.01)
+            broker.restart()
+            restarted.append(True)
+        finally:
+            go.touch()
+
+    restarter = threading.Thread(target=restart_at_the_gate)
+    restarter.start()
+    try:
+        write(frame, broker.url)
+        restarter.join(60)
+        assert restarted, f"no restart: gate {waiting.exists()}, {len(sub.messages)} arrived"
+        arrived(sub, {str(i).encode() for i in range(30_000)})
+    finally:
+        go.touch()
+        restarter.join(60)
+        sub.close()
+    connects = broker.log_text().count(" as spark-mqtt-w-")
+    assert connects >= 2, "the task never connected again"
 
 
 def publish_v5(broker: MosquittoBroker, topic: str, count: int) -> None:
