@@ -38,7 +38,7 @@ from connector.wal import WalDataLossError, decode_blob
 from connector.wal.opening import open_reader
 
 from .options import SourceOptions
-from .receiver import sum_delivery
+from .progress_report import progress_report
 from .schema import to_record_batches
 from .shard_handles import LocalShard, ShardProcess, ShardStatus, start_processes
 from .shard_worker import TERMINATED_EXIT_STATUS
@@ -316,13 +316,12 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         the progress report's ``latestOffset``, which is never stored in the checkpoint.
         Receivers that have not started yet are not started here (see ``latestOffset``)."""
         if self._shards is None:
-            return {"delivery": sum_delivery([])}
+            return progress_report({}, None)
         statuses = [s.status() for s in self.shards]
-        report = encode_offset(
+        offset = encode_offset(
             [Position(s.identity, st.next) for s, st in zip(self.shards, statuses, strict=True)]
         )
-        report["delivery"] = sum_delivery([st.delivery for st in statuses])
-        return report
+        return progress_report(offset, statuses)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Note the trigger; the wait and the freeze happen at the run's first offset call

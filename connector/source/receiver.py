@@ -29,7 +29,7 @@ from connector.mqtt.driver import MqttClient, Read
 from connector.mqtt.errors import RepeatedProtocolViolation
 from connector.mqtt.events import Connected
 from connector.mqtt.packets import Publish
-from connector.mqtt.session import ClientSession
+from connector.mqtt.session import ClientSession, State
 from connector.wal import RecordTuple, WalLockedError, record_digest
 from connector.wal.opening import AnyWalWriter, open_writer, read_sidecar, write_sidecar
 
@@ -143,11 +143,13 @@ class ReceiverStats:
         return {str(rule): count for rule, count in self._session.faults.items()}
 
     def as_dict(self) -> dict[str, object]:
-        """The counters a progress report carries."""
+        """The counters a progress report carries (:mod:`.progress_report`)."""
         return {
             "duplicatesDropped": self.duplicates_dropped,
             "possibleDuplicates": self.possible_duplicates,
             "brokerFaults": self.broker_faults,
+            "connections": self.connections,
+            "connected": self._session.state is State.CONNECTED,
         }
 
 

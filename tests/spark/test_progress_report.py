@@ -1,0 +1,59 @@
+"""The source's figures read from a real query's progress
+(``query.lastProgress["sources"][0]["latestOffset"]``, docs/operations.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from connector.source.progress_report import REPORT_VERSION
+from tests.brokers import BrokerFactory
+from tests.spark.streams import (
+    StreamDirs,
+    numbered,
+    publish,
+    start_stream,
+    unique_id,
+    wait_for_rows,
+    wait_subscribed,
+)
+from tests.waiting import wait_until
+
+
+def latest_report(query: StreamingQuery) -> dict[str, Any] | None:
+    progress = query.lastProgress
+    if progress is None or not progress["sources"]:
+        return None
+    text = progress["sources"][0]["latestOffset"]
+    return None if text is None else json.loads(text)
+
+
+def test_the_progress_reports_each_receiver(
+    spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
+) -> None:
+    broker = broker_factory()
+    client_id = unique_id()
+    query = start_stream(spark, broker.url, dirs, topic="prog/#", clientId=client_id)
+    try:
+        wait_subscribed(broker, client_id, "prog/#", 1)
+        publish(broker, numbered("prog/t", 5))
+        wait_for_rows(spark, dirs.table, 5, [query])
+
+        def landed() -> dict[str, Any] | None:
+            report = latest_report(query)
+            receivers = (report or {}).get("receivers") or []
+            done = receivers and receivers[0]["walHighWaterMark"] == 5
+            return report if done and receivers[0]["committed"] == 5 else None
+
+        report = wait_until(landed, 60, interval=0.1, message=lambda: str(latest_report(query)))
+    finally:
+        query.stop()
+    assert report["version"] == REPORT_VERSION
+    (receiver,) = report["receivers"]
+    assert receiver["receiver"] == 0 and receiver["backlog"] == 0
+    assert receiver["connected"] is True and receiver["reconnects"] == 0
+    assert receiver["possibleDuplicates"] == 0 and receiver["brokerFaults"] == {}
+    assert report["offset"] == 5
