@@ -228,6 +228,18 @@ class PahoClient:
         )
         return self.messages
 
+    def wait_for_payloads(
+        self, payloads: set[bytes], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> list[Received]:
+        """Wait until every payload of `payloads` arrived (repeats do not count towards it, as
+        they do for `wait_for_messages`); return all received so far."""
+
+        def missing() -> list[bytes]:
+            return sorted(payloads - {m.payload for m in self.messages})
+
+        wait_until(lambda: not missing(), timeout, message=lambda: f"missing {missing()[:10]}")
+        return self.messages
+
     @property
     def messages(self) -> list[Received]:
         """Messages received so far, in arrival order."""

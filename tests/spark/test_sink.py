@@ -24,7 +24,6 @@ from tests.brokers import LOOPBACK, BrokerFactory, MosquittoBroker, free_port
 from tests.interop_brokers import ExternalBroker
 from tests.mqtt_clients import PahoClient, Received
 from tests.spark.streams import TRIGGER, StreamDirs, mqtt_reader, unique_id, wait_subscribed
-from tests.waiting import wait_until
 
 ARRIVE_TIMEOUT = 60.0
 
@@ -38,12 +37,7 @@ def subscriber(host: str, port: int, topic: str, *, v5: bool = False) -> PahoCli
 
 def arrived(sub: PahoClient, payloads: set[bytes]) -> list[Received]:
     """Wait until every payload of ``payloads`` arrived; every message received so far."""
-    wait_until(
-        lambda: payloads <= {m.payload for m in sub.messages},
-        ARRIVE_TIMEOUT,
-        message=lambda: f"missing {sorted(payloads - {m.payload for m in sub.messages})[:10]}",
-    )
-    return sub.messages
+    return sub.wait_for_payloads(payloads, timeout=ARRIVE_TIMEOUT)
 
 
 def write(frame: DataFrame, url: str, **options: str) -> None:
