@@ -55,15 +55,15 @@ class Outbound:
         self.level = level
         self.limits = BrokerLimits()
         """The broker's limits for the current connection (level 5; defaults otherwise)."""
-        self.publishes: dict[int, Publish | None] = {}
-        """Outbound QoS 1/2 exchanges by id: the message until PUBACK or PUBREC (resent with
-        DUP=1 on a new connection, section 4.4), then None for a QoS 2 one until PUBCOMP: its
-        PUBREL went out (section 4.3.3, method A)."""
-        self.released: dict[int, Publish] = {}
-        """The message of each QoS 2 exchange whose PUBREL went out, until PUBCOMP. A broker
-        may deliver a QoS 2 message onwards only on PUBREL, and one that lost this client's
-        session (Session Present 0: a clean session, an expired one, a broker restarted
-        without it) lost such a message with it; :meth:`resends` then sends it again."""
+        self.publishes: dict[int, Publish] = {}
+        """Outbound QoS 1/2 exchanges by id, each message until PUBACK, or PUBCOMP for QoS 2
+        (resent with DUP=1 on a new connection, section 4.4)."""
+        self.released: set[int] = set()
+        """QoS 2 exchanges whose PUBREC came and PUBREL went out (section 4.3.3, method A),
+        until PUBCOMP. Their messages are kept: a broker may deliver a QoS 2 message onwards
+        only on PUBREL, and one that lost this client's session (Session Present 0: a clean
+        session, an expired one, a broker restarted without it) lost such a message with it;
+        :meth:`resends` then sends it again."""
         self.subscribing: dict[int, list[str]] = {}
         """SUBSCRIBE packets awaiting SUBACK on this connection: their filters, by id."""
         self.unsubscribing: set[int] = set()
@@ -182,12 +182,12 @@ class Outbound:
         broker has no session for us (``session_present`` false) a PUBLISH again in place of
         each PUBREL (see ``released``): at least once, as the broker may have delivered it."""
         frames = []
+        released = self.released
         for pid, message in self.publishes.items():
-            if message is None and session_present:
+            if pid in released and session_present:
                 frames.append(encode_ack(PacketType.PUBREL, pid))
             else:
-                if message is None:
-                    message = self.publishes[pid] = self.released.pop(pid)
+                released.discard(pid)
                 frames.append(
                     self._frame(
                         message.topic,
@@ -248,10 +248,8 @@ class Outbound:
 
     def qos_in_flight(self, packet_id: int) -> int | None:
         """The QoS of the outbound PUBLISH in flight on ``packet_id`` (None: none)."""
-        if packet_id not in self.publishes:
-            return None
-        message = self.publishes[packet_id]
-        return 2 if message is None else message.qos
+        message = self.publishes.get(packet_id)
+        return None if message is None else message.qos
 
     def acknowledged(self, packet: Puback | Pubcomp | Pubrec, events: list[Event]) -> bytes:
         """PUBACK, PUBREC or PUBCOMP for one of our PUBLISH packets: the exchange ends
@@ -269,19 +267,17 @@ class Outbound:
             )
             return b""
         if isinstance(packet, Pubrec) and not is_failure(packet.reason_code):
-            message = self.publishes[pid]
-            assert message is not None  # qos_in_flight: a PUBLISH awaits this PUBREC
-            self.released[pid] = message
-            self.publishes[pid] = None
+            self.released.add(pid)
             return encode_ack(PacketType.PUBREL, pid)
         # PUBACK, PUBCOMP, or a refusing PUBREC: the exchange ends here (section 4.3.3).
         message = self.publishes.pop(pid)
-        self.released.pop(pid, None)
+        was_released = pid in self.released
+        self.released.discard(pid)
         refused = None
         if is_failure(packet.reason_code):
             why = reason_name(packet.reason_code, packet.type) + reason_string(packet.properties)
             log.warning("the broker refused our PUBLISH %d: %s", pid, why)
-            if message is not None:  # not a PUBCOMP: the message itself was refused
+            if not was_released:  # not a PUBCOMP: the message itself was refused
                 name = type(packet).__name__.upper()
                 refused = f"{name} {why} for a PUBLISH to {message.topic!r}"
         events.append(PublishDone(pid, packet.reason_code, refused))
