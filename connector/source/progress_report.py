@@ -28,21 +28,29 @@ REPORT_VERSION = 1
 def receiver_report(index: int, status: ShardStatus) -> dict[str, Any]:
     """One receiver's figures: ``walHighWaterMark`` (the WAL's next offset), ``committed``
     (the offset the query committed up to), ``backlog`` (messages stored and not committed),
-    ``connected``, ``reconnects`` (connections after the first), ``frozen`` (an AvailableNow
-    run stopped it), and its delivery counters."""
-    delivery = status.delivery
-    connections = int(delivery.get("connections", 0))
+    ``oldestUncommittedSeconds`` (how long the message at ``committed`` has waited; 0 with no
+    backlog, null when unknown), ``received`` (messages stored by this run's receiver),
+    ``receiveRate`` (messages per second over the last 10 s), ``walBytes`` (bytes the WAL
+    holds), ``connected``, ``reconnects`` (connections after the first), ``frozen`` (an
+    AvailableNow run stopped it), and its delivery counters (``Receiver.figures``)."""
+    figures = status.delivery
+    connections = int(figures.get("connections", 0))
+    age = figures.get("oldestUncommittedSeconds")
     return {
         "receiver": index,
         "walHighWaterMark": status.next,
         "committed": status.committed,
         "backlog": max(0, status.next - status.committed),
-        "connected": bool(delivery.get("connected", False)),
+        "oldestUncommittedSeconds": None if age is None else float(age),
+        "received": int(figures.get("received", 0)),
+        "receiveRate": float(figures.get("receiveRate", 0.0)),
+        "walBytes": int(figures.get("walBytes", 0)),
+        "connected": bool(figures.get("connected", False)),
         "reconnects": max(0, connections - 1),
         "frozen": status.frozen,
-        "duplicatesDropped": int(delivery.get("duplicatesDropped", 0)),
-        "possibleDuplicates": int(delivery.get("possibleDuplicates", 0)),
-        "brokerFaults": dict(delivery.get("brokerFaults") or {}),
+        "duplicatesDropped": int(figures.get("duplicatesDropped", 0)),
+        "possibleDuplicates": int(figures.get("possibleDuplicates", 0)),
+        "brokerFaults": dict(figures.get("brokerFaults") or {}),
     }
 
 

@@ -30,10 +30,17 @@ from connector.mqtt.errors import RepeatedProtocolViolation
 from connector.mqtt.events import Connected
 from connector.mqtt.packets import Publish
 from connector.mqtt.session import ClientSession, State
-from connector.wal import RecordTuple, WalLockedError, record_digest
-from connector.wal.opening import AnyWalWriter, open_writer, read_sidecar, write_sidecar
+from connector.wal import RecordTuple, WalError, WalLockedError, record_digest
+from connector.wal.opening import (
+    AnyWalWriter,
+    open_reader,
+    open_writer,
+    read_sidecar,
+    write_sidecar,
+)
 
 from .options import SourceOptions
+from .receive_figures import ArrivalIndex, RateMeter
 from .sparkplug_host import HostRole
 from .wal_properties import encode_for_wal
 
@@ -143,7 +150,7 @@ class ReceiverStats:
         return {str(rule): count for rule, count in self._session.faults.items()}
 
     def as_dict(self) -> dict[str, object]:
-        """The counters a progress report carries (:mod:`.progress_report`)."""
+        """The delivery counters and connection state (the rest: ``Receiver.figures``)."""
         return {
             "duplicatesDropped": self.duplicates_dropped,
             "possibleDuplicates": self.possible_duplicates,
@@ -186,6 +193,11 @@ class Receiver:
         """``freeze`` ended the loop: the WAL takes nothing more."""
         self._duplicates_logged = -1
         """``stats.connections`` when possible duplicates were last logged."""
+        self.arrivals = ArrivalIndex()
+        """Receive times of this process's appends (the age of the oldest uncommitted)."""
+        self._rate = RateMeter(time.monotonic())
+        self._stored_stamp: tuple[int, int] | None = None
+        """(offset, receive time) of a record stored before this process, read once."""
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -343,8 +355,50 @@ class Receiver:
         with self._cond:
             self.committed = max(self.committed, offset)
             self._cond.notify_all()
+        self.arrivals.forget_below(self.committed)
         self.check()  # a failed receiver reports its own error, not the writer's refusal
         self.wal.truncate_before(self.committed)
+
+    def figures(self) -> dict[str, object]:
+        """The counters and figures a progress report carries (:mod:`.progress_report`):
+        ``ReceiverStats.as_dict`` and ``received`` (messages stored by this process),
+        ``receiveRate`` (messages per second, :class:`.receive_figures.RateMeter`),
+        ``oldestUncommittedSeconds`` (0 with no backlog; None when unknown) and ``walBytes``."""
+        figures = self.stats.as_dict()
+        figures["received"] = self.stats.appended
+        figures["receiveRate"] = round(self._rate.rate(time.monotonic()), 3)
+        figures["oldestUncommittedSeconds"] = self._oldest_uncommitted_seconds()
+        figures["walBytes"] = self.wal.stored_bytes
+        return figures
+
+    def _oldest_uncommitted_seconds(self) -> float | None:
+        """Seconds since the record at ``committed`` was received (0.0 when none waits)."""
+        committed = self.committed
+        if self.wal.next_offset <= committed:
+            return 0.0
+        stamp = self.arrivals.stamp_at(committed)
+        if stamp is None:
+            stamp = self._stamp_of_stored(committed)
+        if stamp is None:
+            return None
+        return round(max(0.0, (time.time_ns() // 1000 - stamp) / 1e6), 3)
+
+    def _stamp_of_stored(self, offset: int) -> int | None:
+        """The receive time of a record stored before this process started, read from the
+        WAL once per offset (None when the read fails: the figure is then unknown)."""
+        if self._stored_stamp is not None and self._stored_stamp[0] == offset:
+            return self._stored_stamp[1]
+        try:
+            columns = open_reader(self.options.wal_path).read(offset, offset + 1)
+        except (OSError, WalError) as exc:
+            log.debug("no receive time for WAL offset %d: %s", offset, exc)
+            return None
+        if not columns.pieces:
+            return None
+        piece = columns.pieces[0]
+        stamp = int(piece.timestamps[piece.lo])
+        self._stored_stamp = (offset, stamp)
+        return stamp
 
     def check(self) -> None:
         """Raise the receiver's fatal error, if any, in the caller's thread."""
@@ -454,8 +508,12 @@ class Receiver:
             records = [
                 (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us) for m in messages
             ]
+        first = self.wal.next_offset
         self.wal.append(records, released_qos2=read.released)
         self.stats.appended += len(records)
+        if records:
+            self.arrivals.note(first, now_us)
+            self._rate.note(len(records), time.monotonic())
         self.client.acknowledge(messages, read.released)
         if self.host is not None and messages:
             self.host.stored(self.client, messages, now_us)

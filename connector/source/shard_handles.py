@@ -48,7 +48,7 @@ class ShardStatus:
     committed: int
     error: str | None = None
     delivery: dict[str, Any] = field(default_factory=dict)
-    """The receiver's delivery counters (``ReceiverStats.as_dict``)."""
+    """The receiver's counters and figures (``Receiver.figures``)."""
     frozen: bool = False
     """The receiver stopped taking messages (``Receiver.freeze``): ``next`` no longer moves."""
 
@@ -70,7 +70,7 @@ class LocalShard:
             wal.first_offset,
             wal.next_offset,
             self.receiver.committed,
-            delivery=self.receiver.stats.as_dict(),
+            delivery=self.receiver.figures(),
             frozen=self.receiver.frozen,
         )
 

@@ -62,7 +62,7 @@ def status(receiver: Receiver) -> dict[str, Any]:
         "committed": receiver.committed,
         "quiet_for": time.monotonic() - receiver.last_activity,
         "error": None if error is None else f"{type(error).__name__}: {error}",
-        "delivery": receiver.stats.as_dict(),
+        "delivery": receiver.figures(),
         "frozen": receiver.frozen,
     }
 

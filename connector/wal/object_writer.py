@@ -61,9 +61,11 @@ class ObjectWalWriter(WriterState):
         segment_max_bytes: int,
         segment_max_parts: int,
         version: int = FORMAT_VERSION,
+        sealed_sizes: dict[int, int] | None = None,
     ) -> None:
         """Use :meth:`open`; ``tail`` is (active segment first offset, next offset, size,
-        crc, parts) of a recovered, leased WAL whose ``wal.json`` says format ``version``."""
+        crc, parts) of a recovered, leased WAL whose ``wal.json`` says format ``version``;
+        ``sealed_sizes`` the bytes of its other segments by first offset."""
         self._store = store
         self._identity = identity
         self._version = version
@@ -71,6 +73,7 @@ class ObjectWalWriter(WriterState):
         self._segments = segments
         self._state = state
         self._seg_first, self._next_offset, self._seg_size, self._seg_crc, self._parts = tail
+        self._init_sealed(sealed_sizes or {})
         self._encoder = AppendEncoder(bytes.fromhex(identity), segment_max_bytes, version)
         self._limit = segment_max_bytes
         self._max_parts = segment_max_parts
@@ -141,8 +144,10 @@ class ObjectWalWriter(WriterState):
                 store.where(META_NAME), 0, "the WAL has an identity but no segments"
             )
         ident = bytes.fromhex(identity)
+        sizes: dict[int, int] = {}
         for first, next_first in pairwise(firsts):
             data = b"".join(store.read_part(first, p) for p in store.parts(first))
+            sizes[first] = len(data)
             where = store.where(segment_dir(first))
             verify_sealed_data(
                 data, where, first, ident, next_first, store.where(segment_dir(next_first))
@@ -166,6 +171,7 @@ class ObjectWalWriter(WriterState):
             segment_max_bytes=segment_max_bytes,
             segment_max_parts=segment_max_parts,
             version=version,
+            sealed_sizes={f: sizes[f] for f in firsts[:-1]},
         )
         if walk.sealed:  # died between sealing a segment and starting the next
             writer._start_segment(walk.expected)
@@ -243,6 +249,7 @@ class ObjectWalWriter(WriterState):
             data += encode_seal(write.end_offset, crc)
         self._store.write_part(first, position, write.first_offset, data)
         if write.new_segment:
+            self._note_sealed(self._seg_first, self._seg_size)
             self._segments.append(first)
             self._seg_first, self._parts = first, 0
         self._seg_size, self._seg_crc = position + len(data), crc
@@ -254,6 +261,7 @@ class ObjectWalWriter(WriterState):
             bytes.fromhex(self._identity), first_offset, self._state, self._version
         )
         self._store.write_part(first_offset, 0, first_offset, prefix)
+        self._note_sealed(self._seg_first, self._seg_size)
         self._segments.append(first_offset)
         self._seg_first, self._seg_size, self._parts = first_offset, len(prefix), 1
         self._seg_crc = zlib.crc32(prefix)
@@ -267,7 +275,9 @@ class ObjectWalWriter(WriterState):
             self._check_usable()
             deleted = 0
             while len(self._segments) > 1 and self._segments[1] <= offset:
-                self._deletions.put(self._segments.pop(0))
+                first = self._segments.pop(0)
+                self._forget_sealed(first)
+                self._deletions.put(first)
                 deleted += 1
             return deleted
 

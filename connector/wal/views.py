@@ -27,6 +27,9 @@ class WriterState(ABC):
     _state: QosState
     _closed: bool
     _failure: BaseException | None
+    _seg_size: int
+    _sealed_sizes: dict[int, int]
+    _sealed_bytes: int
 
     @property
     @abstractmethod
@@ -65,6 +68,26 @@ class WriterState(ABC):
     def latest_digest(self, packet_id: int) -> int | None:
         """record_digest of the latest QoS 1 or 2 record appended with ``packet_id``."""
         return self._state.digests.get(packet_id)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the segments still stored: records, seals and state snapshots (the file
+        layout's small index files are not counted)."""
+        return self._sealed_bytes + self._seg_size
+
+    def _init_sealed(self, sizes: dict[int, int]) -> None:
+        """Start counting with the sealed segments found at open (first offset -> bytes)."""
+        self._sealed_sizes = dict(sizes)
+        self._sealed_bytes = sum(sizes.values())
+
+    def _note_sealed(self, first: int, size: int) -> None:
+        """Segment ``first`` is sealed at ``size`` bytes; the next one is active."""
+        self._sealed_sizes[first] = size
+        self._sealed_bytes += size
+
+    def _forget_sealed(self, first: int) -> None:
+        """Segment ``first`` is deleted."""
+        self._sealed_bytes -= self._sealed_sizes.pop(first, 0)
 
     def backlog(self, committed: int) -> int:
         """Records appended at or above offset ``committed``."""

@@ -83,6 +83,7 @@ class WalWriter(WriterState):
         self._seg_crc = active.crc
         self._durable_size = active.size
         self._index_next = active.index_next
+        self._init_sealed({f: os.stat(root / segment_name(f)).st_size for f in segments[:-1]})
         self._fd = os.open(root / segment_name(active.first_offset), os.O_WRONLY | os.O_CLOEXEC)
         try:
             os.lseek(self._fd, active.size, os.SEEK_SET)
@@ -274,6 +275,7 @@ class WalWriter(WriterState):
     def _start_segment(self, first_offset: int, data: bytes) -> None:
         """Create the next segment holding ``data`` and make it the active one."""
         fd = create_segment(self._root, first_offset, data, fsync=self._fsync)
+        self._note_sealed(self._seg_first, self._seg_size)
         old_fd, old_index_fd = self._fd, self._index_fd
         self._fd = fd
         self._segments.append(first_offset)
@@ -317,6 +319,7 @@ class WalWriter(WriterState):
                     first = self._segments[0]
                     os.unlink(self._root / segment_name(first))
                     self._segments.pop(0)
+                    self._forget_sealed(first)
                     deleted += 1
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._root / index_name(first))

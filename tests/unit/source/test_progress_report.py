@@ -13,12 +13,18 @@ def status(next_offset: int, committed: int, **delivery: object) -> ShardStatus:
 
 def test_a_receiver_s_figures() -> None:
     one = status(120, 100, connections=3, connected=True, possibleDuplicates=2,
-                 duplicatesDropped=1, brokerFaults={"qos-above-granted": 4})  # fmt: skip
+                 duplicatesDropped=1, brokerFaults={"qos-above-granted": 4},
+                 oldestUncommittedSeconds=2.5, received=130, receiveRate=12.5,
+                 walBytes=4096)  # fmt: skip
     assert receiver_report(0, one) == {
         "receiver": 0,
         "walHighWaterMark": 120,
         "committed": 100,
         "backlog": 20,
+        "oldestUncommittedSeconds": 2.5,
+        "received": 130,
+        "receiveRate": 12.5,
+        "walBytes": 4096,
         "connected": True,
         "reconnects": 2,
         "frozen": False,
@@ -28,6 +34,8 @@ def test_a_receiver_s_figures() -> None:
     }
     assert receiver_report(1, status(5, 9))["backlog"] == 0  # never negative
     assert receiver_report(1, status(5, 0))["reconnects"] == 0  # no connection yet
+    unknown = receiver_report(1, status(5, 0, oldestUncommittedSeconds=None))
+    assert unknown["oldestUncommittedSeconds"] is None  # not 0: the WAL could not say
 
 
 def test_the_report_keeps_the_offset_and_sums_the_receivers() -> None:
