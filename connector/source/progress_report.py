@@ -25,22 +25,29 @@ REPORT_VERSION = 1
 """The shape of the report; fields are only added within a version."""
 
 
-def receiver_report(index: int, status: ShardStatus) -> dict[str, Any]:
+def receiver_report(
+    index: int, status: ShardStatus, batch_end: int | None = None
+) -> dict[str, Any]:
     """One receiver's figures: ``walHighWaterMark`` (the WAL's next offset), ``committed``
-    (the offset the query committed up to), ``backlog`` (messages stored and not committed),
-    ``oldestUncommittedSeconds`` (how long the message at ``committed`` has waited; 0 with no
-    backlog, null when unknown), ``received`` (messages stored by this run's receiver),
+    (the offset the query committed up to: the start of the batch being planned),
+    ``batchEnd`` (the offset that batch reads up to; ``committed`` before any plan),
+    ``backlog`` (messages stored beyond the batch: what waits once it commits, as Kafka's
+    offsets behind latest), ``oldestUncommittedSeconds`` (how long the message at
+    ``committed`` has waited; 0 with nothing uncommitted, null when unknown), ``received``
+    (messages stored by this run's receiver),
     ``receiveRate`` (messages per second over the last 10 s), ``walBytes`` (bytes the WAL
     holds), ``connected``, ``reconnects`` (connections after the first), ``frozen`` (an
     AvailableNow run stopped it), and its delivery counters (``Receiver.figures``)."""
     figures = status.delivery
     connections = int(figures.get("connections", 0))
     age = figures.get("oldestUncommittedSeconds")
+    end = status.committed if batch_end is None else max(batch_end, status.committed)
     return {
         "receiver": index,
         "walHighWaterMark": status.next,
         "committed": status.committed,
-        "backlog": max(0, status.next - status.committed),
+        "batchEnd": end,
+        "backlog": max(0, status.next - end),
         "oldestUncommittedSeconds": None if age is None else float(age),
         "received": int(figures.get("received", 0)),
         "receiveRate": float(figures.get("receiveRate", 0.0)),
@@ -55,14 +62,21 @@ def receiver_report(index: int, status: ShardStatus) -> dict[str, Any]:
 
 
 def progress_report(
-    offset: Mapping[str, Any], statuses: Sequence[ShardStatus] | None
+    offset: Mapping[str, Any],
+    statuses: Sequence[ShardStatus] | None,
+    batch_ends: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """The reported latest offset: ``offset`` (the WAL positions) with the version, the summed
-    delivery counters and one entry per receiver (none before the receivers started)."""
+    delivery counters and one entry per receiver (none before the receivers started);
+    ``batch_ends``: each receiver's end of the batch just planned (None: none planned)."""
     statuses = list(statuses or ())
+    ends = list(batch_ends or ())
     return {
         **offset,
         "version": REPORT_VERSION,
         "delivery": sum_delivery([s.delivery for s in statuses]),
-        "receivers": [receiver_report(i, s) for i, s in enumerate(statuses)],
+        "receivers": [
+            receiver_report(i, s, ends[i] if i < len(ends) else None)
+            for i, s in enumerate(statuses)
+        ],
     }

@@ -124,6 +124,9 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._unfinalized: set[tuple[str | None, int]] | None = None
         """The final (WAL, offset) positions of the run's start, once this process had Spark
         log them as not final (``latestOffset``); None before its first offset call."""
+        self._batch_ends: list[int] | None = None
+        """Each shard's offset the latest ``latestOffset`` planned up to (the progress report's
+        ``batchEnd``)."""
         self._last_batch_at: float | None = None
         self._settled = False
         self._sigterm_handled = False
@@ -303,7 +306,9 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for i, (s, h) in enumerate(zip(self.shards, highs, strict=True))
         ]
         if all((e.wal, e.offset) == (a.wal, a.offset) for e, a in zip(ends, starts, strict=True)):
+            self._batch_ends = [p.offset for p in starts]
             return encode_offset(starts)  # nothing new: no batch (a flag alone is no new data)
+        self._batch_ends = highs
         return encode_offset(ends)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -321,7 +326,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset = encode_offset(
             [Position(s.identity, st.next) for s, st in zip(self.shards, statuses, strict=True)]
         )
-        return progress_report(offset, statuses)
+        return progress_report(offset, statuses, self._batch_ends)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Note the trigger; the wait and the freeze happen at the run's first offset call

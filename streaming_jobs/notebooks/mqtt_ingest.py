@@ -17,18 +17,21 @@
 # MAGIC
 # MAGIC Outside Databricks (no `dbutils`) the parameters come from the environment variables
 # MAGIC `MQTT_BROKER_URL`, `MQTT_TOPIC`, `MQTT_QOS`, `MQTT_TABLE`, `MQTT_CHECKPOINT`,
-# MAGIC `MQTT_WAL_PATH`, `MQTT_CLIENT_ID` and `MQTT_SCHEMA`, or the defaults below.
+# MAGIC `MQTT_WAL_PATH`, `MQTT_CLIENT_ID` and `MQTT_SCHEMA`, or the defaults below; the chart of
+# MAGIC the source's figures is written to `MQTT_PLOT_PATH` (default `./data/mqtt-progress.png`).
 
 # COMMAND ----------
 
 import os
-from typing import cast
+from datetime import timedelta
+from typing import Any, cast
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from connector.source import MqttDataSource
+from connector.source.progress_frame import progress_frame
 
 # Parameters: notebook widgets on Databricks; environment variables or defaults elsewhere.
 DEFAULTS = {
@@ -155,3 +158,71 @@ if display is not None:
     display(latest)
 else:
     latest.show(20, truncate=False)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## The source's figures over the run
+# MAGIC
+# MAGIC `progress_frame` lays out the figures the source reports in the query's progress, one row
+# MAGIC per progress report and receiver (docs/operations.md, "Metrics in the query progress").
+# MAGIC The chart shows each receiver's backlog (messages in its write-ahead log beyond each
+# MAGIC batch) and its receive rate.
+# MAGIC It needs pandas and matplotlib, which Databricks Runtime has.
+
+# COMMAND ----------
+
+
+def rate_column(frame: Any) -> str:
+    """The receivers' receive rate, else (a report without it) the query's input rate."""
+    return "receiveRate" if "receiveRate" in frame.columns else "inputRowsPerSecond"
+
+
+def chart(frame: Any) -> Any:
+    """Backlog and receive rate over time, a matplotlib ``Figure`` outside ``pyplot`` (no GUI:
+    saving renders it with Agg, and nothing is left open)."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+    from matplotlib.figure import Figure
+
+    rate = rate_column(frame)
+    fig = Figure(figsize=(9, 5), layout="constrained")
+    backlog_axes, rate_axes = fig.subplots(2, 1, sharex=True)
+    for (source, receiver), rows in frame.groupby(["source", "receiver"]):
+        label = f"receiver {receiver}" if frame["source"].nunique() == 1 else f"{source}/{receiver}"
+        backlog_axes.plot(rows["timestamp"], rows["backlog"], marker=".", label=label)
+        if rate != "inputRowsPerSecond":
+            rate_axes.plot(rows["timestamp"], rows[rate], marker=".", label=label)
+    if rate == "inputRowsPerSecond":  # one figure per progress report, the same on every row
+        reports = frame.drop_duplicates("timestamp")
+        rate_axes.plot(reports["timestamp"], reports[rate], marker=".", label="query")
+    locator = AutoDateLocator()
+    rate_axes.xaxis.set_major_locator(locator)
+    rate_axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    first, last = frame["timestamp"].min(), frame["timestamp"].max()
+    if first == last:  # one report (a short AvailableNow run): a minute around it
+        rate_axes.set_xlim(first - timedelta(seconds=30), last + timedelta(seconds=30))
+    backlog_axes.set_ylabel("backlog (messages)")
+    rate_axes.set_ylabel(f"{rate} (messages/s)")
+    rate_axes.set_xlabel("progress report time (UTC)")
+    backlog_axes.legend()
+    rate_axes.legend()
+    return fig
+
+
+progress = None  # the frame
+fig = None  # its chart
+try:
+    progress = progress_frame(query)
+    if progress.empty:
+        print("no chart of the source's figures: the query reported none")
+    else:
+        fig = chart(progress)
+except ImportError as missing:  # pandas or matplotlib
+    print(f"no chart of the source's figures: {missing}")
+if fig is not None and display is not None:
+    display(fig)
+elif fig is not None:
+    plot_path = os.environ.get("MQTT_PLOT_PATH", "./data/mqtt-progress.png")
+    os.makedirs(os.path.dirname(os.path.abspath(plot_path)), exist_ok=True)
+    fig.savefig(plot_path)
+    print(f"chart of the source's figures: {plot_path}")

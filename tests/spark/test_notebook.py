@@ -4,7 +4,8 @@ The notebook's source is executed with ``runpy.run_path`` in this process, so it
 run's one Spark session (``SparkSession.getActiveSession()``). Messages are queued for the
 notebook's persistent session before it runs; its ``Trigger.AvailableNow`` query drains them
 into Delta and stops. Once with its parameters from environment variables (no ``dbutils``:
-``.show()``), once with a stand-in for Databricks' ``dbutils`` widgets and ``display``.
+``.show()``, the chart of the source's figures saved to a PNG), once with a stand-in for
+Databricks' ``dbutils`` widgets and ``display`` (which is given the table and the chart).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from matplotlib.figure import Figure
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from connector.mqtt.config import SessionConfig
@@ -99,6 +101,19 @@ def assert_landed(rows: list[Row], messages: list[Message]) -> None:
     assert sorted(r["offset"] for r in rows) == list(range(len(messages)))
 
 
+def assert_charted(namespace: dict[str, Any]) -> Figure:
+    """The last cell's frame of the source's figures and its chart: backlog and rate."""
+    progress = namespace["progress"]
+    assert not progress.empty and set(progress["receiver"]) == {0}
+    assert progress["walHighWaterMark"].max() > 0
+    fig = namespace["fig"]
+    assert isinstance(fig, Figure)
+    backlog, rate = fig.axes
+    assert backlog.get_ylabel() == "backlog (messages)" and backlog.get_lines()
+    assert rate.get_lines()
+    return fig
+
+
 def test_notebook_runs_with_environment_defaults(
     spark: SparkSession,
     broker_factory: BrokerFactory,
@@ -113,6 +128,8 @@ def test_notebook_runs_with_environment_defaults(
     params = params_for(broker, tmp_path, client_id)
     for name, value in params.items():
         monkeypatch.setenv(ENV_NAMES[name], value)
+    chart = tmp_path / "charts" / "progress.png"
+    monkeypatch.setenv("MQTT_PLOT_PATH", str(chart))
 
     namespace = runpy.run_path(str(NOTEBOOK), run_name="__main__")
 
@@ -126,6 +143,9 @@ def test_notebook_runs_with_environment_defaults(
     out = capsys.readouterr().out
     assert f"{params['table']}: {len(messages)} rows" in out
     assert "malformed_payload" in out  # the .show() of the table
+    assert_charted(namespace)
+    assert chart.read_bytes().startswith(b"\x89PNG")
+    assert f"chart of the source's figures: {chart}" in out
 
 
 class FakeWidgets:
@@ -158,13 +178,14 @@ def test_notebook_reads_widgets_and_displays_on_databricks(
     client_id = unique_id("nb-")
     messages = readings(12)
     queue_for(broker, client_id, messages)
-    for env_name in ENV_NAMES.values():
+    for env_name in [*ENV_NAMES.values(), "MQTT_PLOT_PATH"]:
         monkeypatch.delenv(env_name, raising=False)
+    monkeypatch.chdir(tmp_path)  # where the chart's default path would be
     # Widgets win over the defaults; an explicit WAL path is used as given.
     values = params_for(broker, tmp_path, client_id)
     values["wal_path"] = str(tmp_path / "driver-local" / "wal")
     dbutils = FakeDbutils(values)
-    displayed: list[DataFrame] = []
+    displayed: list[DataFrame | Figure] = []
     init: dict[str, Any] = {"dbutils": dbutils, "display": displayed.append}
 
     namespace = runpy.run_path(str(NOTEBOOK), init_globals=init, run_name="__main__")
@@ -174,5 +195,7 @@ def test_notebook_reads_widgets_and_displays_on_databricks(
     assert namespace["spark"] is spark
     assert (tmp_path / "driver-local" / "wal").is_dir()
     assert not (tmp_path / "checkpoint" / "mqtt-wal").exists()
-    assert len(displayed) == 1
+    assert len(displayed) == 2
     assert_landed(displayed[0].collect(), messages)
+    assert displayed[1] is assert_charted(namespace)  # shown, not saved
+    assert not (tmp_path / "data").exists()

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from connector.source.progress_frame import progress_frame
 from connector.source.progress_report import REPORT_VERSION
 from tests.brokers import BrokerFactory
 from tests.spark.streams import (
@@ -57,3 +59,21 @@ def test_the_progress_reports_each_receiver(
     assert receiver["connected"] is True and receiver["reconnects"] == 0
     assert receiver["possibleDuplicates"] == 0 and receiver["brokerFaults"] == {}
     assert report["offset"] == 5
+
+    # The same figures as a frame over the query's recent progress; its last rows are the last
+    # progress's receivers (the query stopped: no progress follows).
+    last, final = query.lastProgress, latest_report(query)
+    assert last is not None and final is not None
+    frame = progress_frame(query)
+    assert len(frame) >= 1 and frame["committed"].is_monotonic_increasing
+    row = frame.iloc[-1]
+    assert row["timestamp"] == pd.Timestamp(last["timestamp"])
+    assert (row["batchId"], row["numInputRows"]) == (last["batchId"], last["numInputRows"])
+    (figures,) = final["receivers"]
+    differ = {
+        k: (row[k], v)
+        for k, v in figures.items()
+        if not isinstance(v, dict) and not (v is None and pd.isna(row[k])) and row[k] != v
+    }  # a figure not known (None) is NaN in a column of numbers
+    assert differ == {}
+    assert (row["backlog"], row["committed"], row["brokerFaults"]) == (0, 5, 0)

@@ -20,6 +20,7 @@ def test_a_receiver_s_figures() -> None:
         "receiver": 0,
         "walHighWaterMark": 120,
         "committed": 100,
+        "batchEnd": 100,
         "backlog": 20,
         "oldestUncommittedSeconds": 2.5,
         "received": 130,
@@ -34,6 +35,9 @@ def test_a_receiver_s_figures() -> None:
     }
     assert receiver_report(1, status(5, 9))["backlog"] == 0  # never negative
     assert receiver_report(1, status(5, 0))["reconnects"] == 0  # no connection yet
+    # a planned batch: the backlog is what waits beyond it
+    planned = receiver_report(0, one, batch_end=110)
+    assert (planned["committed"], planned["batchEnd"], planned["backlog"]) == (100, 110, 10)
     unknown = receiver_report(1, status(5, 0, oldestUncommittedSeconds=None))
     assert unknown["oldestUncommittedSeconds"] is None  # not 0: the WAL could not say
 
@@ -45,12 +49,13 @@ def test_the_report_keeps_the_offset_and_sums_the_receivers() -> None:
         status(7, 7, connections=2, connected=False, possibleDuplicates=2,
                brokerFaults={"a": 2, "b": 1}),
     ]  # fmt: skip
-    report = progress_report({"shards": [{"wal": "x", "offset": 10}]}, statuses)
+    report = progress_report({"shards": [{"wal": "x", "offset": 10}]}, statuses, [8, 7])
     assert report["shards"] == [{"wal": "x", "offset": 10}]
+    assert [r["batchEnd"] for r in report["receivers"]] == [8, 7]
     assert report["version"] == REPORT_VERSION == 1
     assert report["delivery"]["possibleDuplicates"] == 3
     assert report["delivery"]["brokerFaults"] == {"a": 3, "b": 1}
-    assert [r["backlog"] for r in report["receivers"]] == [6, 0]
+    assert [r["backlog"] for r in report["receivers"]] == [2, 0]
     assert [r["connected"] for r in report["receivers"]] == [True, False]
 
 
