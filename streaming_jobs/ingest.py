@@ -8,10 +8,11 @@ so that one directory holds everything a restart needs. Works with plain ``pytho
 flag is described by ``--help`` and in docs/options.md; the modules: ``ingest_flags`` (the
 table of flags), ``ingest_config`` (parser, TOML, validation), ``payloads`` (decoding in Spark
 SQL), ``batch_writer`` (idempotent writes of both tables), ``progress`` (per-batch lines,
-summary).
+summary), ``drain_progress`` (an available-now run's progress towards its target).
 
 Output: the job's log (progress lines, summary) on stdout; one ``error: ...`` line on stderr
-and a non-zero exit status when something fails (2: flags or config, 1: at run time).
+and a non-zero exit status when something fails (2: flags or config, 1: at run time); during an
+available-now run on a terminal (``--progress``), a line on stderr rewritten in place.
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a script by spark-submit or python
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connector.source.options import SourceOptions
+
+if TYPE_CHECKING:
+    from streaming_jobs.metrics_server import MetricsServer
+    from streaming_jobs.progress import RunStats
 from streaming_jobs.ingest_config import (
     IngestConfig,
     UsageError,
@@ -148,6 +153,7 @@ def _tidy(line: str) -> str:
 
 
 DELTA_EXTRA = "mqtt-lakehouse-connector[delta]"
+METRICS_EXTRA = "mqtt-lakehouse-connector[delta,metrics]"
 
 
 def require_delta_package() -> None:
@@ -156,6 +162,15 @@ def require_delta_package() -> None:
     if importlib.util.find_spec("delta") is None:
         raise JobError(
             f"the ingest job needs delta-spark's Python package: pip install '{DELTA_EXTRA}'"
+        )
+
+
+def require_metrics_package(config: IngestConfig) -> None:
+    """``--metrics-port`` serves through ``prometheus_client``, the ``[metrics]`` extra:
+    without it, fail before Spark starts."""
+    if config.metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
+        raise JobError(
+            f"--metrics-port needs the prometheus_client package: pip install '{METRICS_EXTRA}'"
         )
 
 
@@ -328,6 +343,7 @@ def finish_checkpoints(writer: Any, stop: StopRequest, timeout: float) -> None:
 
 
 JVM_REPLY_SECONDS = 5.0
+QUERY_NAME = "mqtt-ingest"
 """How long the driver waits for the JVM's shutdown hook to take its answer before exiting."""
 
 
@@ -340,6 +356,7 @@ def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
     """Start the query and supervise it; returns the exit status."""
     options = source_options(config)
     parsed = SourceOptions.parse(options)
+    require_metrics_package(config)
     require_delta_package()
     preflight(parsed)
 
@@ -368,6 +385,20 @@ def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
                 log.debug("stopping Spark: %s", exc)
 
 
+def serve_metrics(spark: Any, config: IngestConfig, stats: RunStats) -> MetricsServer | None:
+    """``--metrics-port``: the Prometheus endpoint fed by the query's progress (None without)."""
+    if config.metrics_port is None:
+        return None
+    from streaming_jobs.metrics_server import IngestMetrics, MetricsServer, MetricsUnavailable
+
+    try:
+        server = MetricsServer(IngestMetrics(stats), config.metrics_host, config.metrics_port)
+    except MetricsUnavailable as exc:
+        raise JobError(str(exc)) from None
+    server.attach(spark, QUERY_NAME)
+    return server
+
+
 def supervise(
     spark: Any,
     config: IngestConfig,
@@ -380,6 +411,7 @@ def supervise(
     tune_local(spark, config.spark_settings)
 
     from streaming_jobs.batch_writer import BatchWriter
+    from streaming_jobs.drain_progress import DrainDisplay, terminal_stream
     from streaming_jobs.payloads import SchemaError, make_plan
     from streaming_jobs.progress import ProgressReporter, RunStats
 
@@ -424,7 +456,7 @@ def supervise(
     stream = (
         source.writeStream.foreachBatch(writer)
         .option("checkpointLocation", config.checkpoint)
-        .queryName("mqtt-ingest")
+        .queryName(QUERY_NAME)
     )
     interval = config.trigger_interval
     stream = (
@@ -433,6 +465,7 @@ def supervise(
     if stop.graceful.is_set():
         log.info("stopped before the query started")
         return 0
+    metrics = serve_metrics(spark, config, stats)
     query = stream.start()
     stop.query_started = True
     stats.started = time.monotonic()
@@ -447,11 +480,24 @@ def supervise(
     )
     unparsed = None if config.payload_format == "binary" else "unparsed"
     reporter = ProgressReporter(stats, "dead-letter" if config.dead_letter_table else unparsed)
+    # available-now: the drain's progress towards its target (docs/ingest-job.md)
+    drain = (
+        DrainDisplay(terminal_stream(config.progress, sys.stderr), stats.started)
+        if interval is None
+        else None
+    )
+
+    def poll() -> None:
+        if drain is None:
+            reporter.poll(query)
+        else:  # the batch lines are logged while the drain's terminal line is cleared
+            drain.poll(query, time.monotonic(), reporter.poll)
+
     failure: BaseException | None = None
     how = "finished"
     try:
         while not query.awaitTermination(POLL_SECONDS):
-            reporter.poll(query)
+            poll()
             if stop.graceful.is_set():
                 # stopping cancels the query's job group, which may have no job: not news
                 set_logger_levels(spark, {"org.apache.spark.scheduler.DAGScheduler": "ERROR"})
@@ -460,13 +506,19 @@ def supervise(
                 break
     except Exception as exc:  # the query failed: awaitTermination raises its exception
         failure = exc
+    if drain is not None:
+        drain.clear()
     finish_checkpoints(writer, stop, config.stop_timeout)
-    reporter.poll(query)
+    poll()
     if failure is None:
         failure = query.exception()
+    if drain is not None:
+        drain.finish(time.monotonic(), "failed" if failure is not None else how)
     if failure is None and how == "stopped":
         log.info("the query stopped cleanly (checkpoint %s)", config.checkpoint)
     log.info("%s", reporter.summary("failed" if failure is not None else how))
+    if metrics is not None:
+        metrics.close()
     if failure is not None:
         raise JobError(root_cause(failure))
     return 0

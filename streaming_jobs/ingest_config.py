@@ -168,9 +168,12 @@ class IngestConfig:
     merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
     trigger: str = _DEFAULTS["trigger"]
+    progress: str = _DEFAULTS["progress"]
     max_messages_per_trigger: int | None = None
     partition_data: str | None = None
     stop_timeout: float = _DEFAULTS["stop_timeout"]
+    metrics_port: int | None = None
+    metrics_host: str = _DEFAULTS["metrics_host"]
     master: str | None = None
     spark_conf: tuple[str, ...] = ()
     log_level: str = _DEFAULTS["log_level"]
@@ -428,6 +431,9 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
         raise UsageError("--table-checkpoint-interval must be at least 1")
     if values["stop_timeout"] < 0:
         raise UsageError("--stop-timeout must be >= 0")
+    port = values.get("metrics_port")
+    if port is not None and not 0 <= port <= 65535:
+        raise UsageError(f"--metrics-port must be 0 to 65535, got {port}")
     for item in values.get("spark_conf") or ():
         _key_value("--spark-conf", item)
     for item in values.get("source_option") or ():

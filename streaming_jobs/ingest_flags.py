@@ -288,6 +288,10 @@ FLAGS: tuple[Flag, ...] = (
          kind="switch", shown="refuse"),
     Flag("--trigger", RUN, "`available-now` (drain what is queued, WAL and broker, then exit) "
          "or `processing-time=INTERVAL`", default="processing-time=1 second"),
+    Flag("--progress", RUN, "with `--trigger available-now`: a line on stderr, rewritten in "
+         "place, with the drain's messages, percent, rate and time left; `auto`: when stderr "
+         "is a terminal (the log has the figures at most every 5 s either way)",
+         choices=("auto", "always", "never"), default="auto"),
     Flag("--max-messages-per-trigger", RUN, option="maxMessagesPerTrigger", metavar="N",
          to_option=_number),
     Flag("--partition-data", RUN, "how tasks get the records: `inline` in the partitions (any "
@@ -295,6 +299,10 @@ FLAGS: tuple[Flag, ...] = (
          option="partitionData", default=None, shown="`wal` in local mode, else `inline`"),
     Flag("--stop-timeout", RUN, "on SIGTERM/Ctrl-C, how long to wait for the batch in flight",
          type=float, default=60.0, metavar="SECONDS"),
+    Flag("--metrics-port", RUN, "serve Prometheus metrics at `http://HOST:PORT/metrics` "
+         "(docs/operations.md; 0: a free port, logged)", type=int, metavar="PORT"),
+    Flag("--metrics-host", RUN, "the address `--metrics-port` listens on; `0.0.0.0` for "
+         "every interface", metavar="HOST", default="127.0.0.1"),
     Flag("--master", RUN, "Spark master when spark-submit did not set one", metavar="URL",
          shown="spark-submit's, else `local[2]`"),
     Flag("--spark-conf", RUN, "Spark setting for the session; repeatable", kind="pairs",

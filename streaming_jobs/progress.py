@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from connector.source.progress_frame import source_reports
+
 log = logging.getLogger("streaming_jobs.progress")
 
 
@@ -61,6 +63,11 @@ class RunStats:
         with self._lock:
             return self._batches.get(batch_id)
 
+    def latest(self) -> BatchStats | None:
+        """The batch of the highest id written by this run."""
+        with self._lock:
+            return self._batches[max(self._batches)] if self._batches else None
+
     def totals(self) -> tuple[int, int, int]:
         """(batches, rows, dead-letter rows) written by this run."""
         with self._lock:
@@ -85,14 +92,8 @@ def wal_offset(offset_json: str | None) -> int | None:
 
 def delivery(progress: Mapping[str, Any]) -> dict[str, Any]:
     """The receivers' delivery counters in a progress report ({} when absent)."""
-    sources = progress.get("sources") or []
-    if not sources or not sources[0].get("latestOffset"):
-        return {}
-    try:
-        value = json.loads(sources[0]["latestOffset"])
-    except (TypeError, ValueError):
-        return {}
-    counters = value.get("delivery") if isinstance(value, dict) else None
+    reports = source_reports(progress)
+    counters = reports[0][1].get("delivery") if reports else None
     return counters if isinstance(counters, dict) else {}
 
 

@@ -151,17 +151,27 @@ def test_spark_in_the_fresh_virtualenv_finds_format_mqtt_by_itself(
     assert Path(result["connector"]).is_relative_to(venv.site_packages), result
 
 
-def test_the_ingest_job_without_the_delta_extra_says_how_to_install_it(
+def test_the_ingest_job_without_an_extra_says_how_to_install_it(
     wheel: Path, tmp_path: Path
 ) -> None:
-    bare = FreshVenv.create(tmp_path / "venv", [wheel], without=("delta", "delta_spark-*"))
-    done = subprocess.run(
-        [str(bare.python), "-m", "streaming_jobs.ingest", "--broker", "tcp://127.0.0.1:1883",
-         "--topic", "t", "--table", str(tmp_path / "table"),
-         "--checkpoint", str(tmp_path / "checkpoint")],
-        cwd=bare.root, capture_output=True, text=True, timeout=120, env=clean_env(),
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert done.returncode == 1, done
-    assert "pip install 'mqtt-lakehouse-connector[delta]'" in done.stderr, done
-    assert not (tmp_path / "checkpoint").exists(), "the job went on without delta-spark"
+    """Without the ``[delta]`` extra's package the job says how to install it; with
+    ``--metrics-port`` and without the ``[metrics]`` extra's, that one."""
+    bare = FreshVenv.create(
+        tmp_path / "venv",
+        [wheel],
+        without=("delta", "delta_spark-*", "prometheus_client", "prometheus_client-*"),
+    )
+    for extra, install in (
+        ([], "pip install 'mqtt-lakehouse-connector[delta]'"),
+        (["--metrics-port", "0"], "pip install 'mqtt-lakehouse-connector[delta,metrics]'"),
+    ):
+        done = subprocess.run(
+            [str(bare.python), "-m", "streaming_jobs.ingest", "--broker", "tcp://127.0.0.1:1883",
+             "--topic", "t", "--table", str(tmp_path / "table"),
+             "--checkpoint", str(tmp_path / "checkpoint"), *extra],
+            cwd=bare.root, capture_output=True, text=True, timeout=120, env=clean_env(),
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 1, done
+        assert install in done.stderr, done
+        assert not (tmp_path / "checkpoint").exists(), "the job went on without the package"
