@@ -59,6 +59,11 @@ def test_the_progress_reports_each_receiver(
     assert receiver["connected"] is True and receiver["reconnects"] == 0
     assert receiver["possibleDuplicates"] == 0 and receiver["brokerFaults"] == {}
     assert report["offset"] == 5
+    # everything committed: nothing waits; the WAL still holds its one segment's records
+    assert receiver["batchEnd"] == 5 and receiver["oldestUncommittedSeconds"] == 0.0
+    # the rate is over the last 10 s, and the idle report that shows all committed may be later
+    assert receiver["received"] == 5 and 0 <= receiver["receiveRate"] <= 5
+    assert receiver["walBytes"] > sum(len(m.payload) for m in numbered("prog/t", 5))
 
     # The same figures as a frame over the query's recent progress; its last rows are the last
     # progress's receivers (the query stopped: no progress follows).
@@ -77,3 +82,37 @@ def test_the_progress_reports_each_receiver(
     }  # a figure not known (None) is NaN in a column of numbers
     assert differ == {}
     assert (row["backlog"], row["committed"], row["brokerFaults"]) == (0, 5, 0)
+
+
+def test_several_receivers_each_report_their_figures(
+    spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
+) -> None:
+    """Receivers in processes of their own (``receivers=2``, topics split) answer the same
+    figures through the shard worker's status."""
+    broker = broker_factory()
+    client_id = unique_id()
+    query = start_stream(
+        spark, broker.url, dirs, topics="pra/#,prb/#", clientId=client_id, receivers=2,
+        shardBy="topics", qos=1,
+    )  # fmt: skip
+    try:
+        for index, topic in enumerate(("pra/#", "prb/#")):
+            wait_subscribed(broker, f"{client_id}-{index}", topic, 1)
+        publish(broker, numbered("pra/t", 6) + numbered("prb/t", 4))
+        wait_for_rows(spark, dirs.table, 10, [query])
+
+        def landed() -> dict[str, Any] | None:
+            report = latest_report(query)
+            receivers = (report or {}).get("receivers") or []
+            done = [r["committed"] for r in receivers] == [6, 4]
+            return report if done else None
+
+        report = wait_until(landed, 60, interval=0.1, message=lambda: str(latest_report(query)))
+    finally:
+        query.stop()
+    assert [r["receiver"] for r in report["receivers"]] == [0, 1]
+    for receiver, count in zip(report["receivers"], (6, 4), strict=True):
+        assert receiver["walHighWaterMark"] == receiver["batchEnd"] == count
+        assert receiver["received"] == count and receiver["backlog"] == 0
+        assert receiver["oldestUncommittedSeconds"] == 0.0 and receiver["walBytes"] > 0
+        assert receiver["connected"] is True
