@@ -11,6 +11,9 @@ class"); the figures live here, each measured against its alternative in the sam
   order, as the receiver does per message (``connector.source.receiver``);
 * CRC32 over a segment's bytes, which bounds what WAL recovery reads per second
   (``connector.wal.recovery``);
+* the receiver's figures kept per WAL append (``connector.source.receive_figures``: the receive
+  time of the append and the rate) against the append itself, a read of 64 messages of 100
+  bytes written without fsync (the least an append costs);
 * building a PySpark ``Column`` (``F.col(...).alias(...)``, one or more Py4J round trips), which
   is why the ingest job builds its projections once per Spark context
   (``streaming_jobs.projections``); skipped with ``--no-spark``.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 import timeit
 import zlib
@@ -28,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from connector.mqtt.packets import PacketType
+from connector.source.receive_figures import ARRIVAL_RESOLUTION_US, ArrivalIndex, RateMeter
+from connector.wal import WalWriter
 from connector.wal.records import NewRecord
 
 from .common import Stats, describe_machine, format_table, machine_info, write_results
@@ -83,6 +89,31 @@ def crc32_rate(repeat: int) -> dict[str, Any]:
     return {"GB/s": Stats.of(rates).as_dict(2), "bytes": len(data)}
 
 
+def append_figures(repeat: int, directory: Path) -> dict[str, Any]:
+    """Nanoseconds per append of the receiver's figures (every append a new entry of the
+    arrival index: the most it keeps) and of a 64-message WAL append without fsync."""
+    records = [("plant/line-3/s/t", b"x" * 100, 1, False, False, n + 1, 0) for n in range(64)]
+    arrivals, rate = ArrivalIndex(), RateMeter(time.monotonic())
+    count = [0]
+
+    def figures() -> None:
+        count[0] += 64
+        arrivals.note(count[0], count[0] * ARRIVAL_RESOLUTION_US)
+        rate.note(64, time.monotonic())
+
+    with WalWriter.open(directory / "wal", fsync=False) as wal:
+
+        def append() -> None:
+            wal.append(records)
+
+        kept, appended = per_call_ns(figures, 20_000, repeat), per_call_ns(append, 2_000, repeat)
+    return {
+        "figures": kept.as_dict(1),
+        "append": appended.as_dict(1),
+        "share": round(kept.median / appended.median, 4),
+    }
+
+
 def py4j_column(repeat: int) -> dict[str, Any]:
     """Milliseconds to build one ``F.col(name).alias(other)`` in a local Spark session."""
     from pyspark.sql import SparkSession
@@ -125,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "record build": record_build(args.repeat),
         "crc32": crc32_rate(args.repeat),
     }
+    with tempfile.TemporaryDirectory() as directory:
+        data["append figures"] = append_figures(args.repeat, Path(directory))
     if not args.no_spark:
         data["py4j column"] = py4j_column(args.repeat)
     rows = [
@@ -132,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ["enum member as a module name, ns", data["enum member"]["module name"]["median"]],
         ["NewRecord (NamedTuple) / plain tuple", data["record build"]["ratio"]],
         ["CRC32, GB/s", data["crc32"]["GB/s"]["median"]],
+        ["receiver figures per append, ns", data["append figures"]["figures"]["median"]],
+        ["WAL append of 64 messages (no fsync), ns", data["append figures"]["append"]["median"]],
     ]
     if "py4j column" in data:
         rows.append(["PySpark Column, ms", data["py4j column"]["ms per column"]["median"]])

@@ -806,6 +806,16 @@ def section_micro(data: Mapping[str, Any], charts: Charts) -> Lines:
             f"{crc['GB/s']['median']} GB/s",
         ],
     ]
+    figures = data.get("append figures")
+    if figures is not None:
+        rows.append(
+            [
+                "the receiver's figures kept per WAL append (`connector.source.receive_figures`) "
+                "/ the append of 64 messages of 100 bytes without fsync",
+                f"{figures['figures']['median']} ns / {figures['append']['median']} ns "
+                f"({figures['share'] * 100:.2f}%)",
+            ]
+        )
     if "py4j column" in data:
         rows.append(
             [
