@@ -85,10 +85,11 @@ def test_a_scrape_during_a_run(broker_factory: BrokerFactory, tmp_path: Path) ->
         assert 0 <= got[("mqtt_ingest_committed_offset", receiver)] < 30  # the batch's start
         # the last batch's oldest message had waited, at most since the publish began
         age = got[("mqtt_ingest_oldest_uncommitted_age_seconds", receiver)]
-        assert 0 < age < time.monotonic() - published
+        assert 0 <= age < time.monotonic() - published
         assert got[("mqtt_ingest_wal_bytes", receiver)] > 30 * len(b"reading 00")
-        assert got[("mqtt_ingest_receive_rate_messages_per_second", receiver)] > 0
         assert got[("mqtt_ingest_batch_lag_seconds", ())] >= 0
+        # the rate is over the last 10 s: served, whatever its value by now
+        assert ("mqtt_ingest_receive_rate_messages_per_second", receiver) in got
         # idle, the query's progress is renewed (every 10 s): all committed, nothing waits
         job.wait_for(
             "the idle query's renewed figures",
