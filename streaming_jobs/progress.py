@@ -2,18 +2,17 @@
 
 Two sources are joined by batch id: the batch writer records what it saw in each batch (rows,
 dead-letter rows, newest message time) in :class:`RunStats`, and Spark's query progress gives
-the rate and the source's offsets. The backlog is what waits in the write-ahead log: the
-source's ``latestOffset`` (the WAL's high-water mark when the batch was planned, from
-``reportLatestOffset``) minus the batch's ``endOffset``. The lag is the time from the newest
-message of a batch reaching the receiver to the batch's write. The same ``latestOffset`` carries
-the receivers' delivery counters of this run (``delivery``): resends withheld, possible
+the rate and the source's report (its ``latestOffset``, :mod:`connector.source.progress_report`).
+The backlog is what waits in the write-ahead log beyond the batch when it was planned: the
+receivers' ``backlog`` added up. The lag is the time from the newest message of a batch
+reaching the receiver to the batch's write. The same report carries the receivers' delivery
+counters of this run (``delivery``): resends withheld, possible
 duplicates stored, broker faults survived (docs/delivery.md); lines and summary name the
 non-zero ones.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -75,21 +74,6 @@ class RunStats:
         return len(batches), sum(b.rows for b in batches), sum(b.dead_letters for b in batches)
 
 
-def wal_offset(offset_json: str | None) -> int | None:
-    """The WAL position of a source offset as progress reports it (a JSON string)."""
-    if not offset_json:
-        return None
-    try:
-        value = json.loads(offset_json)
-    except ValueError:
-        return None
-    if isinstance(value, dict) and isinstance(value.get("offset"), int):
-        return int(value["offset"])
-    if isinstance(value, dict) and isinstance(value.get("shards"), list):  # receivers > 1
-        return sum(int(shard.get("offset", 0)) for shard in value["shards"])
-    return None
-
-
 def delivery(progress: Mapping[str, Any]) -> dict[str, Any]:
     """The receivers' delivery counters in a progress report ({} when absent)."""
     reports = source_reports(progress)
@@ -114,15 +98,13 @@ def delivery_text(counters: Mapping[str, Any]) -> str | None:
 
 
 def backlog(progress: Mapping[str, Any]) -> int | None:
-    """Messages in the WAL beyond the batch's end offset when it was planned."""
-    sources = progress.get("sources") or []
-    if not sources:
+    """Messages in the WAL beyond the batch when it was planned: the receivers' ``backlog``
+    in the source's report added up (None without a report)."""
+    reports = source_reports(progress)
+    receivers = reports[0][1].get("receivers") if reports else None
+    if not receivers:
         return None
-    latest = wal_offset(sources[0].get("latestOffset"))
-    end = wal_offset(sources[0].get("endOffset"))
-    if latest is None or end is None:
-        return None
-    return max(0, latest - end)
+    return sum(int(r.get("backlog", 0)) for r in receivers)
 
 
 def is_data_batch(progress: Mapping[str, Any]) -> bool:

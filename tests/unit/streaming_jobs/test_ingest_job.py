@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from connector.source.progress_report import progress_report
+from connector.source.shard_handles import ShardStatus
 from streaming_jobs.ingest import StopRequest, finish_checkpoints, root_cause
 from streaming_jobs.ingest_config import (
     UsageError,
@@ -162,9 +164,13 @@ def test_root_cause_is_the_line_that_says_what_went_wrong(text: str, expected: s
 
 
 def _progress(batch: int, rows: int, end: int, latest: int, added: bool = True) -> dict:
+    """A batch's progress reading the WAL up to ``end`` with ``latest`` stored, its source's
+    report made by the source's own code."""
+    status = ShardStatus("w", 0, latest, committed=0)
+    report = progress_report({"wal": "w", "offset": latest}, [status], [end])
     source = {
         "endOffset": json.dumps({"wal": "w", "offset": end}),
-        "latestOffset": json.dumps({"wal": "w", "offset": latest}),
+        "latestOffset": json.dumps(report),
     }
     durations = {"addBatch": 400, "triggerExecution": 500} if added else {"latestOffset": 1}
     return {
