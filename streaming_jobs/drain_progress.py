@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from connector.source.progress_frame import source_reports
+from connector.source.progress_frame import source_receivers
 from streaming_jobs.progress import is_data_batch
 
 log = logging.getLogger("streaming_jobs.progress.drain")
@@ -64,9 +64,8 @@ class DrainFigures:
 
 def frozen_receivers(progress: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
     """The receivers of a progress report made after every receiver froze; None before."""
-    reports = source_reports(progress)
-    receivers = reports[0][1].get("receivers") if reports else None
-    if not isinstance(receivers, list) or not receivers:
+    receivers = source_receivers(progress)
+    if not receivers:
         return None
     if not all(isinstance(r, dict) and r.get("frozen") is True for r in receivers):
         return None

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connector.source.progress_frame import source_reports
+from connector.source.progress_frame import source_receivers
 from streaming_jobs.progress import RunStats, is_data_batch
 
 log = logging.getLogger("streaming_jobs.metrics")
@@ -148,8 +148,7 @@ def _progress_families(progress: Mapping[str, Any]) -> list[Family]:
             Family("processed_rows_per_second", "gauge", "the last batch's processing rate",
                    (), (((), float(rate)),))
         )  # fmt: skip
-    reports = source_reports(progress)
-    receivers = (reports[0][1].get("receivers") or []) if reports else []
+    receivers = source_receivers(progress)
     for field, name, kind, text in RECEIVER_FIGURES:
         samples = tuple(
             ((str(r.get("receiver", i)),), float(r[field]))

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connector.source.progress_frame import source_reports
+from connector.source.progress_frame import source_receivers, source_reports
 
 log = logging.getLogger("streaming_jobs.progress")
 
@@ -100,8 +100,7 @@ def delivery_text(counters: Mapping[str, Any]) -> str | None:
 def backlog(progress: Mapping[str, Any]) -> int | None:
     """Messages in the WAL beyond the batch when it was planned: the receivers' ``backlog``
     in the source's report added up (None without a report)."""
-    reports = source_reports(progress)
-    receivers = reports[0][1].get("receivers") if reports else None
+    receivers = source_receivers(progress)
     if not receivers:
         return None
     return sum(int(r.get("backlog", 0)) for r in receivers)

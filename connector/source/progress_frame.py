@@ -52,6 +52,14 @@ def source_reports(progress: Mapping[str, Any]) -> list[tuple[int, dict[str, Any
     return found
 
 
+def source_receivers(progress: Mapping[str, Any]) -> list[Any]:
+    """The ``receivers`` entries of the first source report in one query progress
+    (:func:`source_reports`); empty without one."""
+    reports = source_reports(progress)
+    receivers = reports[0][1].get("receivers") if reports else None
+    return receivers if isinstance(receivers, list) else []
+
+
 def progress_frame(progress: Any) -> Any:
     """The source's figures as a ``pandas.DataFrame``, one row per progress report and
     receiver, in the order of the reports.
