@@ -11,6 +11,7 @@ PYTHON ?= python3
 VENV := .venv
 VENV_PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.setup-stamp
+VENV_DEMO_STAMP := $(VENV)/.demo-stamp
 
 JARS_DIR := .jars
 JARS_POM := tools/delta-jars/pom.xml
@@ -49,24 +50,26 @@ GO ?= $(shell command -v go 2>/dev/null || { [ -x /usr/local/go/bin/go ] && echo
 NPM ?= $(shell command -v npm 2>/dev/null)
 NODE ?= $(shell command -v node 2>/dev/null)
 
-.PHONY: setup system-deps interop-brokers test lint bench demo fuzz chaos clean
+.PHONY: setup setup-demo demo-deps system-deps interop-brokers test lint bench demo fuzz chaos clean
 
-## setup: virtualenv with the project and its dev and bench extras, Mosquitto, Delta's jars,
-## the local file system for Spark's file: paths (tools/local-fs), the interop brokers
-setup: $(VENV_STAMP) system-deps $(JARS_STAMP) $(LOCAL_FS_JAR) interop-brokers $(S3PROXY_JAR)
+## setup: everything the tests use: setup-demo, then the interop brokers (mochi-mqtt, aedes),
+## the Sparkplug edge nodes and s3proxy
+setup: setup-demo $(VENV_STAMP) system-deps interop-brokers $(S3PROXY_JAR)
 
-# Re-runs when pyproject.toml changes; the stamp lives inside .venv, so deleting
-# .venv also forces a rebuild.
-$(VENV_STAMP): pyproject.toml
+## setup-demo: what the demo and a local job need, nothing more: the virtualenv with the
+## project and its demo extra (PySpark, delta-spark, pyarrow), Mosquitto, Delta's jars and the
+## local file system for Spark's file: paths (tools/local-fs)
+setup-demo: $(VENV_DEMO_STAMP) demo-deps $(JARS_STAMP) $(LOCAL_FS_JAR)
+
+# Re-run when pyproject.toml changes; the stamps live inside .venv, so deleting .venv also
+# forces a rebuild. The demo's stamp: the project with the pinned versions the demo runs.
+$(VENV_DEMO_STAMP): pyproject.toml
 	@if [ ! -x "$(VENV_PY)" ]; then \
 		echo "Creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
 	$(VENV_PY) -m pip install --quiet --upgrade pip
-	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev,bench]'
-	@# The Sparkplug tests' decoding oracle: pysparkplug's protobuf classes (never the product's
-	@# decoder). Its own pin of paho-mqtt<2 is for its client, which nothing here uses.
-	$(VENV_PY) -m pip install --quiet --no-deps pysparkplug==0.6.1
+	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[demo]'
 	@# `.venv/bin/spark-submit` finds Spark and runs the job with `python3` from PATH unless
 	@# told otherwise: pin both to this virtualenv's interpreter.
 	@for launcher in spark-submit pyspark; do \
@@ -77,22 +80,38 @@ $(VENV_STAMP): pyproject.toml
 	done
 	@touch $@
 
-# System packages the tests need. Nothing runs when everything is present. Next to a docker
-# client without the compose plugin, Debian's docker-compose lets the tests check
-# docker/compose.yaml (`config` needs no engine).
-system-deps:
+# The tests' and tools' stamp: the dev and bench extras on top.
+$(VENV_STAMP): $(VENV_DEMO_STAMP) pyproject.toml
+	$(VENV_PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev,bench]'
+	@# The Sparkplug tests' decoding oracle: pysparkplug's protobuf classes (never the product's
+	@# decoder). Its own pin of paho-mqtt<2 is for its client, which nothing here uses.
+	$(VENV_PY) -m pip install --quiet --no-deps pysparkplug==0.6.1
+	@touch $@
+
+# The system packages of the demo: Mosquitto, and Maven for Delta's jars.
+demo-deps:
 	@missing=""; \
 	if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x "$(MOSQUITTO_SBIN)" ]; then \
 		missing="$$missing mosquitto"; \
 	fi; \
+	if ! command -v mvn >/dev/null 2>&1; then missing="$$missing maven"; fi; \
+	$(APT_INSTALL)
+
+# System packages the tests need. Nothing runs when everything is present. Next to a docker
+# client without the compose plugin, Debian's docker-compose lets the tests check
+# docker/compose.yaml (`config` needs no engine).
+system-deps: demo-deps
+	@missing=""; \
 	if ! command -v mosquitto_sub >/dev/null 2>&1; then missing="$$missing mosquitto-clients"; fi; \
 	if ! command -v openssl >/dev/null 2>&1; then missing="$$missing openssl"; fi; \
-	if ! command -v mvn >/dev/null 2>&1; then missing="$$missing maven"; fi; \
 	if command -v docker >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1 \
 		&& ! command -v docker-compose >/dev/null 2>&1; then \
 		missing="$$missing docker-compose"; \
 	fi; \
-	if [ -n "$$missing" ]; then \
+	$(APT_INSTALL)
+
+# Installs the Debian packages named in $$missing (none: nothing runs), as root or with sudo.
+APT_INSTALL = if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
 		elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
 		else echo "error: need root or sudo to install:$$missing" >&2; exit 1; fi; \
@@ -106,7 +125,7 @@ system-deps:
 # own copies load first, so Maven's would never be used). Re-runs when the pom or the
 # virtualenv changes; a failed run leaves no stamp. The sed drops the colour codes some Maven
 # builds print even in batch mode.
-$(JARS_STAMP): $(JARS_POM) $(VENV_STAMP) | system-deps
+$(JARS_STAMP): $(JARS_POM) $(VENV_DEMO_STAMP) | demo-deps
 	@echo "Fetching Delta jars into $(JARS_DIR)/"
 	rm -rf $(JARS_DIR)
 	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies \
@@ -118,7 +137,7 @@ $(JARS_STAMP): $(JARS_POM) $(VENV_STAMP) | system-deps
 # Hadoop's file: file system without a process spawn per file operation, compiled against
 # the Hadoop jars of the installed PySpark (no download). Needs a JDK's javac; without one,
 # local sessions keep Hadoop's own (slower) file system and say so in their log.
-$(LOCAL_FS_JAR): $(LOCAL_FS_SRC) $(VENV_STAMP) $(JARS_STAMP)
+$(LOCAL_FS_JAR): $(LOCAL_FS_SRC) $(VENV_DEMO_STAMP) $(JARS_STAMP)
 	@if ! command -v javac >/dev/null 2>&1; then \
 		echo "note: no javac (JDK) found: local Spark sessions use Hadoop's own local file system"; \
 	else \
@@ -273,11 +292,11 @@ bench: setup
 	$(VENV_PY) -m bench.sink $(SINK_ARGS)
 	$(VENV_PY) -m bench.report
 
-## demo: sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced
+## demo: (after setup-demo) sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced
 ## by the next run), then a report ending with PySpark lines that read the tables;
 ## flags via DEMO_ARGS="--messages 5000 --devices 10", --clean removes data/demo at the end
 DEMO_ARGS ?=
-demo: setup
+demo: setup-demo
 	$(VENV_PY) -m devtools.demo $(DEMO_ARGS)
 
 ## fuzz: coverage-guided fuzzing (atheris) of the MQTT decoder, the client session and WAL
