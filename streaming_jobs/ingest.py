@@ -97,6 +97,9 @@ _JAVA_PREFIX = re.compile(r"^(?::\s*)?(?:[a-z_][\w$]*\.)+([A-Z][\w$]*): ")
 _SPARK_PREFIX = re.compile(
     r"^\[STREAM_FAILED\] Query \[id = [^\]]*\] terminated with exception: ", re.S
 )
+_PYTHON_SOURCE_PREFIX = re.compile(r"^\[PYTHON_[A-Z_]+\] [^:\n]*: (?=(?:[a-z_]\w*\.)+[A-Z])")
+"""Spark's wrapper of a Python data source's error sent without its traceback
+(connector/source/user_errors.py): ``[PYTHON_..._ERROR] Failed when ...: module.Error: ...``."""
 _SKIP = ("at ", "JVM stacktrace", "An error occurred while", "Caused by", "...")
 
 
@@ -121,7 +124,7 @@ def root_cause(error: BaseException | str) -> str:
                     else (_tidy(line))
                 )
             return _tidy(f"{match.group(1)}: {match.group(2)}")
-    text = _SPARK_PREFIX.sub("", text.strip())
+    text = _PYTHON_SOURCE_PREFIX.sub("", _SPARK_PREFIX.sub("", text.strip()))
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith(_SKIP):
@@ -144,7 +147,7 @@ def _error_text(error: BaseException) -> str:
 
 def _tidy(line: str) -> str:
     line = _JAVA_PREFIX.sub(lambda m: f"{m.group(1)}: ", line.strip())
-    line = re.sub(r"^(RuntimeError|PythonException|Exception): ", "", line)
+    line = re.sub(r"^(RuntimeError|PythonException|Exception|ReceiverFailed): ", "", line)
     line = re.sub(r"^the MQTT receiver failed: ", "MQTT receiver: ", line)
     return line if len(line) <= 400 else line[:397] + "..."
 
@@ -190,6 +193,54 @@ def preflight(options: SourceOptions) -> None:
         raise JobError(
             f"cannot reach the MQTT broker {options.broker}: {exc.strerror or exc}"
         ) from None
+
+
+def create_broker_session(options: SourceOptions, checkpoint: str) -> None:
+    """The job's persistent session made before Spark starts, so that the broker queues for
+    the job from this moment, its first run included (docs/delivery.md, "The first run");
+    then the job logs that it does. A checkpoint with offsets belongs to a run that made it
+    (its receiver, not a new WAL, takes what the broker kept)."""
+    from connector.mqtt.errors import MqttError
+    from connector.source.first_run import create_session
+    from connector.wal.opening import child_names
+
+    if options.clean_session:
+        log.warning(
+            "--clean-session: the broker queues nothing for this job until its receiver has "
+            "subscribed, nor while it is down"
+        )
+        return
+    if "offsets" in child_names(checkpoint):
+        log.info(
+            "subscribed to %s at %s since the job's first run (client id %s, checkpoint %s): "
+            "the broker queues for this job",
+            ", ".join(options.topics),
+            options.broker,
+            options.client_id,
+            checkpoint,
+        )
+        return
+    try:
+        sessions = create_session(options)
+    except MqttError as exc:  # unreachable, refused credentials or subscription, TLS
+        raise JobError(f"{type(exc).__name__}: {exc}") from None
+    filters = sorted({topic for one in sessions for topic in one.filters})
+    log.info(
+        "subscribed to %s at %s (client id %s, QoS %d%s): the broker now queues for this job",
+        ", ".join(filters),
+        options.broker,
+        ", ".join(one.client_id for one in sessions),
+        options.qos,
+        "" if any(one.created for one in sessions) else ", the session of an earlier run",
+    )
+
+
+def receivers_subscribed(progress: Any) -> bool:
+    """Whether the source's report in ``progress`` says every receiver is subscribed."""
+    from connector.source.progress_frame import source_receivers
+
+    receivers = [] if progress is None else source_receivers(progress)
+    return bool(receivers) and all(r.get("subscribed") for r in receivers)
 
 
 # ----------------------------------------------------------------------------------- spark
@@ -367,6 +418,7 @@ def run(config: IngestConfig, argv: Sequence[str], stop: StopRequest) -> int:
         quiet_spark_logs(config.spark_log_level, launching=True)
         resubmit_with_delta(os.path.abspath(__file__), list(argv))
     quiet_spark_logs(config.spark_log_level)
+    create_broker_session(parsed, config.checkpoint)
     settings = {"spark.ui.showConsoleProgress": "false", **config.spark_settings}
     spark = job_spark("mqtt-ingest", config.master, settings)
     hook = jvm_shutdown.install(spark, stop.jvm_exiting, stop.finished)
@@ -469,7 +521,8 @@ def supervise(
     query = stream.start()
     stop.query_started = True
     stats.started = time.monotonic()
-    log.info(
+    log.info("query %s started; its receiver connects with the first batch", query.id)
+    ingesting = [
         "ingesting %s from %s into %s%s (%s, query %s)",
         ", ".join(config.topic),
         parsed.broker,
@@ -477,7 +530,7 @@ def supervise(
         "".join(f" and {path}" for path in (config.dead_letter_table, config.events_table) if path),
         config.payload_format,
         query.id,
-    )
+    ]
     unparsed = None if config.payload_format == "binary" else "unparsed"
     reporter = ProgressReporter(stats, "dead-letter" if config.dead_letter_table else unparsed)
     # available-now: the drain's progress towards its target (docs/ingest-job.md)
@@ -488,6 +541,10 @@ def supervise(
     )
 
     def poll() -> None:
+        if ingesting and receivers_subscribed(query.lastProgress):
+            # after the receivers' own SUBACK (or their session found present)
+            log.info(*ingesting)
+            ingesting.clear()
         if drain is None:
             reporter.poll(query)
         else:  # the batch lines are logged while the drain's terminal line is cleared
@@ -543,6 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.log_level != "DEBUG":
         # py4j logs a failed batch writer's traceback; the job reports its root cause
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        # the job says itself when the broker queues for it (create_broker_session)
+        logging.getLogger("connector.source.first_run").setLevel(logging.WARNING)
     stop = StopRequest()
     stop.install()
     try:

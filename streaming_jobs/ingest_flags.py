@@ -21,7 +21,7 @@ from typing import Any
 
 from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE
-from connector.source.option_table import OPTIONS, Option
+from connector.source.option_table import OPTIONS, SPARK_KEYS, Option
 from connector.source.option_table import markdown as options_markdown
 
 KINDS = ("value", "list", "pairs", "names", "switch", "action")
@@ -357,17 +357,21 @@ def markdown() -> str:
         "",
         '## Options of `format("mqtt")`',
         "",
-        "Every invalid or missing option fails at `load()`, naming the option and the accepted "
-        "values, before any connection is made. Names are case-insensitive. The job flag "
-        "column names the ingest job's flag for the option; the job takes the others with "
-        "`--source-option KEY=VALUE`.",
+        "Every invalid, missing or unknown option fails at `load()`, naming the option and the "
+        "accepted values (for an unknown one, the closest names), before any connection is "
+        "made. Names are case-insensitive. Spark itself passes "
+        + ", ".join(f"`{key}`" for key in SPARK_KEYS)
+        + " (from `load(path)`, `save(path)`, `start(path)` and a streaming write): they are "
+        "accepted and not used. The job flag column names the ingest job's flag for the "
+        "option; the job takes the others with `--source-option KEY=VALUE`.",
         "",
         options_markdown(option_flags()),
         '## Options of the MQTT writer (`write` and `writeStream` `.format("mqtt")`)',
         "",
-        "Every invalid option, and every column the writer does not take, fails at `save()` "
-        "or `start()` on the driver, naming it, before a message is sent; an option of the "
-        "reader alone is refused. The columns and the delivery guarantees are in "
+        "Every invalid or unknown option, and every column the writer does not take, fails "
+        "on the driver, naming it, before a message is sent: at `save()`, or with a streaming "
+        "query's first batch; an option of the reader alone is refused. The columns and the "
+        "delivery guarantees are in "
         'docs/delivery.md, "Writing to MQTT".',
         "",
         options_markdown(writer=True),

@@ -54,6 +54,8 @@ RECEIVER_FIGURES: tuple[tuple[str, str, str, str], ...] = (
     ("committed", "committed_offset", "gauge", "the offset the query committed up to"),
     ("batchEnd", "batch_end_offset", "gauge", "the offset the last batch read up to"),
     ("connected", "connected", "gauge", "1 while the receiver is connected to the broker"),
+    ("subscribed", "subscribed", "gauge",
+     "1 once the broker holds the receiver's subscriptions (it queues for the query)"),
     ("reconnects", "reconnects", "counter", "connections to the broker after the first"),
     ("frozen", "receiver_frozen", "gauge", "1 once an available-now run stopped the receiver"),
     ("duplicatesDropped", "duplicates_dropped", "counter",

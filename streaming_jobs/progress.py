@@ -159,6 +159,15 @@ class ProgressReporter:
             self.last_batch = batch_id
             log.info("%s", progress_line(progress, self.stats.get(batch_id), self.unparsed))
 
+    def _rows_text(self, rows: int, unparsed: int) -> str:
+        """What the messages became: with a dead-letter table, the rows of each table (they
+        add up to the messages); otherwise the table's rows and how many did not parse."""
+        if self.unparsed == "dead-letter":
+            return f"{rows} messages: {rows - unparsed} table rows, {unparsed} dead-letter rows"
+        if self.unparsed:
+            return f"{rows} rows, {unparsed} of them {self.unparsed}"
+        return f"{rows} rows"
+
     def summary(self, how: str) -> str:
         """The line logged at exit."""
         batches, rows, dead = self.stats.totals()
@@ -166,8 +175,7 @@ class ProgressReporter:
         rate = rows / elapsed if elapsed > 0 else 0.0
         parts = [
             f"{how}: {batches} batch{'es' if batches != 1 else ''}",
-            f"{rows} rows",
-            f"{dead} {self.unparsed} rows" if self.unparsed else None,
+            self._rows_text(rows, dead),
             f"{elapsed:.1f} s",
             f"{rate:.0f} rows/s on average",
             delivery_text(self.delivery),

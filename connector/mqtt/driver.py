@@ -195,11 +195,7 @@ class MqttClient:
             if self.subscriptions and (
                 not connected.session_present or self.session.config.clean_session
             ):
-                self.session.subscribe(self.subscriptions, self.clock())
-                self.flush()
-                subscribed = self._wait_for(Subscribed, deadline, "SUBACK")
-                if subscribed.refused:
-                    raise SubscriptionRefused(subscribed.refused, subscribed.reasons())
+                self._subscribe_until(self.subscriptions, deadline)
         except BaseException:
             self.close()
             raise
@@ -215,6 +211,19 @@ class MqttClient:
         if self.on_connect is not None:
             self.on_connect(connected)
         return connected
+
+    def subscribe_and_wait(self, subscriptions: list[tuple[str, int]]) -> None:
+        """Subscribe on the open connection and wait for SUBACK (up to ``connect_timeout``).
+
+        Raises SubscriptionRefused, or ConnectionLost/KeepAliveTimeout."""
+        self._subscribe_until(subscriptions, self.clock() + self.connect_timeout)
+
+    def _subscribe_until(self, subscriptions: list[tuple[str, int]], deadline: float) -> None:
+        self.session.subscribe(subscriptions, self.clock())
+        self.flush()
+        subscribed = self._wait_for(Subscribed, deadline, "SUBACK")
+        if subscribed.refused:
+            raise SubscriptionRefused(subscribed.refused, subscribed.reasons())
 
     def _tls_rejection(self, lost: ConnectionLost, deadline: float) -> MqttError | None:
         """A TlsError when ``lost`` (before CONNACK) was the broker refusing our TLS

@@ -1,4 +1,5 @@
-"""The PySpark data source ``mqtt``: options, schema, stream reader and the receiver thread.
+"""The PySpark data source ``mqtt``: options, schema, stream reader and the receiver thread;
+``create_session`` makes a query's broker session ahead of its first run.
 
 The data source's names are imported on first use (PEP 562): a receiver process
 (:mod:`connector.source.shard_worker`) needs the receiver and the WAL, not PySpark and pyarrow,
@@ -16,14 +17,22 @@ from connector.wal.errors import WalDataLossError as DataLossError
 
 if TYPE_CHECKING:
     from .datasource import MqttDataSource
+    from .first_run import create_session
     from .options import InvalidOptionError, SourceOptions
 
-__all__ = ["DataLossError", "InvalidOptionError", "MqttDataSource", "SourceOptions"]
+__all__ = [
+    "DataLossError",
+    "InvalidOptionError",
+    "MqttDataSource",
+    "SourceOptions",
+    "create_session",
+]
 
 _MODULES = {
     "InvalidOptionError": "options",
     "MqttDataSource": "datasource",
     "SourceOptions": "options",
+    "create_session": "first_run",
 }
 
 

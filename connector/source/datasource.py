@@ -13,6 +13,7 @@ from .sink import MqttBatchWriter, MqttStreamWriter
 from .sink_options import SinkOptions
 from .sink_rows import check_schema
 from .sparkplug_schema import SCHEMA_DDL as SPARKPLUG_DDL
+from .user_errors import one_line
 
 
 class MqttDataSource(DataSource):
@@ -35,6 +36,7 @@ class MqttDataSource(DataSource):
     def name(cls) -> str:
         return "mqtt"
 
+    @one_line
     def schema(self) -> str:
         """The rows' DDL: with a ``properties`` column for ``mqttVersion`` 5; Sparkplug rows
         for ``payloadFormat`` ``sparkplug``."""
@@ -45,9 +47,11 @@ class MqttDataSource(DataSource):
     def streamReader(self, schema: object) -> DataSourceStreamReader:
         return MqttStreamReader(self.parsed)
 
+    @one_line
     def writer(self, schema: StructType, overwrite: bool) -> MqttBatchWriter:
         return MqttBatchWriter(self._sink_options(schema, overwrite))
 
+    @one_line
     def streamWriter(self, schema: StructType, overwrite: bool) -> MqttStreamWriter:
         return MqttStreamWriter(self._sink_options(schema, overwrite))
 

@@ -307,12 +307,15 @@ OPTIONS: Mapping[str, Option] = {
                "how long a writing task waits for the broker to take its messages (a "
                "connection, the acknowledgements of QoS 1 and 2) before it fails",
                default="60", low=0.001, side="write"),
-        Option("path", "text", "the argument of `load(path)`, which Spark passes as an option: "
-               "accepted and not used", side="both",
-               write_help="the argument of `save(path)`: accepted and not used"),
     )
 }  # fmt: skip
 """Every option by its canonical name, in the order the docs list them."""
+
+SPARK_KEYS = ("path", "paths", "checkpointLocation", "queryName")
+"""Keys Spark itself puts among a Python data source's options (it lower-cases every key):
+``path``/``paths`` from ``load(path)``, ``save(path)`` and ``start(path)``, ``checkpointLocation``
+and ``queryName`` on a streaming write. Accepted and not used; any other key the table does not
+know is refused (tests/spark/test_source_options.py checks this list against Spark)."""
 
 KNOWN_OPTIONS = tuple(OPTIONS)
 SECRET_OPTIONS = frozenset(row.name for row in OPTIONS.values() if row.secret)

@@ -10,6 +10,7 @@ checked here.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -18,13 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connector.mqtt.address import BrokerAddress
+from connector.mqtt.address import ACCEPTED_URLS, BrokerAddress
 from connector.mqtt.config import persistent_session_problem
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.tls import TlsOptions, validate_alpn
 from connector.mqtt.topics import validate_topic_filter
-from connector.source.option_table import MQTT5_OPTIONS, OPTIONS, Option, canonical_name
+from connector.source.option_table import (
+    MQTT5_OPTIONS,
+    OPTIONS,
+    SPARK_KEYS,
+    Option,
+    canonical_name,
+)
 from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION
 from connector.wal.location import WalLocationError, parse_location
 
@@ -119,15 +126,37 @@ def default_client_id(broker: str, topics: tuple[str, ...], wal_path: str | None
     return "spark-mqtt-" + hashlib.sha256(seed).hexdigest()[:12]
 
 
+_SPARK_KEYS = frozenset(key.lower() for key in SPARK_KEYS)
+
+
+def _unknown(key: str, writer: bool) -> InvalidOptionError:
+    """The error for an option the table does not know, with the closest names of its side."""
+    names = [name for name, row in OPTIONS.items() if (row.writes if writer else row.reads)]
+
+    def squeezed(name: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", name.lower())
+
+    by_squeezed = {squeezed(name): name for name in names}
+    close = [by_squeezed[n] for n in difflib.get_close_matches(squeezed(key), by_squeezed, n=3)]
+    side = "writer" if writer else "reader"
+    hint = f" (did you mean {' or '.join(repr(n) for n in close)}?)" if close else ""
+    return InvalidOptionError(
+        f"unknown option {key!r}{hint}: the {side}'s options are listed in docs/options.md"
+    )
+
+
 def canonical_options(raw: Mapping[str, str], *, writer: bool = False) -> dict[str, str]:
-    """``raw`` under the table's names (any key case); keys the table does not know are left
-    out (Spark and other layers pass their own options through). An option of the other side
-    (a reader's option given to the writer, or the other way round) is refused."""
+    """``raw`` under the table's names (any key case). A key the table does not know is
+    refused, with the closest known names, except the keys Spark passes itself
+    (``option_table.SPARK_KEYS``), which are left out; so is an option of the other side (a
+    reader's option given to the writer, or the other way round)."""
     opts: dict[str, str] = {}
     for key, value in raw.items():
         canonical = canonical_name(key)
         if canonical is None:
-            continue
+            if key.lower() in _SPARK_KEYS:
+                continue
+            raise _unknown(key, writer)
         row = OPTIONS[canonical]
         if not (row.writes if writer else row.reads):
             theirs, ours = ("reader", "writer") if writer else ("writer", "reader")
@@ -145,6 +174,12 @@ def parse_broker(opts: Mapping[str, str]) -> BrokerAddress:
     if not url:
         raise InvalidOptionError(
             "option 'brokerUrl' is required, e.g. tcp://broker:1883 or ssl://broker:8883"
+        )
+    if "://" not in url:
+        # A bare host:port would mean plain TCP, which a user of a TLS port did not ask for.
+        raise InvalidOptionError(
+            f"option 'brokerUrl' {url!r} has no scheme: give tcp://{url} (plain TCP) or "
+            f"ssl://{url} (TLS); accepted: {ACCEPTED_URLS}"
         )
     try:
         return BrokerAddress.parse(url)
@@ -225,6 +260,9 @@ class SourceOptions:
     keep_alive: int = _default("keepAlive")
     connect_timeout: float = _default("connectTimeout")
     wal_path: str = ""
+    wal_path_given: bool = True
+    """False: ``walPath`` was not given and ``wal_path`` is the local default
+    (:func:`default_wal_root`), which does not move with the checkpoint."""
     max_messages_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = _default("maxTriggerDelay")
@@ -295,6 +333,7 @@ class SourceOptions:
             raise InvalidOptionError(
                 "option 'clientId' must be UTF-8 up to 65535 bytes without U+0000"
             )
+        wal_path_given = bool(wal_path)
         if not wal_path:
             wal_path = str(default_wal_root() / re.sub(r"[^A-Za-z0-9._-]", "_", client_id))
 
@@ -341,6 +380,7 @@ class SourceOptions:
             keep_alive=typed_option(opts, "keepAlive"),
             connect_timeout=typed_option(opts, "connectTimeout"),
             wal_path=wal_path,
+            wal_path_given=wal_path_given,
             max_messages_per_trigger=max_messages,
             min_messages_per_trigger=min_messages,
             max_trigger_delay=typed_option(opts, "maxTriggerDelay"),

@@ -36,7 +36,8 @@ def receiver_report(
     ``committed`` has waited; 0 with nothing uncommitted, null when unknown), ``received``
     (messages stored by this run's receiver),
     ``receiveRate`` (messages per second over the last 10 s), ``walBytes`` (bytes the WAL
-    holds), ``connected``, ``reconnects`` (connections after the first), ``frozen`` (an
+    holds), ``connected``, ``subscribed`` (the broker holds the receiver's subscriptions and
+    queues for it), ``reconnects`` (connections after the first), ``frozen`` (an
     AvailableNow run stopped it), and its delivery counters (``Receiver.figures``)."""
     figures = status.delivery
     connections = int(figures.get("connections", 0))
@@ -53,6 +54,7 @@ def receiver_report(
         "receiveRate": float(figures.get("receiveRate", 0.0)),
         "walBytes": int(figures.get("walBytes", 0)),
         "connected": bool(figures.get("connected", False)),
+        "subscribed": bool(figures.get("subscribed", False)),
         "reconnects": max(0, connections - 1),
         "frozen": status.frozen,
         "duplicatesDropped": int(figures.get("duplicatesDropped", 0)),

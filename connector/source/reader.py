@@ -45,6 +45,7 @@ from .shard_worker import TERMINATED_EXIT_STATUS
 from .shards import Position, check_wal_layout, decode_offset, encode_offset, fair_split
 from .sparkplug_plan import SparkplugStates
 from .sparkplug_schema import to_record_batches as sparkplug_batches
+from .user_errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,14 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 self._shards = start_processes(self.options)
             log.info("mqtt source started: %s", self.options.redacted())
+            if not self.options.wal_path_given:
+                log.warning(
+                    "option 'walPath' not given: the WAL is in the local directory %s, which "
+                    "does not move with the checkpoint; a driver on another machine finds "
+                    "none there and the query fails (docs/wal-storage.md): give 'walPath' "
+                    "next to the checkpoint, on storage that lasts as long as it",
+                    self.options.wal_path,
+                )
         return self._shards
 
     @property
@@ -236,6 +245,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("possible data loss: %s; continuing from offset %d", problem, value)
         return value
 
+    @one_line
     def initialOffset(self) -> dict[str, Any]:
         positions = []
         for shard in self.shards:
@@ -266,6 +276,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._wait_idle(FIRST_BATCH_IDLE, wait)
 
+    @one_line
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         starts = self._positions(start)  # a changed receiver count fails before any starts
         if self._unfinalized is None:
@@ -316,6 +327,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.options.max_messages_per_trigger)
         return ReadAllAvailable()
 
+    @one_line
     def reportLatestOffset(self) -> dict[str, Any]:
         """The WAL's high-water mark, and the receivers' delivery counters summed (this run):
         the progress report's ``latestOffset``, which is never stored in the checkpoint.
@@ -328,6 +340,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return progress_report(offset, statuses, self._batch_ends)
 
+    @one_line
     def prepareForTriggerAvailableNow(self) -> None:
         """Note the trigger; the wait and the freeze happen at the run's first offset call
         that plans data (``_freeze_at_targets``), after a final start position was logged as
@@ -360,6 +373,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ batches
 
+    @one_line
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         starts, ends = self._positions(start), self._positions(end)
         if all((a.wal, a.offset) == (b.wal, b.offset) for a, b in zip(starts, ends, strict=True)):
@@ -409,6 +423,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return found
 
+    @one_line
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MqttPartition)
         if partition.blob is not None:
@@ -444,6 +459,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         yield from to_record_batches(columns, receiver=partition.receiver, mqtt5=partition.mqtt5)
 
+    @one_line
     def commit(self, end: dict[str, Any]) -> None:
         ends = self._positions(end)
         for shard, position in zip(self.shards, ends, strict=True):

@@ -17,37 +17,28 @@ counted as a possible duplicate (``ReceiverStats.possible_duplicates``), never d
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient, Read
 from connector.mqtt.errors import RepeatedProtocolViolation
 from connector.mqtt.events import Connected
 from connector.mqtt.packets import Publish
 from connector.mqtt.session import ClientSession, State
 from connector.wal import RecordTuple, WalError, WalLockedError, record_digest
-from connector.wal.opening import (
-    AnyWalWriter,
-    open_reader,
-    open_writer,
-    read_sidecar,
-    write_sidecar,
-)
+from connector.wal.opening import AnyWalWriter, open_reader, open_writer
 
+from .broker_session import read_record, session_config, write_record
+from .broker_session import subscriptions as broker_subscriptions
 from .options import SourceOptions
 from .receive_figures import ArrivalIndex, RateMeter
 from .sparkplug_host import HostRole
 from .wal_properties import encode_for_wal
 
 log = logging.getLogger(__name__)
-
-SUBSCRIPTIONS_FILE = "subscriptions.json"
-
 
 STOP_JOIN_SECONDS = 30.0
 """How long ``stop`` waits for the receiver loop to end before it disconnects anyway."""
@@ -115,6 +106,11 @@ def _gather_releases(
     return True
 
 
+class ReceiverFailed(RuntimeError):
+    """The receiver stopped on an error (the broker's, the WAL's, the connection's), which
+    its message names."""
+
+
 class ReceiverStats:
     """Counters the receiver keeps for progress reports and tests."""
 
@@ -180,9 +176,14 @@ class Receiver:
     stored (a shard that leaves them to another: :func:`.shards.drops_retained`).
     """
 
-    def __init__(self, options: SourceOptions, *, drop_retained: bool = False) -> None:
+    def __init__(
+        self, options: SourceOptions, *, drop_retained: bool = False, ahead: bool = False
+    ) -> None:
         self.options = options
         self.drop_retained = drop_retained
+        self.ahead = ahead
+        """Making the session ahead of the query's first run (:mod:`.first_run`): no
+        Sparkplug host role (no STATE birth and death), the subscription logged as such."""
         self.wal = _open_wal(options.wal_path)
         self.error: BaseException | None = None
         self.committed = self.wal.first_offset
@@ -197,27 +198,19 @@ class Receiver:
         """Receive times of this process's appends (the age of the oldest uncommitted)."""
         self._rate = RateMeter(time.monotonic())
         self._stored_stamp: tuple[int, int] | None = None
+        self.subscribed = False
+        """The broker holds this receiver's subscriptions (since its SUBACK, or found in a
+        present session): it queues for the query from then on, even while disconnected
+        unless the session is clean."""
         """(offset, receive time) of a record stored before this process, read once."""
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        config = SessionConfig(
-            client_id=options.client_id,
-            clean_session=options.clean_session,
-            keep_alive=options.keep_alive,
-            username=options.username,
-            password=options.password.encode() if options.password is not None else None,
-            level=options.mqtt_version,
-            receive_maximum=options.receive_maximum,
-            session_expiry_interval=options.session_expiry_interval,
-            topic_alias_maximum=options.topic_alias_maximum,
-            maximum_packet_size=options.max_packet_size,
-        )
-        self.host = HostRole(options) if options.sparkplug_host_id is not None else None
+        config = session_config(options)
+        host = options.sparkplug_host_id is not None and not ahead
+        self.host = HostRole(options) if host else None
         """``sparkplugHostId``: the receiver is a Sparkplug host (:mod:`.sparkplug_host`)."""
-        subscriptions = [(topic, options.qos) for topic in options.topics]
-        if self.host is not None:
-            subscriptions += self.host.subscriptions(options.topics, options.qos)
+        subscriptions = broker_subscriptions(options)
         session = ClientSession(config, matches_stored=self._matches_stored)
         session.restore_qos2_pending(self.wal.qos2_pending)
         session.expect_session_present = self.wal.next_offset > 0 and not options.clean_session
@@ -322,13 +315,10 @@ class Receiver:
     def _subscribe_new_filters(self, connected: Connected) -> None:
         """With a session present the driver does not subscribe again (that would make the
         broker resend retained messages on every restart). Filters added to the options since
-        the session was made are subscribed here; the set lives in the WAL directory."""
+        the session was made are subscribed here; the set is recorded beside the WAL
+        (:func:`.broker_session.write_record`)."""
         wanted = dict(self.client.subscriptions)
-        try:
-            raw = read_sidecar(self.options.wal_path, SUBSCRIPTIONS_FILE)
-            known = None if raw is None else json.loads(raw)
-        except (OSError, ValueError):
-            known = None
+        known = read_record(self.options.wal_path)
         if connected.session_present and known is not None:
             missing = [(t, q) for t, q in wanted.items() if known.get(t) != q]
             if missing:
@@ -346,9 +336,61 @@ class Receiver:
             # A session we know nothing about (e.g. a new WAL): make sure the filters exist.
             self.client.session.subscribe(list(wanted.items()), self.client.clock())
             self.client.flush()
-        write_sidecar(
-            self.options.wal_path, SUBSCRIPTIONS_FILE, json.dumps(wanted, sort_keys=True).encode()
-        )
+        write_record(self.options.wal_path, wanted)
+        self._report_subscribed(connected, first=known is None)
+
+    def _report_subscribed(self, connected: Connected, *, first: bool) -> None:
+        """Log that the broker now queues for this receiver; on a persistent session's first
+        connection without a session made ahead, warn that nothing was queued before
+        (docs/delivery.md, "The first run")."""
+        self.subscribed = True
+        filters = ", ".join(topic for topic, _ in self.client.subscriptions)
+        if self.ahead:  # :func:`.first_run.create_session` says so
+            log.debug(
+                "subscribed to %s as %r ahead of the first run", filters, self.options.client_id
+            )
+        elif connected.session_present:
+            log.info(
+                "subscribed to %s at %s as %r (session present): the broker queues for this "
+                "query while it is down",
+                filters,
+                self.options.broker,
+                self.options.client_id,
+            )
+        elif self.options.clean_session:
+            log.info(
+                "subscribed to %s at %s as %r (clean session: nothing is queued while the "
+                "query is down)",
+                filters,
+                self.options.broker,
+                self.options.client_id,
+            )
+        elif not first and self.wal.next_offset == 0:
+            log.warning(
+                "the MQTT broker %s had no session for client id %r although one was made "
+                "before: messages published while the query was down may have been dropped by "
+                "the broker; subscribed to %s again",
+                self.options.broker,
+                self.options.client_id,
+                filters,
+            )
+        elif first and self.wal.next_offset == 0:
+            log.warning(
+                "new MQTT session for client id %r at %s: the broker queued nothing for this "
+                "query before now, so messages published to %s before this moment are not in "
+                "the stream; to have the broker queue from before the first run, create the "
+                "session ahead (connector.source.create_session, docs/delivery.md#the-first-run)",
+                self.options.client_id,
+                self.options.broker,
+                filters,
+            )
+        else:
+            log.info(
+                "subscribed to %s at %s as %r: the broker queues for this query from now on",
+                filters,
+                self.options.broker,
+                self.options.client_id,
+            )
 
     def committed_to(self, offset: int) -> None:
         """Spark committed everything below ``offset``: free the WAL and lift backpressure."""
@@ -369,6 +411,9 @@ class Receiver:
         figures["receiveRate"] = round(self._rate.rate(time.monotonic()), 3)
         figures["oldestUncommittedSeconds"] = self._oldest_uncommitted_seconds()
         figures["walBytes"] = self.wal.stored_bytes
+        figures["subscribed"] = self.subscribed and (
+            not self.options.clean_session or self.client.connected
+        )
         return figures
 
     def _oldest_uncommitted_seconds(self) -> float | None:
@@ -412,7 +457,7 @@ class Receiver:
                 f"{self.client.session.config.packet_limit} bytes: raise the source option "
                 "'maxPacketSize' above the largest message)"
             )
-        raise RuntimeError(f"the MQTT receiver failed: {error}{hint}") from error
+        raise ReceiverFailed(f"the MQTT receiver failed: {error}{hint}") from error
 
     def wait_idle(self, idle: float, timeout: float | None = None) -> None:
         """Block until nothing arrived for ``idle`` seconds (the broker's queue is drained), or

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
 from .sink_options import SinkOptions
 from .sink_rows import OutMessage, batch_messages
 from .sink_task import TaskIdentity, TaskPublisher
+from .user_errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class MqttBatchWriter(DataSourceArrowWriter):
         self.options = options
         self.write_id = uuid.uuid4().hex
 
+    @one_line
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return publish_partition(iterator, self.options, task_identity(self.write_id, False))
 
@@ -130,6 +132,7 @@ class MqttStreamWriter(DataSourceStreamArrowWriter):
         self.write_id = uuid.uuid4().hex
         """Used only when Spark gives a task no query id."""
 
+    @one_line
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return publish_partition(iterator, self.options, task_identity(self.write_id, True))
 

@@ -15,7 +15,7 @@ from .object_writer import ObjectWalWriter, read_object_identity
 from .objects import ObjectStore
 from .reader import WalReader
 from .segment import fsync_dir
-from .writer import WalWriter
+from .writer import WalWriter, make_directory
 
 AnyWalWriter: TypeAlias = WalWriter | ObjectWalWriter
 AnyWalReader: TypeAlias = WalReader | ObjectWalReader
@@ -75,11 +75,13 @@ def read_sidecar(path: str | os.PathLike[str] | WalLocation, name: str) -> bytes
 
 def write_sidecar(path: str | os.PathLike[str] | WalLocation, name: str, data: bytes) -> None:
     """Replace the file ``name`` beside the WAL atomically and durably (written, fsynced,
-    renamed, the directory fsynced; owner-only, like the WAL's files)."""
+    renamed, the directory fsynced; owner-only, like the WAL's files); a local WAL's directory
+    is made when missing (before the WAL's first run)."""
     location = location_of(path)
     if location.objects:
         ObjectStore(location).write(name, data)
         return
+    make_directory(Path(location.text), fsync=True)
     final = os.path.join(location.text, name)
     temp = final + ".tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)

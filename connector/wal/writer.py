@@ -110,7 +110,7 @@ class WalWriter(WriterState):
         if segment_max_bytes <= 0:
             raise ValueError(f"segment_max_bytes must be positive, got {segment_max_bytes}")
         root = Path(path)
-        _make_directory(root, fsync=fsync)
+        make_directory(root, fsync=fsync)
         lock = WalLock.acquire(root)
         try:
             writer = cls._recover(root, lock, segment_max_bytes=segment_max_bytes, fsync=fsync)
@@ -360,7 +360,7 @@ class WalWriter(WriterState):
         )
 
 
-def _make_directory(root: Path, *, fsync: bool) -> None:
+def make_directory(root: Path, *, fsync: bool) -> None:
     """Create ``root`` and its missing parents (mode 0o700: a shard's WAL sits under the
     query's ``walPath``) and make the new directory entries durable. An existing ``root`` that
     group or others may enter is made owner-only: the WAL holds the payloads."""

@@ -1,5 +1,5 @@
-"""The ingest job (``streaming_jobs/ingest.py``) as the demo runs it: its persistent MQTT
-session, its command line, and the subprocess with its log."""
+"""The ingest job (``streaming_jobs/ingest.py``) as the demo runs it: its command line, and the
+subprocess with its log."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from connector.mqtt.config import SessionConfig
-from connector.mqtt.driver import MqttClient
 from devtools.demo.paths import DemoPaths
 from devtools.process_tree import alive_in, process_groups
 
@@ -30,6 +28,8 @@ TOPIC_COLUMNS = "_,site,device"
 SCHEMA = "ts TIMESTAMP, temperature DOUBLE, humidity DOUBLE, seq BIGINT"
 JOB_CLIENT_ID = "demo-ingest"
 TRIGGER = "processing-time=2 seconds"
+JOB_READY_TIMEOUT = 60.0
+"""How long the job may take to make its MQTT session (before its Spark starts)."""
 JOB_STOP_TIMEOUT = 90.0
 """SIGTERM lets the job finish the batch in flight (its ``--stop-timeout`` is 60 s)."""
 ABORT_STOP_TIMEOUT = 20.0
@@ -40,15 +40,9 @@ JOB_SUBMIT_ARGS = (
     "--conf spark.ui.showConsoleProgress=false pyspark-shell"
 )
 PROGRESS_RE = re.compile(r" INFO (batch \d+: .*)$")
+READY = "the broker now queues for this job"
+"""The job's line once its persistent session exists: the publishers start at it."""
 SUMMARY_RE = re.compile(r"\b((?:stopped|finished|failed): \d+ batch(?:es)?, .*)$")
-
-
-def create_job_session(broker_url: str) -> None:
-    """Make the broker keep a persistent session for the job, so it queues from now on."""
-    config = SessionConfig(client_id=JOB_CLIENT_ID, clean_session=False)
-    client = MqttClient(broker_url, config, [(TOPIC_FILTER, 2)], connect_timeout=10.0)
-    client.connect()
-    client.disconnect()
 
 
 class IngestJob:
@@ -105,6 +99,10 @@ class IngestJob:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGKILL)
         return proc.returncode
+
+    def said(self, text: str) -> bool:
+        """Whether the job's output holds ``text``."""
+        return any(text in line for line in self._log_lines())
 
     def log_tail(self, lines: int = 25) -> str:
         """The last ``lines`` lines of the job's output."""

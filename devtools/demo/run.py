@@ -1,4 +1,4 @@
-"""One demo run, start to end: broker, the job's session, the job, the publishers, the wait
+"""One demo run, start to end: broker, the job (which makes its session first), the publishers
 until the tables hold what the broker acknowledged, the job's stop, the report."""
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from devtools.demo.fleet import INFLIGHT, Publisher, join_all, plan_fleet
 from devtools.demo.job import (
     ABORT_STOP_TIMEOUT,
     INGEST_SCRIPT,
+    JOB_READY_TIMEOUT,
     JOB_STOP_TIMEOUT,
+    READY,
     REPO_ROOT,
     IngestJob,
-    create_job_session,
     ingest_command,
 )
 from devtools.demo.paths import DemoPaths, clear_previous_run
@@ -96,13 +97,22 @@ def run(args: argparse.Namespace, paths: DemoPaths) -> dict[str, Any]:
             f"broker      {broker.url} (Mosquitto, persistence on, "
             f"max_queued_messages {MAX_QUEUED}, max_inflight_messages {INFLIGHT})"
         )
-        create_job_session(broker.url)
 
         job = IngestJob(ingest_command(broker.url, paths), paths.job_log)
         cleanup.callback(job.stop, ABORT_STOP_TIMEOUT)
         job.start()
         mark("job_started")
         print(f"ingest job  {INGEST_SCRIPT.relative_to(REPO_ROOT)}, output in {paths.job_log}")
+
+        def ready() -> bool:
+            code = job.exit_code()
+            if code is not None:
+                raise DemoFailed(f"the ingest job exited with status {code}:\n{job.log_tail()}")
+            return job.said(READY)
+
+        # From the job's line on, the broker queues for it: nothing published is lost.
+        wait_for(ready, JOB_READY_TIMEOUT, "the ingest job did not make its session", lambda: None)
+        mark("job_ready")
 
         publishers = [Publisher(d, broker.url, args.duration, stop_publishers) for d in fleet]
         cleanup.callback(join_all, publishers, stop_publishers)

@@ -153,14 +153,20 @@ class Job:
             self.kill_9()
 
 
+INGESTING = " INFO ingesting "
+"""The job's line once its query's receiver has reported its own subscription."""
+
+
 def wait_subscribed(
     broker: MosquittoBroker, client_id: str, topic: str, qos: int, job: Job
 ) -> None:
-    """Wait until the broker logged the job's SUBSCRIBE (messages before it are not queued)."""
+    """Wait until the broker logged the job's SUBSCRIBE (made before Spark starts: from then
+    on the broker queues for the job) and the job's query is running: its ``ingesting`` line,
+    after its receiver's own connection."""
     line = f": {client_id} {qos} {topic}\n"
     job.wait_for(
         f"{client_id} never subscribed to {topic}",
-        lambda: line in broker.log_text(),
+        lambda: line in broker.log_text() and INGESTING in job.stdout,
         START_TIMEOUT,
     )
 

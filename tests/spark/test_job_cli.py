@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from connector.source.broker_session import SUBSCRIPTIONS_FILE
+from connector.wal import WalReader
 from devtools.broker_process import free_port
 from streaming_jobs.ingest_config import build_parser
 from tests.brokers import BrokerFactory
@@ -94,8 +96,12 @@ def test_a_table_path_delta_cannot_use_fails_before_the_query_starts(
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "cannot create the Delta tables" in errors[0]
     assert str(tmp_path / "t") in errors[0]
-    assert batch_files(tmp_path / "c", "offsets") == []  # no batch, no message taken
-    assert not (tmp_path / "c" / "mqtt-wal").exists()
+    assert batch_files(tmp_path / "c", "offsets") == []  # no batch ran
+    # The session was made before Spark started, so the broker queues for the next run; the
+    # WAL it made holds nothing (no retained message on this broker).
+    assert (tmp_path / "c" / "mqtt-wal" / SUBSCRIPTIONS_FILE).exists()
+    assert WalReader(tmp_path / "c" / "mqtt-wal").read(0, 0).topics == []
+    assert "the broker now queues for this job" in done.stdout
 
 
 def _toml(path: Path, text: str) -> Path:

@@ -135,4 +135,7 @@ def test_kill_9_between_the_two_writes_then_restart_keeps_both_tables_exactly_on
         if "txn" in action
     }
     assert len(app_ids) == 1, f"one query id across runs: {app_ids}"
-    assert re.search(r"stopped: \d+ batch(es)?, \d+ rows, \d+ dead-letter rows", jobs[1].stdout)
+    assert re.search(
+        r"stopped: \d+ batch(es)?, \d+ messages: \d+ table rows, \d+ dead-letter rows",
+        jobs[1].stdout,
+    )

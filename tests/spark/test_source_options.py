@@ -10,9 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from tests.brokers import LOOPBACK
+from devtools.broker_process import free_port
+from tests.brokers import LOOPBACK, BrokerFactory
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -55,6 +58,15 @@ INVALID = [
     pytest.param({"tls.caFile": "{ca}"}, ["tls.", "ssl://"], id="tls-on-tcp"),
     pytest.param({"password": "pw-no-user"}, ["'password'", "'username'"], id="password-no-user"),
     pytest.param({"partitionData": "disk"}, ["'partitionData'", "inline"], id="partition-data"),
+    pytest.param(
+        {"wal_path": "/tmp/x"}, ["unknown option 'wal_path'", "'walPath'"], id="misspelt-walPath"
+    ),
+    pytest.param(
+        {"keepalive_seconds": "30"},
+        ["unknown option 'keepalive_seconds'", "'keepAlive'"],
+        id="misspelt-keepAlive",
+    ),
+    pytest.param({"brokerUrl": "{addr}"}, ["'brokerUrl'", "has no scheme"], id="no-scheme"),
 ]
 
 
@@ -83,8 +95,80 @@ def test_invalid_option_fails_at_load_before_connecting(
     with pytest.raises(Exception) as failure:
         reader.load()
     text = str(failure.value)
-    assert "InvalidOptionError" in text, text
+    first = text.splitlines()[0]
+    # The product's message on the first line, after Spark's prefix, with no traceback.
+    assert first.startswith("[PYTHON_DATA_SOURCE_ERROR] "), text
+    assert "InvalidOptionError: " in first and "Traceback" not in text, text
     for fragment in expected:
-        assert fragment in text, f"{fragment!r} not in {text}"
+        assert fragment in first, f"{fragment!r} not in {first}"
     assert not connection_attempted(silent_listener), "a connection was attempted"
     assert not wal.exists(), "the WAL was created for an invalid query"
+
+
+def test_the_keys_spark_passes_itself_are_taken(
+    spark: SparkSession, tmp_path: Path, broker_factory: BrokerFactory
+) -> None:
+    """``load(path)``, ``start(path)``, ``checkpointLocation`` and ``queryName`` reach the
+    source's and the writer's options from Spark itself (``SPARK_KEYS``): none is refused. The
+    streaming writer reads its options with its first batch, so one batch must land."""
+    broker = broker_factory()
+    frame = (
+        spark.readStream.format("mqtt")
+        .option("brokerUrl", broker.url)
+        .option("topic", "plant/#")
+        .option("walPath", str(tmp_path / "wal"))
+        .load(str(tmp_path / "some-path"))
+    )
+    assert "payload" in frame.columns
+    query = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", "5")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS payload")
+        .writeStream.format("mqtt")
+        .option("brokerUrl", broker.url)
+        .option("topic", "out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .queryName("spark-keys")
+        .trigger(processingTime="200 milliseconds")
+        .start(str(tmp_path / "sink-path"))
+    )
+    try:
+        wait_until(
+            lambda: (
+                query.exception() is None and any(p["numInputRows"] for p in query.recentProgress)
+            ),
+            120,
+            message=lambda: f"no batch written: {query.exception()}",
+        )
+    finally:
+        query.stop()
+
+
+def test_an_unreachable_broker_fails_the_query_with_its_one_line(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A runtime error that is the user's (here: nothing listens at the broker's address)
+    reaches ``awaitTermination`` with the product's message on its first line, no traceback."""
+    port = free_port()
+    query = (
+        spark.readStream.format("mqtt")
+        .option("brokerUrl", f"tcp://{LOOPBACK}:{port}")
+        .option("topic", "plant/#")
+        .option("walPath", str(tmp_path / "wal"))
+        .option("connectTimeout", "2")
+        .load()
+        .writeStream.format("memory")
+        .queryName("unreachable")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    text = str(failure.value)
+    first = text.splitlines()[0]
+    assert f"BrokerUnreachable: cannot connect to tcp://{LOOPBACK}:{port}" in first, text
+    assert "Traceback" not in text, text

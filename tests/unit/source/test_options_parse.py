@@ -70,7 +70,6 @@ def test_password_never_in_repr_or_redacted_view() -> None:
     [
         "tcp://broker.example:1883",
         "mqtt://broker.example",
-        "broker.example:1883",
         "tcp://127.0.0.1:1883",
         "tcp://localhost:1883",
         "tcp://[::1]:1883",
@@ -120,3 +119,42 @@ def test_max_packet_size_is_checked_and_left_to_the_session_when_absent() -> Non
     assert opts.max_packet_size == 2048 and opts.redacted()["maxPacketSize"] == "2048"
     with pytest.raises(InvalidOptionError, match=r"'maxPacketSize' must be 64\.\.268435460"):
         SourceOptions.parse({**base, "maxPacketSize": "63"})
+
+
+@pytest.mark.parametrize("url", ["broker.example:1883", "broker.example"])
+def test_a_broker_url_without_a_scheme_is_refused(url: str) -> None:
+    """A bare host would mean plain TCP, which a user of a TLS port did not ask for."""
+    with pytest.raises(InvalidOptionError) as refused:
+        SourceOptions.parse({**BASE, "brokerUrl": url})
+    message = str(refused.value)
+    assert f"'{url}' has no scheme" in message
+    assert f"tcp://{url}" in message and f"ssl://{url}" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "suggested"),
+    [
+        ("wal_path", "'walPath'"),
+        ("keepalive_seconds", "'keepAlive'"),
+        ("brokerURI", "'brokerUrl'"),
+        ("maxMessagePerTrigger", "'maxMessagesPerTrigger'"),
+        ("TOPIC_S", "'topics'"),
+    ],
+)
+def test_a_misspelt_option_is_refused_with_the_closest_names(key: str, suggested: str) -> None:
+    with pytest.raises(InvalidOptionError) as refused:
+        SourceOptions.parse({**BASE, key: "x"})
+    message = str(refused.value)
+    assert message.startswith(f"unknown option {key!r} (did you mean "), message
+    assert suggested in message.split("?")[0], message
+    assert "docs/options.md" in message
+
+
+def test_an_unknown_option_far_from_every_name_is_refused_without_a_guess() -> None:
+    with pytest.raises(InvalidOptionError, match=r"^unknown option 'zzzzqq': the reader's"):
+        SourceOptions.parse({**BASE, "zzzzqq": "1"})
+
+
+@pytest.mark.parametrize("key", ["path", "paths", "checkpointLocation", "queryname", "PATH"])
+def test_the_keys_spark_passes_itself_are_not_options(key: str) -> None:
+    assert SourceOptions.parse({**BASE, key: "/somewhere"}).topics == ("plant/+/telemetry",)

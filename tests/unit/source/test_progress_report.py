@@ -15,7 +15,7 @@ def test_a_receiver_s_figures() -> None:
     one = status(120, 100, connections=3, connected=True, possibleDuplicates=2,
                  duplicatesDropped=1, brokerFaults={"qos-above-granted": 4},
                  oldestUncommittedSeconds=2.5, received=130, receiveRate=12.5,
-                 walBytes=4096)  # fmt: skip
+                 walBytes=4096, subscribed=True)  # fmt: skip
     assert receiver_report(0, one) == {
         "receiver": 0,
         "walHighWaterMark": 120,
@@ -27,6 +27,7 @@ def test_a_receiver_s_figures() -> None:
         "receiveRate": 12.5,
         "walBytes": 4096,
         "connected": True,
+        "subscribed": True,
         "reconnects": 2,
         "frozen": False,
         "duplicatesDropped": 1,

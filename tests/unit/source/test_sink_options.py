@@ -243,3 +243,12 @@ def test_each_task_attempt_has_its_own_client_id_and_every_attempt_the_same_keys
     assert all(len(i) == 23 and i.startswith(CLIENT_ID_PREFIX + "-") for i in ids)
     assert first.key(7) == retry.key(7) == "q:5:3:7"
     assert other.key(7) != first.key(7)
+
+
+def test_a_misspelt_writer_option_is_refused_with_the_writer_s_names() -> None:
+    with pytest.raises(InvalidOptionError) as refused:
+        sink(maxInFlight_messages="10")
+    message = str(refused.value)
+    assert message.startswith("unknown option 'maxInFlight_messages' (did you mean 'maxInflight'")
+    assert "the writer's options" in message
+    assert sink(checkpointLocation="/c", path="/p", queryName="q").client_id_prefix

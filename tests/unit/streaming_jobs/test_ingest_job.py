@@ -133,6 +133,13 @@ connector.mqtt.errors.NotAuthorized: not authorized (CONNACK return code 5)
  SQLSTATE: 38000
 \tat org.apache.spark.sql.errors.QueryExecutionErrors$.pythonStreamingDataSourceRuntimeError
 """
+ONE_LINE_SOURCE_FAILURE = """[STREAM_FAILED] Query [id = 1f, runId = 2e] terminated with \
+exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source \
+perform initialOffset: connector.mqtt.errors.BrokerUnreachable: cannot connect to tcp://h:1: \
+refused
+ SQLSTATE: 38000 SQLSTATE: XXKST
+=== Streaming Query ===
+"""
 WRITER_FAILURE = """[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: \
 An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
   File "/x/py4j/clientserver.py", line 644, in _call_proxy
@@ -146,6 +153,13 @@ to merge fields 'temp' and 'temp'. SQLSTATE: 22005
     ("text", "expected"),
     [
         (SOURCE_FAILURE, "NotAuthorized: not authorized (CONNACK return code 5)"),
+        (ONE_LINE_SOURCE_FAILURE, "BrokerUnreachable: cannot connect to tcp://h:1: refused"),
+        ("[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
+         "connector.source.options.InvalidOptionError: option 'qos' must be 0..2, got 3\n"
+         " SQLSTATE: 38000", "InvalidOptionError: option 'qos' must be 0..2, got 3"),
+        ("[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+         "perform latestOffset: connector.source.receiver.ReceiverFailed: the MQTT receiver "
+         "failed: lost", "MQTT receiver: lost"),
         (WRITER_FAILURE, "AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge "
          "fields 'temp' and 'temp'. SQLSTATE: 22005"),
         ("[PARSE_SYNTAX_ERROR] Syntax error at or near ','.\n== SQL ==\nx,,\n",
@@ -209,7 +223,9 @@ def test_reporter_logs_each_finished_batch_once(caplog: pytest.LogCaptureFixture
     reporter.poll(_Query(progresses))
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["batch 0", "batch 1"]
     summary = reporter.summary("stopped")
-    assert summary.startswith("stopped: 2 batches, 12 rows, 1 dead-letter rows, ")
+    assert summary.startswith(
+        "stopped: 2 batches, 12 messages: 11 table rows, 1 dead-letter rows, "
+    )
     assert summary.endswith("rows/s on average")
 
 
