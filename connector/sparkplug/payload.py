@@ -239,7 +239,7 @@ def _dataset(data: _View, where: str, depth: int) -> DataSet:
             dataset.columns.append(_string(value, wire, f"{where}.columns"))
         elif number == 3:
             if wire == LENGTH:  # packed
-                dataset.types.extend(packed_varints(value))  # type: ignore[arg-type]
+                dataset.types.extend(packed_varints(_message(value, wire, f"{where}.types")))
             else:
                 dataset.types.append(_varint(value, wire, f"{where}.types"))
         elif number == 4:
