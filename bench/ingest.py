@@ -538,7 +538,7 @@ def stream_writer(frame: Any, setup: Setup, table: Path, checkpoint: Path) -> tu
 
 
 def peer_name(base: str, qos: int) -> str:
-    """``ours-wal`` for QoS 1 (the historical name), ``ours-wal-qos2`` for QoS 2."""
+    """``ours-wal`` for QoS 1 (no QoS suffix), ``ours-wal-qos2`` for QoS 2."""
     return base if qos == 1 else f"{base}-qos{qos}"
 
 

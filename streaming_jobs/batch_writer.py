@@ -3,7 +3,7 @@
 Both writes are idempotent appends (:mod:`streaming_jobs.delta_append`): each commit records
 Delta's ``SetTransaction`` for (app id, batch id), and a batch the table already has is not
 written again. The app id is the query's id, which Spark keeps in the checkpoint (the same id
-Delta's own streaming sink uses, so a table written by an earlier version of this job is
+Delta's own streaming sink uses, so a table that sink wrote for the same checkpoint is
 continued seamlessly); the version is the batch id. A batch that Spark replays after a crash
 (same offsets, same rows) therefore lands at most once in each table, whichever of the two
 writes had finished. A new checkpoint means a new query id, so a reset never makes batches look

@@ -8,9 +8,8 @@
 section of the MQTT 3.1.1 standard (the 3.1 text where the versions differ), or of the MQTT
 5.0 standard, saying so. Writing packets: :mod:`connector.mqtt.encode`.
 
-It holds a reader for every packet of the three versions (about 660 lines), each next to the
-rules it checks; split further, a rule shared by the 3.1.1 and 5.0 readers (flags, packet ids,
-topics, the cursor's bounds) would need a third home.
+It holds a reader for every packet of the three versions, each next to the rules it checks,
+and the rules the 3.1.1 and 5.0 readers share (flags, packet ids, topics, the cursor's bounds).
 """
 
 from __future__ import annotations
@@ -332,7 +331,7 @@ def trim_cache(cache: dict[bytes, _V], size: int, added: int) -> int:
 
     ``added`` counts such entries since the last rotation. The entries above the size are the
     newest (dicts keep insertion order) and are dropped, keeping those that were already
-    there: more distinct keys than the cache holds, cycling, no longer empty it every round
+    there: more distinct keys than the cache holds, cycling, do not empty it every round
     (4,097 topics decode about as fast as 4,096). Once a quarter of the size in new keys has
     been turned away, the oldest eighth goes instead, so a stream whose keys change over time
     gets its new ones cached (a new set of 2,048 topics within some 40,000 messages)."""

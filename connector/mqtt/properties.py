@@ -12,9 +12,9 @@ User Property and Subscription Identifier as lists). :func:`encode_properties` a
 :data:`WILL_PROPERTIES`; the writer raises :class:`InvalidArgument` for anything the standard
 refuses, the reader :class:`MalformedFrame`, each message naming the rule and its section.
 
-It is longer than this project's modules usually are (about 640 lines) because it is the one
-home of table 2-4: each property's identifier, data type, packets and repetition rule, its
-writer and its reader sit together, so a rule of section 2.2.2 is read in one place.
+This module is the one home of table 2-4: each property's identifier, data type, packets and
+repetition rule sit with its writer and its reader, so a rule of section 2.2.2 is read in one
+place.
 """
 
 from __future__ import annotations

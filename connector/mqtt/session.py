@@ -14,7 +14,7 @@ source acknowledges after its write-ahead log is durable (3.1.1 section 4.3: the
 takes ownership when it sends PUBACK/PUBREC). The frames the session writes come from the
 codec, acknowledgements included (``encode_acks``).
 
-About 600 lines: the connection's life (CONNECT to DISCONNECT, keep-alive, violations) and
+This module holds the connection's life (CONNECT to DISCONNECT, keep-alive, violations) and
 the dispatch of every packet type the broker may send; what each packet does lives in the
 modules above.
 """

@@ -148,7 +148,7 @@ class Position:
 
 
 def _encode_position(position: Position) -> dict[str, Any]:
-    """One position as JSON; ``final`` only when set, so other positions keep the old form."""
+    """One position as JSON: its WAL and offset, and ``final`` only when set."""
     entry: dict[str, Any] = {"wal": position.wal, "offset": position.offset}
     if position.final:
         entry["final"] = True
@@ -156,7 +156,8 @@ def _encode_position(position: Position) -> dict[str, Any]:
 
 
 def encode_offset(positions: Sequence[Position]) -> dict[str, Any]:
-    """The Spark offset of ``positions`` (one per shard; one shard keeps the old format)."""
+    """The Spark offset of ``positions`` (one per shard): one shard's position alone, more
+    shards as a ``shards`` list (:func:`decode_offset` reads both)."""
     if len(positions) == 1:
         return _encode_position(positions[0])
     return {"shards": [_encode_position(p) for p in positions]}

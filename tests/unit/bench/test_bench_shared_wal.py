@@ -13,7 +13,7 @@ from bench.wal_throughput import _percentile
 @pytest.mark.parametrize(
     ("peer", "name"),
     [
-        (OursPeer("wal", 1), "ours-wal"),  # the historical names are kept
+        (OursPeer("wal", 1), "ours-wal"),  # QoS 1 names carry no QoS suffix
         (OursPeer("inline", 2), "ours-inline-qos2"),
         (OursPeer("wal", 1, "s3"), "ours-s3"),
         (OursPeer("inline", 1, "s3"), "ours-s3-inline"),
