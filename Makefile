@@ -1,6 +1,7 @@
 # Developer and CI entry points. `make setup` is idempotent and cheap once done:
 # each step leaves a stamp file and only re-runs when its inputs change.
-# `make` alone runs `make unit` (the fast tests); `make test` runs the whole suite (CI).
+# `make` alone runs `make unit` (the fast tests); `make test` runs the whole suite (CI);
+# `make help` lists the targets.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -50,7 +51,26 @@ GO ?= $(shell command -v go 2>/dev/null || { [ -x /usr/local/go/bin/go ] && echo
 NPM ?= $(shell command -v npm 2>/dev/null)
 NODE ?= $(shell command -v node 2>/dev/null)
 
-.PHONY: setup setup-demo demo-deps system-deps interop-brokers test lint bench demo fuzz chaos clean
+.PHONY: help setup setup-demo demo-deps system-deps interop-brokers test lint bench demo fuzz chaos clean
+
+## help: the targets that have a `## name: text` block above them, one per line with its text
+## (continuation lines joined)
+# A block starts at a `## name:` line after a line that is not `##` and runs while lines start
+# with `## `; only names defined as targets (`name:` at the start of a line) are printed.
+help:
+	@awk ' \
+		open && /^## / { sub(/^## */, ""); text[name] = text[name] " " $$0; next } \
+		/^## [A-Za-z0-9_-]+:/ { \
+			name = $$2; sub(/:$$/, "", name); sub(/^## [A-Za-z0-9_-]+: */, ""); \
+			if (!(name in text)) order[++n] = name; text[name] = $$0; open = 1; next \
+		} \
+		{ open = 0 } \
+		/^[A-Za-z0-9_-]+:([^=]|$$)/ { target = $$0; sub(/:.*/, "", target); is_target[target] = 1 } \
+		END { \
+			width = 0; \
+			for (i = 1; i <= n; i++) if (order[i] in is_target && length(order[i]) > width) width = length(order[i]); \
+			for (i = 1; i <= n; i++) if (order[i] in is_target) printf "%-" width "s  %s\n", order[i], text[order[i]]; \
+		}' $(MAKEFILE_LIST)
 
 ## setup: everything the tests use: setup-demo, then the interop brokers (mochi-mqtt, aedes),
 ## the Sparkplug edge nodes and s3proxy
