@@ -89,12 +89,11 @@ _NO_BYTES = pa.py_buffer(b"")
 
 def to_arrow(columns: WalColumns, receiver: int = 0, *, mqtt5: bool = False) -> pa.RecordBatch:
     """All of ``columns`` as one Arrow record batch, built column-wise without a Python object
-    per row. Each piece's buffers (a data block's bytes, or the arrays gathered from version 1
-    records) are used as Arrow buffers: fixed-width columns as they are (one piece) or joined,
-    payloads as one binary array per piece, concatenated; topics index each piece's topic
-    dictionary; qos, flags and null message ids come from Arrow kernels on the flags, offsets
-    from a range. With ``mqtt5`` the batch has the ``properties`` column too
-    (:func:`_properties`)."""
+    per row. Each piece's buffers (a data block's bytes) are used as Arrow buffers: fixed-width
+    columns as they are (one piece) or joined, payloads as one binary array per piece,
+    concatenated; topics index each piece's topic dictionary; qos, flags and null message ids
+    come from Arrow kernels on the flags, offsets from a range. With ``mqtt5`` the batch has
+    the ``properties`` column too (:func:`_properties`)."""
     n = len(columns)
     pieces = columns.pieces
     flags = _fixed(pieces, "flags", pa.uint8(), n)
@@ -135,7 +134,7 @@ def _properties(pieces: tuple[ColumnPiece, ...], first: int) -> pa.Array:
     """The ``properties`` column: each distinct stored value is decoded once and the column is
     a take of those structs (publishers repeat their properties, and most rows of a block
     without properties share the empty value). Pieces without property columns (blocks of
-    kind 5, version 1 rows) are rows without properties."""
+    kind 5) are rows without properties."""
     parts = []
     for piece in pieces:
         count = piece.hi - piece.lo

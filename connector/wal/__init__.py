@@ -13,13 +13,13 @@ and immutable parts on shared storage or a FUSE mount of it (:mod:`.objects`,
 :class:`~connector.wal.object_writer.ObjectWalWriter`,
 :class:`~connector.wal.object_reader.ObjectWalReader`).
 
-On-disk format (version 3, all integers little endian)
-------------------------------------------------------
+On-disk format (versions 2 and 3, all integers little endian)
+-------------------------------------------------------------
 Directory: ``wal.json`` (format name, version, identity = uuid4 hex), ``LOCK`` (flock of the
 single writer; holds its pid and host), segments ``<first offset, 20 digits>.seg`` and
 unsynced index hints ``<first offset>.idx`` (``u64 offset | u64 byte position`` pairs, one per
-64 KiB of records, each at the start of a data record or data block that holds that (first)
-offset; readers validate each entry they use).
+64 KiB of records, each at the start of the data block whose first offset that is; readers
+validate each entry they use).
 
 Segment = header, a state snapshot record, then records::
 
@@ -27,12 +27,8 @@ Segment = header, a state snapshot record, then records::
                        16s identity | u64 first offset | u32 crc32 of the preceding 36 bytes
 
 Record = ``u32 length | u32 crc32 | u8 kind | body``; ``length`` counts kind + body and the
-crc32 covers exactly those bytes. Kinds:
+crc32 covers exactly those bytes. Kinds (any other is damage):
 
-* 1 data (written by version 1 only, read by all): ``u64 offset | i64 timestamp_us | u8 flags |
-  u16 packet id | u16 topic length | topic UTF-8 | payload``. flags: bits 0-1 QoS, bit 2
-  retain, bit 3 dup, bit 4 packet id present (clear for QoS 0 without id). The offset is
-  explicit so every read validates it.
 * 2 QoS 2 release: ``u32 n | n x u16 packet id`` (those ids are no longer pending).
 * 3 state snapshot (first record of every segment): ``u32 n | u32 m | n x u16 pending QoS 2
   id | m x u16 QoS 1 id | m x u32 digest`` - the QoS state when the segment was created.
@@ -45,9 +41,10 @@ crc32 covers exactly those bytes. Kinds:
       n x i64 timestamp_us | n x u16 packet id | n x u8 flags | zero padding to a multiple
       of 4 | n x u32 topic index | (n + 1) x u32 payload end position (first 0) | payloads
 
-  Positions are relative to the byte after the kind; flags as in kind 1; the body ends exactly
-  after the last payload. The rows hold offsets [first, first + n); the first offset must be
-  the next expected one, like a kind 1 offset. The writer makes one block of an append batch,
+  Positions are relative to the byte after the kind; flags: bits 0-1 QoS, bit 2 retain, bit 3
+  dup, bit 4 packet id present (clear for QoS 0 without id); the body ends exactly after the
+  last payload. The rows hold offsets [first, first + n); the first offset is explicit so every
+  read checks that it is the next expected one. The writer makes one block of an append batch,
   cut where the segment rolls over and where an index hint is due (so a block holds at most
   64 KiB of rows before its last row, and its payload positions stay below 2^31). Details in
   :mod:`connector.wal.block`.
@@ -70,18 +67,15 @@ sealed. A segment rolls over before a data record when it already holds data and
 ``segment_max_bytes`` long. Recovery rules: see :mod:`connector.wal.recovery`; a torn or
 corrupt last block is cut whole, like a torn record.
 
-Versions: version 1 segments hold kind 1 data records, version 2 segments data blocks (kind
-5), version 3 adds blocks with properties (kind 6). Readers accept all three, and a segment
-that continues with a newer kind than its header says. A writer opening a version 1 directory
-rewrites ``wal.json`` with version 2 before appending (its active version 1 segment keeps its
-header and receives blocks; new segments are version 2), so a reader that knows only version 1
-stops at ``wal.json`` with "unsupported WAL format version 2" rather than at a record kind it
-does not know. A new WAL is version 2, and stays so, byte for byte, while no record has
-properties (MQTT 3.1 and 3.1.1 never have any). Before it writes the first kind 6 block, a
-writer rewrites ``wal.json`` with version 3 (atomically, like every ``wal.json``: a temporary
-file renamed, or one PUT); the active segment keeps its header and segments started later say
-version 3, so a reader that knows only version 2 stops at "unsupported WAL format version 3".
-The inline blob (:mod:`connector.wal.blob`) is version 2, or 3 when it holds a kind 6 block.
+Versions: version 2 segments hold data blocks (kind 5), version 3 adds blocks with properties
+(kind 6). Readers accept both, and a version 2 segment that continues with kind 6 blocks; any
+other version in ``wal.json`` or a segment header is refused (WalCorruptError). A new WAL is
+version 2, and stays so, byte for byte, while no record has properties (MQTT 3.1 and 3.1.1
+never have any). Before it writes the first kind 6 block, a writer rewrites ``wal.json`` with
+version 3 (atomically, like every ``wal.json``: a temporary file renamed, or one PUT); the
+active segment keeps its header and segments started later say version 3, so a reader that
+knows only version 2 stops at "unsupported WAL format version 3". The inline blob
+(:mod:`connector.wal.blob`) is version 2, or 3 when it holds a kind 6 block.
 """
 
 from .blob import decode_blob

@@ -1,12 +1,11 @@
 """A self-contained bytes blob of one offset range, for shipping records to executors.
 
 Layout: ``4s magic "MQWB" | u16 version | u16 reserved | u64 first offset | u64 count``
-followed by the stored records that hold offsets ``[first, first + count)``, in the segment
-framing (CRC-checked on decode): version 1 data records and data blocks, whole. A block may
-begin before ``first`` or end after ``first + count``; the decoder keeps only the range's rows.
-Version 3 blobs hold a data block with properties (kind 6) and are written only then; version
-2 blobs may hold blocks without properties; version 1 blobs (exactly ``count`` version 1 data
-records from ``first``) decode the same way.
+followed by the data blocks that hold offsets ``[first, first + count)``, whole, in the
+segment framing (CRC-checked on decode). A block may begin before ``first`` or end after
+``first + count``; the decoder keeps only the range's rows. A version 2 blob holds blocks
+without properties (kind 5), a version 3 blob at least one with properties (kind 6); any other
+version is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from .records import FRAME_SIZE, KIND_PROPERTIES_BLOCK, OFFSET_AT
 BLOB_MAGIC = b"MQWB"
 BLOB_VERSION = 2
 PROPERTIES_BLOB_VERSION = 3
-READABLE_BLOB_VERSIONS = (1, 2, 3)
+READABLE_BLOB_VERSIONS = (2, 3)
 BLOB_HEAD = struct.Struct("<4sHHQQ")
 _OFFSET = struct.Struct("<Q")
 _WHERE = "<WAL blob>"
@@ -49,8 +48,8 @@ def decode_blob(blob: bytes | bytearray | memoryview) -> WalColumns:
     sink = DataSink()
     pos = BLOB_HEAD.size
     if count:
-        # Both record kinds carry their (first) offset at the same place; the scan checks
-        # every following one, and that the range is covered.
+        # The first block's first offset; the scan checks every following one, and that the
+        # range is covered.
         if len(data) < pos + OFFSET_AT + _OFFSET.size:
             raise WalCorruptError(_WHERE, pos, f"blob ends after 0 of {count} records")
         stored = _OFFSET.unpack_from(data, pos + OFFSET_AT)[0]

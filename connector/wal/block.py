@@ -8,7 +8,7 @@ endian, padding bytes zero (``n`` rows, topic table of ``t`` bytes)::
     a = 16 + t, rounded up to a multiple of 8
     a               n x i64 timestamp_us
     a + 8n          n x u16 packet id (0 without one)
-    a + 10n         n x u8 flags (as in a kind 1 record)
+    a + 10n         n x u8 flags (bits 0-1 QoS, 2 retain, 3 dup, 4 packet id present)
     b = a + 11n, rounded up to a multiple of 4
     b               n x u32 topic index
     b + 4n          (n + 1) x u32 payload end position (the first is 0; all below 2^31)

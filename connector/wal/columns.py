@@ -1,8 +1,9 @@
 """Decoded records of one offset range, column by column, without a Python object per row.
 
 A :class:`WalColumns` is a sequence of :class:`ColumnPiece`: each piece holds the column
-buffers of one data block (zero-copy views of the block's bytes) or of a run of version 1
-data records, and the rows ``[lo, hi)`` of those buffers that belong to the range. A consumer
+buffers of one data block (zero-copy views of the block's bytes) and the rows ``[lo, hi)`` of
+those buffers that belong to the range (:meth:`WalColumns.from_records` builds arrays of
+records instead, for tests and tools). A consumer
 such as the Arrow converter uses the buffers as they are; the list attributes (``topics``,
 ``payloads``, ``qos``, ...) are built on first use, for tests and tools. Only a piece of a
 block with properties (kind 6) has property columns; the rows of any other piece have none

@@ -2,11 +2,11 @@
 
 The identity (uuid4 hex) is also stamped into every segment header. A Spark source stores it
 in its checkpoint so that a recreated WAL directory is never mistaken for the old one. The
-version is the newest format any segment of the directory may use: a writer opening a
-version 1 directory rewrites ``wal.json`` with version 2 before it appends anything, and a
-writer about to store the first data block with properties (kind 6) in a version 2 WAL
-rewrites it with version 3, so a reader that knows only an older version refuses the WAL with
-"unsupported WAL format version" instead of meeting a record kind it does not know.
+version is the newest format any segment of the directory may use (2 or 3, see
+:mod:`connector.wal`): a writer about to store the first data block with properties (kind 6)
+in a version 2 WAL rewrites it with version 3, so a reader that knows only version 2 refuses
+the WAL with "unsupported WAL format version 3" instead of meeting a record kind it does not
+know. Any other version is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from .errors import WalCorruptError
-from .segment import FORMAT_VERSION, READABLE_VERSIONS, TEMP_SUFFIX, fsync_dir
+from .segment import FORMAT_VERSION, READABLE_VERSIONS, TEMP_SUFFIX, fsync_dir, version_refusal
 
 META_NAME = "wal.json"
 FORMAT_NAME = "connector-mqtt-wal"
@@ -54,7 +54,7 @@ def decode_meta(raw: bytes, file: str | Path) -> tuple[str, int]:
     except (ValueError, KeyError, TypeError) as exc:
         raise WalCorruptError(file, 0, f"unreadable WAL metadata: {exc}") from exc
     if version not in READABLE_VERSIONS:
-        raise WalCorruptError(file, 0, f"unsupported WAL format version {version}")
+        raise WalCorruptError(file, 0, version_refusal("WAL", version))
     if len(identity) != 32:
         raise WalCorruptError(file, 0, f"identity {identity!r} is not 32 hex digits")
     return identity, version

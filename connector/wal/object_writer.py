@@ -35,6 +35,7 @@ from .segment import (
     PROPERTIES_VERSION,
     decode_header,
     read_header_bytes,
+    refuse_retired_header,
 )
 from .state import QosState
 from .views import WriterState
@@ -127,7 +128,7 @@ class ObjectWalWriter(WriterState):
         """Establish the identity, validate the segments, drop a torn last part."""
         meta = read_object_meta(store)
         identity = None if meta is None else meta[0]
-        version = FORMAT_VERSION if meta is None else max(meta[1], FORMAT_VERSION)
+        version = FORMAT_VERSION if meta is None else meta[1]
         firsts = store.segments()
         if identity is None:
             if firsts:  # died between writing segment 0 and wal.json
@@ -332,6 +333,7 @@ def _recover_last(
     if not parts:
         raise WalCorruptError(where, 0, "segment has no parts")
     data = b"".join([store.read_part(first, p) for p in parts])
+    refuse_retired_header(data, where)
     try:
         decode_header(data[:HEADER_SIZE], where, first, identity)
         walk = walk_segment(data, where, first)

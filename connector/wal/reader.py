@@ -19,11 +19,9 @@ from .errors import WalCorruptError, WalDataLossError
 from .identity import read_identity
 from .records import (
     BLOCK_HEAD_LENGTH,
-    DATA_HEAD_SIZE,
     FRAME,
     FRAME_SIZE,
     KIND_BLOCK,
-    KIND_DATA,
     KIND_PROPERTIES_BLOCK,
     MAX_RECORD_LENGTH,
 )
@@ -33,12 +31,8 @@ from .views import RangeReader
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 1024 * 1024
-_HINT_HEAD = struct.Struct("<IIBQ")  # length, crc32, kind, (first) offset
-_SMALLEST_LENGTH = {
-    KIND_DATA: DATA_HEAD_SIZE,
-    KIND_BLOCK: BLOCK_HEAD_LENGTH,
-    KIND_PROPERTIES_BLOCK: BLOCK_HEAD_LENGTH,
-}
+_HINT_HEAD = struct.Struct("<IIBQ")  # length, crc32, kind, first offset
+_SMALLEST_LENGTH = {KIND_BLOCK: BLOCK_HEAD_LENGTH, KIND_PROPERTIES_BLOCK: BLOCK_HEAD_LENGTH}
 
 
 class WalReader(RangeReader):
@@ -193,8 +187,8 @@ def encode_range(path: str | os.PathLike[str], start: int, end: int) -> bytes:
 
 
 def _hint_is_valid(fd: int, offset: int, position: int) -> bool:
-    """Whether an index hint points at an intact data record or data block whose (first)
-    offset is ``offset``."""
+    """Whether an index hint points at an intact data block whose first offset is
+    ``offset``."""
     head = os.pread(fd, _HINT_HEAD.size, position)
     if len(head) < _HINT_HEAD.size:
         return False

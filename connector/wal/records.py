@@ -11,14 +11,13 @@ import struct
 import zlib
 from typing import NamedTuple
 
-KIND_DATA = 1
 KIND_RELEASE = 2
 KIND_STATE = 3
 KIND_SEAL = 4
 KIND_BLOCK = 5
 KIND_PROPERTIES_BLOCK = 6
 BLOCK_KINDS = frozenset((KIND_BLOCK, KIND_PROPERTIES_BLOCK))
-KNOWN_KINDS = frozenset((KIND_DATA, KIND_RELEASE, KIND_STATE, KIND_SEAL, *BLOCK_KINDS))
+KNOWN_KINDS = frozenset((KIND_RELEASE, KIND_STATE, KIND_SEAL, *BLOCK_KINDS))
 
 FLAG_QOS_MASK = 0x03
 FLAG_RETAIN = 0x04
@@ -28,12 +27,7 @@ FLAG_HAS_ID = 0x10
 FRAME = struct.Struct("<II")  # length, crc32
 FRAME_SIZE = FRAME.size
 FRAME_KIND = struct.Struct("<IIB")  # length, crc32, kind
-DATA_HEAD = struct.Struct("<BQqBHH")  # kind, offset, timestamp_us, flags, packet id, topic len
-DATA_HEAD_SIZE = DATA_HEAD.size  # smallest valid ``length`` of a data record
-DATA_FIELDS = struct.Struct("<QqBHH")  # the data head after the kind byte
-DATA_FIELDS_AT = FRAME_SIZE + 1  # where DATA_FIELDS starts, relative to the record start
-TOPIC_AT = FRAME_SIZE + DATA_HEAD_SIZE  # where the topic starts, relative to the record start
-OFFSET_AT = FRAME_SIZE + 1  # where a data record's offset or a block's first offset starts
+OFFSET_AT = FRAME_SIZE + 1  # where a data block's first offset starts
 SEAL_BODY = struct.Struct("<QI")  # end offset, crc32 of every segment byte before the seal
 SEAL_RECORD_SIZE = FRAME_SIZE + 1 + SEAL_BODY.size
 COUNT = struct.Struct("<I")
@@ -43,11 +37,11 @@ BLOCK_HEAD_LENGTH = 1 + BLOCK_HEAD.size  # smallest valid ``length`` of a data b
 MAX_TOPIC_BYTES = 0xFFFF
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # MQTT's largest packet is 256 MiB
 """The most payload bytes of a row, its property bytes included (both travel in one PUBLISH)."""
-MAX_DATA_LENGTH = DATA_HEAD_SIZE + MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES  # one kind 1 record
-# A block holds less than one index interval (64 KiB) of rows before its last row, whose topic,
-# payload and properties fit MAX_DATA_LENGTH; 1 MiB covers the rest of the block's per-row
-# columns.
-MAX_RECORD_LENGTH = MAX_DATA_LENGTH + (1 << 20)
+MAX_RECORD_LENGTH = MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES + 22 + (1 << 20)
+"""The largest valid ``length`` of a record (a constant of the format; longer is damage). A
+block holds less than one index interval (64 KiB) of rows before its last row, whose topic,
+payload and properties fit MAX_TOPIC_BYTES + MAX_PAYLOAD_BYTES; 1 MiB and 22 bytes cover the
+block's head and the rest of its per-row columns."""
 
 # (qos, retain, dup, has packet id) -> flags byte; a missing key is an invalid record.
 FLAGS: dict[tuple[int, bool, bool, bool], int] = {
@@ -159,8 +153,6 @@ def frame_problem(buf: bytes | memoryview, pos: int) -> str | None:
         return "record CRC mismatch"
     if kind not in KNOWN_KINDS:
         return f"unknown record kind {kind}"
-    if kind == KIND_DATA and length < DATA_HEAD_SIZE:
-        return f"data record too short ({length} bytes)"
     if kind in BLOCK_KINDS and length < BLOCK_HEAD_LENGTH:
         return f"data block too short ({length} bytes)"
     if kind == KIND_SEAL and length != 1 + SEAL_BODY.size:

@@ -34,15 +34,11 @@ from .columns import ColumnPiece
 from .errors import WalCorruptError
 from .records import (
     BLOCK_HEAD,
-    DATA_FIELDS,
-    DATA_FIELDS_AT,
-    DATA_HEAD_SIZE,
     FLAG_HAS_ID,
     FLAG_QOS_MASK,
     FRAME_KIND,
     FRAME_SIZE,
     KIND_BLOCK,
-    KIND_DATA,
     KIND_PROPERTIES_BLOCK,
     KIND_RELEASE,
     KIND_SEAL,
@@ -50,7 +46,6 @@ from .records import (
     OFFSET_AT,
     SEAL_BODY,
     SEAL_RECORD_SIZE,
-    TOPIC_AT,
     decode_release,
     digest_seed,
     frame_problem,
@@ -263,23 +258,7 @@ def walk_segment(data: bytes, file: str | Path, first: int) -> SegmentWalk:
             break
         length, _, kind = FRAME_KIND.unpack_from(data, pos)
         stop = pos + FRAME_SIZE + length
-        if kind == KIND_DATA:
-            offset, _, flags, pid, topic_len = DATA_FIELDS.unpack_from(data, pos + DATA_FIELDS_AT)
-            if offset != expected:
-                raise WalCorruptError(file, pos, f"expected offset {expected}, found {offset}")
-            if DATA_HEAD_SIZE + topic_len > length:
-                raise WalCorruptError(file, pos, "topic runs past the record")
-            if pos >= index_next:
-                walk.index.append((offset, pos))
-                index_next = pos + INDEX_INTERVAL
-            if flags & FLAG_HAS_ID:
-                topic_end = pos + TOPIC_AT + topic_len
-                seed = digest_seed(view[pos + TOPIC_AT : topic_end])
-                digests[pid] = zlib.crc32(view[topic_end:stop], seed)
-                if flags & FLAG_QOS_MASK == 2:
-                    qos2_ids.append(pid)
-            expected += 1
-        elif kind in (KIND_BLOCK, KIND_PROPERTIES_BLOCK):
+        if kind in (KIND_BLOCK, KIND_PROPERTIES_BLOCK):
             block_first, count, _ = BLOCK_HEAD.unpack_from(data, pos + OFFSET_AT)
             if block_first != expected:
                 raise WalCorruptError(file, pos, f"expected offset {expected}, found {block_first}")

@@ -24,9 +24,10 @@ TEMP_SUFFIX = ".tmp"
 _NAME_DIGITS = 20
 
 MAGIC = b"MQTTWAL\0"
-FORMAT_VERSION = 2  # what a new WAL's wal.json and segments say; see connector.wal for the history
+FORMAT_VERSION = 2  # what a new WAL's wal.json and segments say; see connector.wal
 PROPERTIES_VERSION = 3  # what wal.json says once a block with properties (kind 6) may be stored
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (2, 3)
+RETIRED_VERSION = 1  # written only before the first release; refused with its own message
 HEADER = struct.Struct("<8sHH16sQI")  # magic, version, reserved, identity, first offset, crc32
 HEADER_SIZE = HEADER.size
 INDEX_ENTRY = struct.Struct("<QQ")  # offset, byte position of that data record
@@ -88,7 +89,7 @@ def decode_header(raw: bytes, file: str | Path, first_offset: int, identity: byt
     if zlib.crc32(raw[: HEADER_SIZE - 4]) != crc:
         raise WalCorruptError(file, 0, "segment header CRC mismatch")
     if version not in READABLE_VERSIONS:
-        raise WalCorruptError(file, 8, f"unsupported segment format version {version}")
+        raise WalCorruptError(file, 8, version_refusal("segment", version))
     if stored_first != first_offset:
         raise WalCorruptError(
             file, 28, f"header says first offset {stored_first}, file name says {first_offset}"
@@ -97,6 +98,28 @@ def decode_header(raw: bytes, file: str | Path, first_offset: int, identity: byt
         raise WalCorruptError(
             file, 12, f"segment belongs to WAL {stored_identity.hex()}, not {identity.hex()}"
         )
+
+
+def version_refusal(what: str, version: int) -> str:
+    """Why a ``what`` ("WAL" or "segment") of format ``version``, not a readable one, is
+    refused."""
+    if type(version) is int and version == RETIRED_VERSION:
+        return (
+            f"{what} format version {version} (written only before the first release) "
+            "is no longer read"
+        )
+    return f"unsupported {what} format version {version}"
+
+
+def refuse_retired_header(raw: bytes, where: str | Path) -> None:
+    """WalCorruptError naming ``where`` when ``raw`` starts with an intact segment header of
+    the retired format version: a refusal, which recovery must not take for a torn write."""
+    if len(raw) < HEADER_SIZE:
+        return
+    magic, version, _, _, _, crc = HEADER.unpack_from(raw, 0)
+    intact = magic == MAGIC and zlib.crc32(raw[: HEADER_SIZE - 4]) == crc
+    if intact and version == RETIRED_VERSION:
+        raise WalCorruptError(where, 8, version_refusal("segment", version))
 
 
 def read_header(file: Path) -> SegmentHeader:

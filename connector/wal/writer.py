@@ -128,7 +128,7 @@ class WalWriter(WriterState):
         remove_leftovers(root, list_segments(root))
         meta = read_meta(root)
         identity = None if meta is None else meta[0]
-        version = FORMAT_VERSION if meta is None else max(meta[1], FORMAT_VERSION)
+        version = FORMAT_VERSION if meta is None else meta[1]
         firsts = list_segments(root)
         if identity is None:
             if firsts:  # crashed between creating segment 0 and wal.json
@@ -144,15 +144,6 @@ class WalWriter(WriterState):
                 root / "wal.json", 0, "the WAL has an identity but no segment files"
             )
         active = recover_log(root, firsts, bytes.fromhex(identity), fsync=fsync)
-        if meta is not None and meta[1] < FORMAT_VERSION:
-            # Before the first block: readers of the old version must refuse the directory.
-            write_identity(root, identity, fsync=fsync)
-            log.info(
-                "WAL %s: format version %d upgraded to %d (appends store data blocks)",
-                root,
-                meta[1],
-                FORMAT_VERSION,
-            )
         remove_leftovers(root, firsts)
         if active.sealed:  # crashed between sealing a segment and creating the next one
             prefix = segment_prefix(

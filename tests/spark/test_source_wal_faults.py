@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import zlib
+from array import array
 from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from connector.wal.records import DATA_HEAD, FRAME, KIND_DATA
+from connector.wal.block import encode_block
+from connector.wal.records import FLAGS
 from tests.brokers import BrokerFactory
 from tests.spark.streams import (
     StreamDirs,
@@ -54,11 +55,20 @@ def last_segment(wal: Path) -> Path:
 
 
 def torn_record(offset: int) -> bytes:
-    """The first bytes of a data record for ``offset``: a write cut short by a crash."""
-    topic, payload = b"torn/t", b"GARBAGE-never-acknowledged" * 4
-    body = DATA_HEAD.pack(KIND_DATA, offset, time.time_ns() // 1000, 0, 0, len(topic))
-    body += topic + payload
-    record = FRAME.pack(len(body), zlib.crc32(body)) + body
+    """The first bytes of a data block of one row at ``offset``: a write cut short by a
+    crash."""
+    payload = b"GARBAGE-never-acknowledged" * 4
+    parts = encode_block(
+        offset,
+        [b"torn/t"],
+        array("q", [time.time_ns() // 1000]),
+        array("H", [0]),
+        bytearray([FLAGS[(0, False, False, False)]]),
+        array("i", [0]),
+        array("i", [0, len(payload)]),
+        [payload],
+    )
+    record = b"".join(parts)
     return record[: len(record) - 17]
 
 

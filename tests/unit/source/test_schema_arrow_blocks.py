@@ -1,4 +1,4 @@
-"""Arrow rows are identical whether the WAL stored version 1 records, data blocks, or both."""
+"""Arrow rows of WAL data blocks are those of the records appended, however the blocks cut them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from connector.source.schema import ARROW_SCHEMA, to_arrow, to_record_batches
 from connector.wal import NewRecord, WalColumns, WalReader, WalWriter, decode_blob, encode_range
-from tests.wal_v1 import write_v1_wal
 
 TOPICS = ["a", "plant/line-3/sensor-17", "ünï/温度", "", "a/b/c"]
 
@@ -35,46 +34,37 @@ def table(columns: WalColumns) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def wals(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, int]:
-    """The same 400 records as version 1 segments, as blocks, and as a version 1 WAL
-    continued with blocks."""
+def wals(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """The same 400 records as data blocks, in appends of 37 rows."""
     root = tmp_path_factory.mktemp("arrow")
     data = records(0, 400)
-    write_v1_wal(root / "v1", [data[:150], data[150:260], data[260:]])
     with WalWriter.open(root / "v2", segment_max_bytes=2000, fsync=False) as writer:
         for at in range(0, 400, 37):
             writer.append(data[at : at + 37])
-    write_v1_wal(root / "mix", [data[:100], data[100:170]])
-    with WalWriter.open(root / "mix", segment_max_bytes=2000, fsync=False) as writer:
-        for at in range(170, 400, 50):
-            writer.append(data[at : at + 50])
-    return root / "v1", root / "v2", root / "mix", len(data)
+    return root / "v2", len(data)
 
 
 @pytest.mark.parametrize(("start", "end"), [(0, 400), (3, 4), (17, 150), (149, 171), (365, 400)])
-def test_arrow_rows_are_identical_for_both_encodings(
-    wals: tuple[Path, Path, Path, int], start: int, end: int
-) -> None:
-    v1, v2, mix, _ = wals
+def test_arrow_rows_are_those_of_the_records(wals: tuple[Path, int], start: int, end: int) -> None:
+    path, _ = wals
     expected = table(WalColumns.from_records(start, records(0, 400)[start:end]))
-    for path in (v1, v2, mix):
-        columns = WalReader(path).read(start, end)
-        assert table(columns).equals(expected), path.name
-        assert table(decode_blob(encode_range(path, start, end))).equals(expected), path.name
-        batches = list(to_record_batches(columns, 64, receiver=2))
-        assert pa.Table.from_batches(batches, ARROW_SCHEMA).equals(expected)
+    columns = WalReader(path).read(start, end)
+    assert table(columns).equals(expected)
+    assert table(decode_blob(encode_range(path, start, end))).equals(expected)
+    batches = list(to_record_batches(columns, 64, receiver=2))
+    assert pa.Table.from_batches(batches, ARROW_SCHEMA).equals(expected)
     assert expected.column("receiver").to_pylist() == [2] * (end - start)
 
 
-def test_many_blocks_with_different_topic_dictionaries(wals: tuple[Path, Path, Path, int]) -> None:
-    _, v2, _, count = wals
+def test_many_blocks_with_different_topic_dictionaries(wals: tuple[Path, int]) -> None:
+    v2, count = wals
     columns = WalReader(v2).read(0, count)
     dictionaries = {tuple(piece.topic_names) for piece in columns.pieces}
     assert len(columns.pieces) > 10 and len(dictionaries) > 1
     assert to_arrow(columns).column("topic").to_pylist() == [r.topic for r in records(0, count)]
 
 
-def test_an_empty_range_converts_to_an_empty_batch(wals: tuple[Path, Path, Path, int]) -> None:
-    _, v2, _, _ = wals
+def test_an_empty_range_converts_to_an_empty_batch(wals: tuple[Path, int]) -> None:
+    v2, _ = wals
     batch = to_arrow(WalReader(v2).read(7, 7))
     assert batch.num_rows == 0 and batch.schema == ARROW_SCHEMA

@@ -1,4 +1,5 @@
-"""Format version 2: data blocks, partial reads of blocks, and version 1 WALs read and upgraded."""
+"""Format version 2: data blocks, partial reads of blocks, rollover, torn and corrupt blocks,
+index hints, blobs, and format versions a reader does not know."""
 
 from __future__ import annotations
 
@@ -20,26 +21,14 @@ from connector.wal import (
     read_identity,
     record_digest,
 )
-from connector.wal import identity as identity_module
-from connector.wal import segment as segment_module
 from connector.wal.blob import BLOB_HEAD, BLOB_MAGIC
-from connector.wal.records import (
-    BLOCK_HEAD,
-    FRAME_KIND,
-    FRAME_SIZE,
-    KIND_BLOCK,
-    KIND_DATA,
-    KIND_SEAL,
-    KIND_STATE,
-)
-from connector.wal.segment import HEADER, HEADER_SIZE, INDEX_ENTRY, index_name, segment_name
-from tests.wal_v1 import (
-    V1_IDENTITY,
-    V1_RECORDS,
-    V1_RELEASED,
-    V1_SEGMENT,
-    v1_data_record,
-    write_v1_wal,
+from connector.wal.records import BLOCK_HEAD, FRAME_KIND, FRAME_SIZE, KIND_BLOCK, KIND_SEAL
+from connector.wal.segment import (
+    HEADER_SIZE,
+    INDEX_ENTRY,
+    encode_header,
+    index_name,
+    segment_name,
 )
 
 
@@ -66,85 +55,11 @@ def record_kinds(file: Path) -> list[tuple[int, int, int]]:
     while pos < len(data):
         length, _, kind = FRAME_KIND.unpack_from(data, pos)
         first = -1
-        if kind in (KIND_DATA, KIND_BLOCK):
+        if kind == KIND_BLOCK:
             first = struct.unpack_from("<Q", data, pos + FRAME_SIZE + 1)[0]
         out.append((pos, kind, first))
         pos += FRAME_SIZE + length
     return out
-
-
-def write_v1_vector(path: Path) -> None:
-    path.mkdir(parents=True)
-    (path / "wal.json").write_text(
-        json.dumps({"format": "connector-mqtt-wal", "version": 1, "identity": V1_IDENTITY})
-    )
-    (path / segment_name(0)).write_bytes(V1_SEGMENT)
-
-
-def test_the_v1_helper_writes_what_version_1_wrote(tmp_path: Path) -> None:
-    write_v1_wal(tmp_path / "wal", [V1_RECORDS], released=V1_RELEASED)
-    assert (tmp_path / "wal" / segment_name(0)).read_bytes() == V1_SEGMENT
-
-
-def test_a_version_1_wal_is_read_then_appended_to_with_blocks(tmp_path: Path) -> None:
-    path = tmp_path / "wal"
-    write_v1_vector(path)
-    assert list(WalReader(path).read(0, 4).records()) == expected(0, V1_RECORDS)
-    with WalWriter.open(path) as writer:
-        assert json.loads((path / "wal.json").read_text())["version"] == 2
-        assert writer.identity == V1_IDENTITY
-        assert writer.next_offset == 4
-        assert writer.qos2_pending == frozenset()  # 9 was released
-        assert writer.latest_digest(7) == record_digest("a/b", b"")
-        assert writer.latest_digest(9) == record_digest("ü/c", b"\x00three")
-        more = numbered(4, 30)
-        assert writer.append(more) == 34
-    kinds = record_kinds(path / segment_name(0))
-    assert [kind for _, kind, _ in kinds] == [KIND_STATE, 1, 1, 1, 2, 1, KIND_BLOCK]
-    assert HEADER.unpack_from((path / segment_name(0)).read_bytes())[1] == 1, "header kept"
-    everything = expected(0, V1_RECORDS + more)
-    reader = WalReader(path)
-    for start, end in [(0, 34), (2, 9), (3, 4), (4, 5), (3, 33), (10, 20)]:
-        columns = reader.read(start, end)
-        assert list(columns.records()) == everything[start:end]
-        assert decode_blob(reader.encode_range(start, end)) == columns
-    assert len(reader.read(2, 9).pieces) == 2, "version 1 rows, then one block piece"
-    with WalWriter.open(path) as writer:  # recovery walks both kinds
-        assert writer.next_offset == 34
-        assert writer.qos2_pending == {r.packet_id for r in more if r.qos == 2}
-        for record in more:
-            if record.qos:
-                latest = [r for r in more if r.packet_id == record.packet_id][-1]
-                assert writer.latest_digest(record.packet_id) == record_digest(
-                    latest.topic, latest.payload
-                )
-
-
-def test_sealed_version_1_segments_stay_readable_after_the_upgrade(tmp_path: Path) -> None:
-    path = tmp_path / "wal"
-    old = numbered(0, 24)
-    firsts = write_v1_wal(path, [old[:10], old[10:20], old[20:]], index_every=4)
-    assert firsts == [0, 10, 20]
-    reader = WalReader(path)
-    assert list(reader.read(13, 22).records()) == expected(0, old)[13:22]  # uses v1 hints
-    with WalWriter.open(path, segment_max_bytes=600) as writer:
-        new = numbered(24, 40)
-        for at in range(0, 40, 8):
-            writer.append(new[at : at + 8])
-        assert len(writer.segments) > 4
-        assert writer.truncate_before(10) == 1
-        segments = writer.segments
-    for first in segments[2:]:
-        assert HEADER.unpack_from((path / segment_name(first)).read_bytes())[1] == 2
-        assert {kind for _, kind, _ in record_kinds(path / segment_name(first))} <= {
-            KIND_STATE,
-            KIND_BLOCK,
-            KIND_SEAL,
-        }
-    everything = expected(0, old + new)
-    columns = WalReader(path).read(10, 64)
-    assert list(columns.records()) == everything[10:64]
-    assert decode_blob(WalReader(path).encode_range(15, 50)) == WalReader(path).read(15, 50)
 
 
 def test_ranges_starting_and_ending_inside_blocks(tmp_path: Path) -> None:
@@ -308,10 +223,10 @@ def test_index_hints_point_at_block_starts(tmp_path: Path) -> None:
 
 def test_blob_of_partial_blocks_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "wal"
-    write_v1_wal(path, [V1_RECORDS], released=V1_RELEASED)
-    records = numbered(4, 80)
+    records = numbered(0, 84)
     with WalWriter.open(path, segment_max_bytes=1500) as writer:
-        for at in range(0, 80, 20):
+        writer.append(records[:4])
+        for at in range(4, 84, 20):
             writer.append(records[at : at + 20])
     reader = WalReader(path)
     for start, end in [(2, 7), (5, 6), (9, 71), (30, 84), (83, 84), (10, 10)]:
@@ -324,46 +239,53 @@ def test_blob_of_partial_blocks_round_trips(tmp_path: Path) -> None:
         decode_blob(reader.encode_range(9, 71)[:-1])
 
 
-def test_a_version_1_blob_still_decodes() -> None:
-    frames = [v1_data_record(10 + i, r) for i, r in enumerate(V1_RECORDS)]
-    blob = BLOB_HEAD.pack(BLOB_MAGIC, 1, 0, 10, 4) + b"".join(frames)
-    assert list(decode_blob(blob).records()) == expected(10, V1_RECORDS)
+def test_a_blob_version_a_reader_does_not_know_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "wal"
+    with WalWriter.open(path) as writer:
+        writer.append(numbered(0, 4))
+    blob = WalReader(path).encode_range(0, 4)
+    assert list(decode_blob(blob).records()) == expected(0, numbered(0, 4))
+    unknown = BLOB_HEAD.pack(BLOB_MAGIC, 4, 0, 0, 4) + blob[BLOB_HEAD.size :]
     with pytest.raises(WalCorruptError, match="unsupported blob version 4"):
-        decode_blob(BLOB_HEAD.pack(BLOB_MAGIC, 4, 0, 10, 4) + b"".join(frames))
+        decode_blob(unknown)
 
 
-def test_versions_a_reader_does_not_know_are_refused_clearly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def write_version(path: Path, version: int) -> None:
+    """Make ``wal.json`` and segment 0's header of the WAL at ``path`` say format ``version``."""
+    meta = json.loads((path / "wal.json").read_text())
+    (path / "wal.json").write_text(json.dumps({**meta, "version": version}))
+    segment = path / segment_name(0)
+    data = segment.read_bytes()
+    header = encode_header(bytes.fromhex(meta["identity"]), 0, version)
+    segment.write_bytes(header + data[HEADER_SIZE:])
+
+
+def test_versions_a_reader_does_not_know_are_refused_clearly(tmp_path: Path) -> None:
     path = tmp_path / "wal"
     with WalWriter.open(path) as writer:
         writer.append(numbered(0, 5))
-    # A reader that knows only version 1 meets this version 2 WAL.
-    monkeypatch.setattr(identity_module, "READABLE_VERSIONS", (1,))
-    monkeypatch.setattr(segment_module, "READABLE_VERSIONS", (1,))
-    with pytest.raises(WalCorruptError, match="unsupported WAL format version 2"):
+    write_version(path, 4)
+    with pytest.raises(WalCorruptError, match="unsupported WAL format version 4"):
         WalReader(path).read(0, 5)
-    with pytest.raises(WalCorruptError, match="unsupported WAL format version 2"):
+    with pytest.raises(WalCorruptError, match="unsupported WAL format version 4"):
         WalWriter.open(path)
-    (path / "wal.json").unlink()
-    with pytest.raises(WalCorruptError, match="unsupported segment format version 2"):
-        WalReader(path).read(0, 5)
-    monkeypatch.undo()
-    assert list(WalReader(path).read(0, 5).records()) == expected(0, numbered(0, 5))
-    (path / "wal.json").write_text(
-        json.dumps({"format": "connector-mqtt-wal", "version": 4, "identity": "0" * 32})
-    )
     with pytest.raises(WalCorruptError, match="unsupported WAL format version 4"):
         read_identity(path)
+    (path / "wal.json").unlink()
+    with pytest.raises(WalCorruptError, match="unsupported segment format version 4"):
+        WalReader(path).read(0, 5)
+    with pytest.raises(WalCorruptError, match="unsupported segment format version 4"):
+        WalWriter.open(path)
+    assert not (path / "wal.json").exists(), "a refused WAL is left as it was"
 
 
-def test_columns_from_records_equal_block_and_version_1_reads(tmp_path: Path) -> None:
+def test_columns_from_records_equal_block_reads(tmp_path: Path) -> None:
     records = numbered(0, 12)
-    write_v1_wal(tmp_path / "v1", [records[:5], records[5:]])
-    with WalWriter.open(tmp_path / "v2") as writer:
-        writer.append(records)
-    v1 = WalReader(tmp_path / "v1").read(2, 11)
-    v2 = WalReader(tmp_path / "v2").read(2, 11)
-    assert v1 == v2 == WalColumns.from_records(2, records[2:11])
-    assert v1.flags == v2.flags and v1.timestamps == v2.timestamps
-    assert v1.packet_id_values == v2.packet_id_values
+    with WalWriter.open(tmp_path / "wal") as writer:
+        writer.append(records[:5])
+        writer.append(records[5:])
+    columns = WalReader(tmp_path / "wal").read(2, 11)
+    built = WalColumns.from_records(2, records[2:11])
+    assert columns == built
+    assert columns.flags == built.flags and columns.timestamps == built.timestamps
+    assert columns.packet_id_values == built.packet_id_values

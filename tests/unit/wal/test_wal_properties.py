@@ -41,7 +41,6 @@ from connector.wal.records import (
     OFFSET_AT,
 )
 from connector.wal.segment import HEADER, HEADER_SIZE, INDEX_ENTRY, index_name, segment_name
-from tests.wal_v1 import V1_RECORDS, write_v1_wal
 
 # A block of two rows from offset 5 on topic "a/b": (QoS 1, id 7, stamp 100, "hi", properties
 # 01 01) and (QoS 0 retained, stamp 101, "x", no properties). Layout: connector/wal/block.py.
@@ -257,25 +256,13 @@ def test_the_first_block_with_properties_upgrades_wal_json_to_version_3(
         assert meta_version(path) == 3
         writer.append([NewRecord("t", b"x", 0, False, False, None, 0)])
     assert meta_version(path) == 3
-    # A reader that knows versions 1 and 2 only refuses the WAL before any record kind.
-    monkeypatch.setattr(identity_module, "READABLE_VERSIONS", (1, 2))
-    monkeypatch.setattr(segment_module, "READABLE_VERSIONS", (1, 2))
+    # A reader that knows version 2 only refuses the WAL before any record kind.
+    monkeypatch.setattr(identity_module, "READABLE_VERSIONS", (2,))
+    monkeypatch.setattr(segment_module, "READABLE_VERSIONS", (2,))
     with pytest.raises(WalCorruptError, match="unsupported WAL format version 3"):
         WalReader(path).read(0, 3)
     with pytest.raises(WalCorruptError, match="unsupported WAL format version 3"):
         read_identity(path)
-
-
-def test_a_version_1_wal_goes_to_version_3_through_2(tmp_path: Path) -> None:
-    path = tmp_path / "wal"
-    write_v1_wal(path, [V1_RECORDS])
-    with WalWriter.open(path) as writer:
-        assert meta_version(path) == 2
-        writer.append(with_properties(4, 4))
-    assert meta_version(path) == 3
-    assert kinds(path / segment_name(0)) == [3, 1, 1, 1, 1, KIND_PROPERTIES_BLOCK]
-    everything = expected(0, V1_RECORDS + with_properties(4, 4))
-    assert list(WalReader(path).read(0, 8).records()) == everything
 
 
 def test_a_torn_or_corrupt_last_kind_6_block_is_cut_whole(tmp_path: Path) -> None:
