@@ -38,11 +38,6 @@ use_test_credentials()
 
 TESTS_DIR = Path(__file__).resolve().parent
 BROKER_FIXTURES = frozenset({"mosquitto", "broker_factory", "s3", "s3_wal"})
-MARKERS = {
-    "integration": "needs a real Mosquitto broker",
-    "spark": "needs a local Spark session with Delta",
-    "interop": "runs against Mosquitto, mochi-mqtt and aedes brokers",
-}
 # Tests in these subdirectories get the marker of the same name.
 MARKED_DIRS = {
     "integration": "integration",
@@ -51,7 +46,14 @@ MARKED_DIRS = {
     "packaging": "spark",
     "cluster": "spark",
     "connect": "spark",
+    "pipelines": "spark",
 }
+SERIAL_DIRS = frozenset({"spark", "chaos", "packaging", "cluster", "connect", "pipelines"})
+"""Tests in these subdirectories run one after another in one xdist worker (the group
+``serial``): they share the run's one Spark session, or start Spark applications, fixed ports
+(Spark Connect's) or fault timings that two at once would disturb. Every other test (unit, fuzz,
+integration, interop: private brokers, ports and directories) runs on any worker
+(`make test`: ``-n 2 --dist loadgroup``)."""
 INTEROP_BROKERS = ("mosquitto", "mochi", "aedes")
 LOG_TAIL_CHARS = 20_000
 
@@ -59,16 +61,8 @@ _factories_key = pytest.StashKey[BrokerFactory]()
 _external_key = pytest.StashKey[list[ExternalBroker]]()
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Register the project's markers unless the ini file already does."""
-    known = {line.split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
-    for name, doc in MARKERS.items():
-        if name not in known:
-            config.addinivalue_line("markers", f"{name}: {doc}")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark broker-using tests `integration`, and tests by directory."""
+    """Mark broker-using tests `integration`, and tests by directory (markers: pyproject.toml)."""
     for item in items:
         if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
@@ -79,6 +73,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = MARKED_DIRS.get(top)
         if marker is not None:
             item.add_marker(getattr(pytest.mark, marker))
+        if top in SERIAL_DIRS:
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,6 +5,8 @@
 # MAGIC Drains what the broker has queued for this query's persistent MQTT session into a Delta
 # MAGIC table, exactly once, then stops (`Trigger.AvailableNow`): schedule it as a job to land
 # MAGIC the backlog every few minutes, or switch the trigger to `processingTime` to keep it running.
+# MAGIC The first run makes the session (`create_session`): from then on the broker queues for the
+# MAGIC query between runs (docs/delivery.md, "The first run").
 # MAGIC
 # MAGIC * JSON payloads are parsed with `from_json` and the **schema** widget; a payload that does
 # MAGIC   not parse keeps its text in `malformed_payload` (its typed columns are null).
@@ -30,7 +32,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from connector.source import MqttDataSource
+from connector.source import MqttDataSource, create_session
 from connector.source.progress_frame import progress_frame
 
 # Parameters: notebook widgets on Databricks; environment variables or defaults elsewhere.
@@ -94,17 +96,15 @@ wal_path = params["wal_path"]
 if not wal_path and is_local(params["checkpoint"]):
     wal_path = os.path.join(os.path.abspath(params["checkpoint"]), "mqtt-wal")
 
-reader = (
-    spark.readStream.format("mqtt")
-    .option("brokerUrl", params["broker"])
-    .option("topics", params["topic"])
-    .option("qos", params["qos"])
-)
+options = {"brokerUrl": params["broker"], "topics": params["topic"], "qos": params["qos"]}
 if wal_path:
-    reader = reader.option("walPath", wal_path)
+    options["walPath"] = wal_path
 if params["client_id"]:
-    reader = reader.option("clientId", params["client_id"])
-messages = reader.load()
+    options["clientId"] = params["client_id"]
+# The first run makes the broker session: from here on the broker queues for this query. Once
+# the session exists (its WAL does), this does nothing.
+create_session(options)
+messages = spark.readStream.format("mqtt").options(**options).load()
 
 schema = params["schema"] + ", _corrupt_record STRING"
 parsed = messages.withColumn(

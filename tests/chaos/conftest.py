@@ -33,10 +33,6 @@ CHAOS_DIR = Path(__file__).resolve().parent
 _TALLY = Tally()
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "chaos: fault-injection tests (CHAOS_SCALE=ci|long)")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if CHAOS_DIR in item.path.resolve().parents:

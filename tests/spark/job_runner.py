@@ -34,6 +34,8 @@ START_TIMEOUT = 150.0
 LAND_TIMEOUT = 150.0
 EXIT_TIMEOUT = 90.0
 PUBLISH_TIMEOUT = 30.0
+HOLD_TIMEOUT = 300.0
+"""How long a held publisher waits for its release (``PacedPublisher.hold_at``)."""
 # The job's JVM: C1 JIT only (about halves the start), no web UI.
 SUBMIT_ARGS = (
     "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false pyspark-shell"
@@ -186,7 +188,10 @@ def publish(broker: MosquittoBroker, messages: Sequence[tuple[str, bytes]], qos:
 
 
 class PacedPublisher(threading.Thread):
-    """Publishes (topic, payload) pairs at about ``rate`` per second in the background."""
+    """Publishes (topic, payload) pairs at about ``rate`` per second in the background.
+
+    ``hold_at``: after that many messages it waits until ``release()`` (a test's kill), so it
+    is still sending when the kill comes however slowly the job got there."""
 
     def __init__(
         self,
@@ -194,14 +199,21 @@ class PacedPublisher(threading.Thread):
         messages: Sequence[tuple[str, bytes]],
         rate: float,
         qos: int = 1,
+        hold_at: int | None = None,
     ) -> None:
         super().__init__(daemon=True, name="paced-publisher")
         self.broker = broker
         self.messages = list(messages)
         self.rate = rate
         self.qos = qos
+        self.hold_at = hold_at
+        self.released = threading.Event()
         self.error: BaseException | None = None
         self.sent = 0
+
+    def release(self) -> None:
+        """Let a publisher held at ``hold_at`` go on."""
+        self.released.set()
 
     def run(self) -> None:
         try:
@@ -210,6 +222,10 @@ class PacedPublisher(threading.Thread):
             began = time.monotonic()
             infos = []
             for index, (topic, payload) in enumerate(self.messages):
+                if index == self.hold_at and not self.released.is_set():
+                    held = time.monotonic()
+                    assert self.released.wait(HOLD_TIMEOUT), "the publisher was never released"
+                    began += time.monotonic() - held
                 pause = began + index / self.rate - time.monotonic()
                 if pause > 0:
                     time.sleep(pause)  # pacing the load, not waiting for a condition

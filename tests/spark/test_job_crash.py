@@ -77,7 +77,9 @@ def test_kill_9_between_the_two_writes_then_restart_keeps_both_tables_exactly_on
     ]  # fmt: skip
     total = BURST + PACED
     jobs: list[Job] = []
-    publisher = PacedPublisher(broker, [message(s) for s in range(BURST, total)], RATE, qos=2)
+    publisher = PacedPublisher(
+        broker, [message(s) for s in range(BURST, total)], RATE, qos=2, hold_at=PACED // 2
+    )
     try:
         jobs.append(Job.start(args, tmp_path, "run-1"))
         wait_subscribed(broker, client_id, "crash/#", 2, jobs[0])
@@ -93,6 +95,7 @@ def test_kill_9_between_the_two_writes_then_restart_keeps_both_tables_exactly_on
         assert killed_in is not None, "the kill was meant to land between the two writes"
         assert killed_in not in txn_versions(dead), "the dead letters of that batch were pending"
         sent_at_kill = publisher.sent
+        publisher.release()
 
         jobs.append(Job.start(args, tmp_path, "run-2"))
         publisher.finish()

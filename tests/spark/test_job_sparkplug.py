@@ -86,7 +86,7 @@ def test_kill_9_during_alias_only_data_then_restart_without_a_birth(
     everything = BIRTHS + first + paced
     expected = _expected(everything)
     jobs: list[Job] = []
-    publisher = PacedPublisher(broker, paced, RATE, qos=2)
+    publisher = PacedPublisher(broker, paced, RATE, qos=2, hold_at=PACED // 2)
     try:
         jobs.append(Job.start(args, tmp_path, "run-1"))
         wait_subscribed(broker, client_id, "spBv1.0/#", 2, jobs[0])
@@ -99,6 +99,7 @@ def test_kill_9_during_alias_only_data_then_restart_without_a_birth(
         )
         jobs[0].kill_9()
         sent_at_kill = publisher.sent
+        publisher.release()
         committed_at_kill = delta_row_count(table)
 
         jobs.append(Job.start(args, tmp_path, "run-2"))
