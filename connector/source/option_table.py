@@ -329,7 +329,8 @@ def canonical_name(key: str) -> str | None:
 _CANONICAL = {name.lower(): name for name in OPTIONS}
 
 
-def _cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table: its ``|`` escaped."""
     return text.replace("|", "\\|")
 
 
@@ -344,9 +345,9 @@ def markdown(flags: Mapping[str, Iterable[str]] | None = None, *, writer: bool =
             continue
         default = row.write_shown if writer and row.write_shown else row.default_text
         accepted = row.write_accepted if writer and row.write_accepted else row.accepted
-        cells = [f"`{row.name}`", accepted, _cell(default)]
+        cells = [f"`{row.name}`", accepted, markdown_cell(default)]
         if flags:
             cells.append(", ".join(f"`{flag}`" for flag in flags.get(row.name, ())) or "—")
-        cells.append(_cell(row.write_help if writer and row.write_help else row.help))
+        cells.append(markdown_cell(row.write_help if writer and row.write_help else row.help))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

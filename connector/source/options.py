@@ -24,7 +24,7 @@ from connector.mqtt.config import persistent_session_problem
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.tls import TlsOptions, validate_alpn
-from connector.mqtt.topics import validate_topic_filter
+from connector.mqtt.topics import SHARE_PREFIX, validate_topic_filter
 from connector.source.option_table import (
     MQTT5_OPTIONS,
     OPTIONS,
@@ -34,8 +34,6 @@ from connector.source.option_table import (
 )
 from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION
 from connector.wal.location import WalLocationError, parse_location
-
-SHARE_PREFIX = "$share/"
 
 
 class InvalidOptionError(ValueError):
