@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.decode import TOPIC_CACHE_SIZE
 from connector.mqtt.decoder import StreamDecoder
@@ -108,7 +109,7 @@ def topic_of(index: int) -> str:
 
 def payload_of(index: int, size: int) -> bytes:
     """A ``size``-byte payload starting with the message's 10-digit sequence number."""
-    return (b"%010d" % index + b"x" * size)[:size]
+    return (b"%0*d" % (SEQUENCE_DIGITS, index) + b"x" * size)[:size]
 
 
 def build_workload(

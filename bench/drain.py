@@ -78,6 +78,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
+
 from .common import (
     REPO_ROOT,
     RESULTS_DIR,
@@ -103,7 +105,6 @@ PEERS = ("ours", "ours-wal", "paho", "mosquitto_sub")
 GOAL_VS_PAHO = 2.5
 GOAL_VS_MOSQUITTO_SUB = 0.7
 GOAL_WAL_VS_MOSQUITTO_SUB = 0.8
-SEQUENCE_DIGITS = 10  # the pub tool starts each payload with a 10-digit sequence number
 DEFAULT_MESSAGES = {1: 100_000, 2: 60_000}
 QOS2_MAX_MESSAGES = 65_535
 """Largest QoS 2 backlog: Mosquitto 2.0.11 numbers a queued message when it queues it, and a

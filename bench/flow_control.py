@@ -81,6 +81,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
+
 from .common import (
     RESULTS_DIR,
     BenchError,
@@ -96,7 +98,6 @@ from .common import (
     write_results,
 )
 from .drain import (
-    SEQUENCE_DIGITS,
     TOPIC,
     TOPIC_FILTER,
     _left_in_session,

@@ -103,6 +103,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
+
 from .common import (
     MOSQUITTO_INFLIGHT,
     REPO_ROOT,
@@ -154,12 +156,12 @@ sitting). The default peers' one round (QoS 1 and 2, both modes, the synthetic p
 720,000 rows; a QoS 2-only run needs ten rounds of 60,000 to warm up as much."""
 INFLIGHT = MOSQUITTO_INFLIGHT
 SEQ_AT = len('{"seq":')
-SEQ_DIGITS = 10
 
 
 def _payload_template(size: int) -> str:
     """A printf template (Python ``%`` and Java ``String.format`` alike) of ``size`` bytes."""
-    head = '{"seq":%010d,"sensor":"line-3/sensor-17","value":%08.3f,"unit":"degC","pad":"'
+    seq = f"%0{SEQUENCE_DIGITS}d"
+    head = '{"seq":' + seq + ',"sensor":"line-3/sensor-17","value":%08.3f,"unit":"degC","pad":"'
     tail = '"}'
     filler = size - len(head % (0, 0.0)) - len(tail)
     if filler < 0:
@@ -176,7 +178,7 @@ def payload(seq: int) -> bytes:
 
 
 def sequence_of(data: bytes) -> int:
-    return int(data[SEQ_AT : SEQ_AT + SEQ_DIGITS])
+    return int(data[SEQ_AT : SEQ_AT + SEQUENCE_DIGITS])
 
 
 # ------------------------------------------------------------------------------ paho worker
@@ -466,7 +468,7 @@ def _check_table(spark: Any, table: Path, rows: int) -> dict[str, Any]:
     """Row count, distinct sequence numbers and their range, payload sizes, WAL receive span."""
     from pyspark.sql import functions as F
 
-    seq = F.substring("payload", SEQ_AT + 1, SEQ_DIGITS).cast("string").cast("bigint")
+    seq = F.substring("payload", SEQ_AT + 1, SEQUENCE_DIGITS).cast("string").cast("bigint")
     found = (
         spark.read.format("delta")
         .load(str(table))

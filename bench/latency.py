@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
 from devtools import delta_log
 
 from .common import (
@@ -80,21 +81,21 @@ the job creates (kept here so that reading results needs no PySpark; a unit test
 GOAL: dict[str, Any] = {"rate": 10_000, "trigger": "500 milliseconds", "p99_seconds": 2.0}
 POLL_SECONDS = 0.005
 INFLIGHT = 100
-SEQ_DIGITS = 10
 NS_DIGITS = 19
-HEADER = SEQ_DIGITS + 1 + NS_DIGITS + 1  # "%010d %019d "
+HEADER = SEQUENCE_DIGITS + 1 + NS_DIGITS + 1  # sequence number, space, send time, space
 CDF_POINTS = (*range(0, 100), 99.5, 99.9, 100)
 
 
 def payload(seq: int, sent_ns: int, size: int) -> bytes:
     """``size`` bytes: the sequence number, the send time in ns since the epoch, filler."""
-    head = b"%010d %019d " % (seq, sent_ns)
+    head = b"%0*d %0*d " % (SEQUENCE_DIGITS, seq, NS_DIGITS, sent_ns)
     return head + b"x" * max(0, size - len(head))
 
 
 def parse_payload(data: bytes) -> tuple[int, int]:
     """(sequence number, send time in ns) of a payload made by :func:`payload`."""
-    return int(data[:SEQ_DIGITS]), int(data[SEQ_DIGITS + 1 : SEQ_DIGITS + 1 + NS_DIGITS])
+    sent_at = SEQUENCE_DIGITS + 1
+    return int(data[:SEQUENCE_DIGITS]), int(data[sent_at : sent_at + NS_DIGITS])
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:

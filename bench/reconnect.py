@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
+
 from .common import (
     RESULTS_DIR,
     BenchError,
@@ -65,7 +67,6 @@ from .drain import publish_backlog
 
 TOPIC = "bench/reconnect/t"
 TOPIC_FILTER = "bench/reconnect/#"
-SEQUENCE_DIGITS = 10  # the pub tool starts each payload with a 10-digit sequence number
 IDLE_SECONDS = 0.5
 GIVE_UP_QUIET_SECONDS = 10.0
 """Reconnected and nothing arrived for this long with numbers missing: they are lost."""

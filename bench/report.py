@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connector.source.option_table import markdown_cell
+
 from .common import rate, ratio
 from .cpu_sampler import NOT_THE_PIPELINE
 from .latency import DELTA_CHECKPOINT_INTERVAL, run_label
@@ -50,7 +52,7 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Lines:
         return ["(no rows)"]
     align = ["---", *["---:"] * (len(headers) - 1)]
     out = ["| " + " | ".join(str(h) for h in headers) + " |", "| " + " | ".join(align) + " |"]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(markdown_cell(str(c)) for c in row) + " |" for row in rows]
     return out
 
 

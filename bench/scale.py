@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
+
 from .common import (
     REPO_ROOT,
     BenchError,
@@ -66,7 +68,6 @@ BACKLOG_SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 BACKLOG_BOUND = 10_000
 BACKLOG_TOPIC = "rss/a"
 RECEIVER_ID = "bench-scale-receiver"
-SEQ_DIGITS = 10
 
 
 def topic_name(k: int) -> str:
@@ -84,9 +85,12 @@ def publish(url: str, count: int, size: int, topics: int, timeout: float) -> flo
     """Publish ``count`` QoS 1 messages (payload: 10-digit sequence number, filler to ``size``
     bytes) round-robin over ``topics`` topic names; returns the rate."""
     names = [topic_name(k) for k in range(topics)]
-    filler = b"x" * max(0, size - SEQ_DIGITS)
+    filler = b"x" * max(0, size - SEQUENCE_DIGITS)
     return publish_windowed(
-        url, count, lambda seq: (names[seq % topics], (b"%010d" % seq + filler)[:size]), timeout
+        url,
+        count,
+        lambda seq: (names[seq % topics], (b"%0*d" % (SEQUENCE_DIGITS, seq) + filler)[:size]),
+        timeout,
     )
 
 

@@ -33,6 +33,7 @@ from bench.common import (
     ratio,
     write_results,
 )
+from connector.mqtt.topics import SHARE_PREFIX
 
 TOPIC = "bench/shards/t"
 FILTER = "bench/shards/#"
@@ -45,7 +46,9 @@ def create_sessions(url: str, client_id: str, receivers: int) -> None:
     if receivers == 1:
         sessions = [(client_id, FILTER)]
     else:
-        sessions = [(f"{client_id}-{i}", f"$share/{client_id}/{FILTER}") for i in range(receivers)]
+        sessions = [
+            (f"{client_id}-{i}", f"{SHARE_PREFIX}{client_id}/{FILTER}") for i in range(receivers)
+        ]
     for session_id, topic_filter in sessions:
         create_session(url, session_id, topic_filter)
 

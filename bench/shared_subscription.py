@@ -44,10 +44,11 @@ from bench.common import (
     ratio,
     write_results,
 )
+from connector.mqtt.topics import SHARE_PREFIX
 
 GROUP = "bench"
 FILTER = "bench/shared/+"
-SHARED = f"$share/{GROUP}/{FILTER}"
+SHARED = f"{SHARE_PREFIX}{GROUP}/{FILTER}"
 TOPICS = 8
 PAYLOAD = b"x" * 100
 START_TIMEOUT = 300.0

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
+
 from .common import (
     BenchError,
     Stats,
@@ -49,7 +51,7 @@ TIMEOUT = 600.0
 
 
 def payload(seq: int, size: int) -> bytes:
-    return (b"%010d" % seq + b"x" * max(0, size - 10))[:size]
+    return (b"%0*d" % (SEQUENCE_DIGITS, seq) + b"x" * max(0, size - SEQUENCE_DIGITS))[:size]
 
 
 def run_paho(url: str, count: int, size: int, qos: int) -> float:
@@ -108,13 +110,13 @@ class SparkPeer:
 
         self.spark = local_spark("bench-sink")
         self.spark.sparkContext.setLogLevel("ERROR")
-        filler = "x" * max(0, size - 10)
+        filler = "x" * max(0, size - SEQUENCE_DIGITS)
         self.frame = (
             self.spark.range(count, numPartitions=partitions)
             .selectExpr(
                 f"concat('bench/sink/', cast(id % {TOPICS} as string)) AS topic",
-                f"encode(substr(concat(lpad(cast(id as string), 10, '0'), '{filler}'), 1, "
-                f"{size}), 'UTF-8') AS payload",
+                f"encode(substr(concat(lpad(cast(id as string), {SEQUENCE_DIGITS}, '0'), "
+                f"'{filler}'), 1, {size}), 'UTF-8') AS payload",
             )
             .cache()
         )

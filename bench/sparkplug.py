@@ -57,6 +57,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from connector.sparkplug.state import SEQ_MODULO
+
 from .common import (
     MOSQUITTO_INFLIGHT,
     RESULTS_DIR,
@@ -97,7 +99,6 @@ SPARKPLUG, RAW = "sparkplug", "raw"
 PEERS = (SPARKPLUG, RAW)
 RATIO = f"{SPARKPLUG}/{RAW}"
 QOS = 1
-SEQ_MODULO = 256
 PAYLOAD_TIMESTAMP_MS = 1_700_000_000_000
 KINDS: tuple[tuple[str, int, str], ...] = (
     ("Int32", 3, "int_value"),

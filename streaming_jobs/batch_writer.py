@@ -19,15 +19,14 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from connector.source.sink import QUERY_ID_PROPERTY
+
 from .delta_append import DeltaAppender
 from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, event_rows, table_rows
 from .progress import BatchStats, RunStats
 from .stop_interruption import stop_interruption
 
 log = logging.getLogger(__name__)
-
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-"""Local property Spark sets on the thread that runs a streaming batch."""
 
 CREATED_TABLE_CHECKPOINT_INTERVAL = 1000
 """``delta.checkpointInterval`` of the tables the job creates (decision 23). Delta computes a

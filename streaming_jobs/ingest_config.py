@@ -347,6 +347,14 @@ def _names(flag: str, text: str | None, *, allow_skips: bool) -> tuple[str | Non
     return tuple(names)
 
 
+SPARKPLUG_ONLY = (
+    "events_table",
+    *(f.dest for f in FLAGS if f.row is not None and "sparkplug" in f.row.requirements),
+)
+"""The flags that go only with ``--payload-format sparkplug``: ``--events-table`` and those
+setting a source option that requires Sparkplug (the option table's ``requires``)."""
+
+
 def _is_mqtt5(version: object) -> bool:
     try:
         return ProtocolLevel.parse(str(version)) == ProtocolLevel.MQTT_5
@@ -398,12 +406,7 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
             "payloads cannot fail to parse)"
         )
     if payload_format != "sparkplug":
-        for dest in (
-            "events_table",
-            "sparkplug_reorder_timeout",
-            "sparkplug_host_id",
-            "sparkplug_rebirth_interval",
-        ):
+        for dest in SPARKPLUG_ONLY:
             if values.get(dest) is not None:
                 raise UsageError(f"--{dest.replace('_', '-')} goes with --payload-format sparkplug")
     else:

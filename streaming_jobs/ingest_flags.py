@@ -21,7 +21,7 @@ from typing import Any
 
 from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE
-from connector.source.option_table import OPTIONS, SPARK_KEYS, Option
+from connector.source.option_table import OPTIONS, SPARK_KEYS, Option, markdown_cell
 from connector.source.option_table import markdown as options_markdown
 
 KINDS = ("value", "list", "pairs", "names", "switch", "action")
@@ -341,10 +341,6 @@ def _toml_form(flag: Flag) -> str:
     }.get(flag.kind, "")
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def markdown() -> str:
     """``docs/options.md``: the source's options, then the job's flags and config keys."""
     required = ", ".join(f"`{f.name}`" for f in FLAGS if f.required)
@@ -386,7 +382,7 @@ def markdown() -> str:
     for flag in FLAGS:
         key = f"`{flag.key}`{_toml_form(flag)}" if flag.key else "— (command line only)"
         cells = [flag.default_text or "—", key, flag.help_text]
-        lines.append(f"| {flag.synopsis} | " + " | ".join(map(_cell, cells)) + " |")
+        lines.append(f"| {flag.synopsis} | " + " | ".join(map(markdown_cell, cells)) + " |")
     lines += [
         "",
         "## Config file",

@@ -40,6 +40,10 @@ from .topics import validate_topic_filter, validate_topic_name
 
 log = logging.getLogger("connector.mqtt.cli")
 
+SEQUENCE_DIGITS = 10
+"""``pub`` starts each payload (unless ``--payload``) with its sequence number in this many
+digits, zero-padded, then filler up to ``--size``."""
+
 
 class CliError(Exception):
     """A fatal condition reported as one line on stderr with exit code 1."""
@@ -340,7 +344,7 @@ def run_pub(args: argparse.Namespace) -> int:
     properties = _publish_properties(args)
     client = _client(args, [])
     fixed = _payloads(args)
-    filler = b"x" * max(0, args.size - 10)
+    filler = b"x" * max(0, args.size - SEQUENCE_DIGITS)
     interval = 1.0 / args.rate if args.rate else 0.0
     with client:
         client.connect()
@@ -363,7 +367,9 @@ def run_pub(args: argparse.Namespace) -> int:
                 burst = min(burst, max(1, int((time.monotonic() - start) / interval) - sent + 1))
             now = time.monotonic()
             for i in range(sent, sent + burst):
-                payload = fixed[0] if fixed else (b"%010d" % i + filler)[: args.size]
+                payload = (
+                    fixed[0] if fixed else (b"%0*d" % (SEQUENCE_DIGITS, i) + filler)[: args.size]
+                )
                 session.publish(args.topic, payload, args.qos, now, args.retain, properties)
             sent += burst
             client.flush()

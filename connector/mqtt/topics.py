@@ -52,13 +52,17 @@ def validate_topic_filter(topic_filter: str) -> str:
     return topic_filter
 
 
+SHARE_PREFIX = "$share/"
+"""The prefix of a Shared Subscription's topic filter (MQTT 5.0 section 4.8.2)."""
+
+
 def topic_matches(topic_filter: str, topic: str) -> bool:
     """True if ``topic`` matches ``topic_filter`` (section 4.7).
 
     Wildcards at the first level do not match topics starting with ``$`` (section 4.7.2).
     A shared subscription ``$share/<group>/<filter>`` matches as ``<filter>``.
     """
-    if topic_filter.startswith("$share/"):
+    if topic_filter.startswith(SHARE_PREFIX):
         parts = topic_filter.split("/", 2)
         topic_filter = parts[2] if len(parts) == 3 else ""
     f_levels = topic_filter.split("/")
@@ -73,10 +77,6 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
         if level != "+" and level != t_levels[index]:
             return False
     return len(f_levels) == len(t_levels)
-
-
-SHARE_PREFIX = "$share/"
-"""The prefix of a Shared Subscription's topic filter (MQTT 5.0 section 4.8.2)."""
 
 
 def check_shared(topic_filter: str, error: type[MalformedFrame] | type[InvalidArgument]) -> bool:

@@ -3,9 +3,11 @@
 Every invalid or missing option raises :class:`InvalidOptionError` naming the option and the
 accepted values, before any connection is made. Option names are case-insensitive (Spark passes
 them lower-cased). The password is kept out of ``repr`` and is never logged. Names, kinds,
-defaults, ranges and choices come from :mod:`connector.source.option_table`; what depends on
-several options (topics, client id, credentials, TLS, receivers, the MQTT 5 options) is
-checked here.
+defaults, ranges, choices, the field each option fills and what it applies only with come from
+:mod:`connector.source.option_table`: the simple options are read, refused where their
+requirement fails and shown by ``redacted`` in loops over its rows. What depends on several
+options (topics, client id, credentials, TLS, receivers, Sparkplug's sharding and host, the
+persistent session) is checked here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +27,16 @@ from connector.mqtt.config import persistent_session_problem
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.tls import TlsOptions, validate_alpn
-from connector.mqtt.topics import validate_topic_filter
+from connector.mqtt.topics import SHARE_PREFIX, validate_topic_filter
 from connector.source.option_table import (
-    MQTT5_OPTIONS,
     OPTIONS,
     SPARK_KEYS,
     Option,
     canonical_name,
+    requiring,
 )
 from connector.source.option_table import RECORDS_PER_PARTITION as RECORDS_PER_PARTITION
 from connector.wal.location import WalLocationError, parse_location
-
-SHARE_PREFIX = "$share/"
 
 
 class InvalidOptionError(ValueError):
@@ -113,6 +114,56 @@ def typed_option(opts: Mapping[str, str], name: str) -> Any:
         return None
     reader = _READERS.get(row.kind)
     return text if reader is None else reader(row, text)
+
+
+_TYPED_KINDS = frozenset((*_READERS, "text"))
+"""The kinds :func:`typed_option` reads by themselves; the fields of the others (URL, topic
+filters, secret, WAL path, files) are worked out from several options."""
+
+_CONDITIONS: Mapping[str, Callable[[Callable[[str], Any]], bool]] = {
+    "mqtt5": lambda value: bool(value("mqtt_version") == ProtocolLevel.MQTT_5),
+    "sparkplug": lambda value: bool(value("payload_format") == "sparkplug"),
+    "sparkplugHostId": lambda value: value("sparkplug_host_id") is not None,
+    "shards": lambda value: bool(value("receivers") > 1),
+    "shared": lambda value: bool(value("shard_by") == "share"),
+}
+"""When each requirement of the table (``option_table.REQUIREMENTS``) holds, on the values of
+the SourceOptions fields (``value(field)``)."""
+
+
+def _applies(row: Option, value: Callable[[str], Any]) -> bool:
+    """Whether option ``row`` applies: each of its requirements holds on the fields' values."""
+    return all(_CONDITIONS[need](value) for need in row.requirements)
+
+
+def table_fields(
+    opts: Mapping[str, str], worked_out: Mapping[str, Any], *, writer: bool = False
+) -> dict[str, Any]:
+    """The fields of ``SourceOptions`` (``writer``: ``SinkOptions``): ``worked_out``, what the
+    checks made of several options, and the field of every other option of that side, read as
+    its row says (:func:`typed_option`). A field whose option does not apply (its requirement
+    fails) is left out, to its default: None for the MQTT 5 options below level 5."""
+    values = dict(worked_out)
+    read: list[tuple[Option, str]] = []
+    for row in OPTIONS.values():
+        name = row.sink_field if writer else row.source_field
+        if name is None or name in worked_out:
+            continue
+        if row.kind not in _TYPED_KINDS:
+            raise TypeError(f"option {row.name!r} ({row.kind}): field {name!r} is not worked out")
+        values[name] = typed_option(opts, row.name)
+        read.append((row, name))
+    for name in [name for row, name in read if not _applies(row, values.__getitem__)]:
+        del values[name]
+    return values
+
+
+def _refuse_unmet(opts: Mapping[str, str], requirement: str, why: str) -> None:
+    """Refuse the first option given that applies only with ``requirement``, which fails:
+    "option <name> <why>"."""
+    for name in requiring(requirement):
+        if name in opts:
+            raise InvalidOptionError(f"option {name!r} {why}")
 
 
 def _default(name: str) -> Any:
@@ -310,7 +361,7 @@ class SourceOptions:
         broker = parse_broker(opts)
 
         topics = _parse_topics(opts)
-        qos = typed_option(opts, "qos")
+        typed_option(opts, "qos")  # a bad QoS is reported before what follows, as always
         version = typed_option(opts, "mqttVersion")
         clean = typed_option(opts, "cleanSession")
         wal_path = opts.get("walPath") or ""
@@ -351,112 +402,73 @@ class SourceOptions:
             "wal" if parse_location(wal_path).objects else "inline"
         )
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
-        payload_format = typed_option(opts, "payloadFormat")
-        host_id = opts.get("sparkplugHostId")
-        if payload_format == "sparkplug":
+        if typed_option(opts, "payloadFormat") == "sparkplug":
             _check_sparkplug_sharding(topics, receivers, shard_by)
-            _check_sparkplug_host(host_id, receivers, "sparkplugRebirthInterval" in opts)
+            _check_sparkplug_host(opts, receivers)
         else:
-            for name in SPARKPLUG_OPTIONS:
-                if name in opts:
-                    raise InvalidOptionError(
-                        f"option {name!r} applies only with option 'payloadFormat' sparkplug"
-                    )
-        mqtt5 = _parse_mqtt5(opts, version)
-        problem = persistent_session_problem(clean, mqtt5["session_expiry_interval"])
+            _refuse_unmet(opts, "sparkplug", "applies only with option 'payloadFormat' sparkplug")
+        for name in requiring("mqtt5"):
+            typed_option(opts, name)  # each value against its range first, whatever the version
+        if version != ProtocolLevel.MQTT_5:
+            _refuse_unmet(
+                opts,
+                "mqtt5",
+                f"is an MQTT 5 setting: it needs option 'mqttVersion' 5 (got {version})",
+            )
+        problem = persistent_session_problem(clean, typed_option(opts, "sessionExpiryInterval"))
         if problem:
             raise InvalidOptionError(
                 f"option 'sessionExpiryInterval' 0 with 'cleanSession' false: {problem}"
             )
-        return cls(
-            broker=broker,
-            topics=topics,
-            qos=qos,
-            client_id=client_id,
-            clean_session=clean,
-            mqtt_version=version,
-            username=username,
-            password=password,
-            keep_alive=typed_option(opts, "keepAlive"),
-            connect_timeout=typed_option(opts, "connectTimeout"),
-            wal_path=wal_path,
-            wal_path_given=wal_path_given,
-            max_messages_per_trigger=max_messages,
-            min_messages_per_trigger=min_messages,
-            max_trigger_delay=typed_option(opts, "maxTriggerDelay"),
-            first_batch_wait=typed_option(opts, "firstBatchWait"),
-            fail_on_data_loss=typed_option(opts, "failOnDataLoss"),
-            max_backlog_messages=typed_option(opts, "maxBacklogMessages"),
-            available_now_idle_timeout=typed_option(opts, "availableNowIdleTimeout"),
-            available_now_max_wait=typed_option(opts, "availableNowMaxWait"),
-            partition_data=partition_data,
-            records_per_partition=typed_option(opts, "recordsPerPartition"),
-            tls=tls,
-            receivers=receivers,
-            shard_by=shard_by,
-            share_group=share_group,
-            max_packet_size=typed_option(opts, "maxPacketSize"),
-            payload_format=payload_format,
-            sparkplug_reorder_timeout=typed_option(opts, "sparkplugReorderTimeout"),
-            sparkplug_host_id=host_id,
-            sparkplug_rebirth_interval=typed_option(opts, "sparkplugRebirthInterval"),
-            **mqtt5,
-        )
+        worked_out = {
+            "broker": broker,
+            "topics": topics,
+            "client_id": client_id,
+            "wal_path": wal_path,
+            "wal_path_given": wal_path_given,
+            "username": username,
+            "password": password,
+            "tls": tls,
+            "partition_data": partition_data,
+            "receivers": receivers,
+            "shard_by": shard_by,
+            "share_group": share_group,
+        }
+        return cls(**table_fields(opts, worked_out))
+
+    def applies(self, row: Option) -> bool:
+        """Whether option ``row`` applies to this stream: what it requires holds (MQTT 5,
+        Sparkplug, a Sparkplug host, several receivers, shared subscriptions)."""
+        return _applies(row, partial(getattr, self))
 
     def redacted(self) -> dict[str, str]:
-        """The options as text for logs and plans, with the password masked."""
-        out = {
-            "brokerUrl": str(self.broker),
-            "topics": ",".join(self.topics),
-            "qos": str(self.qos),
-            "clientId": self.client_id,
-            "cleanSession": str(self.clean_session).lower(),
-            "mqttVersion": str(self.mqtt_version),
-            "walPath": self.wal_path,
-        }
-        if self.sparkplug:
-            out["payloadFormat"] = self.payload_format
-            out["sparkplugReorderTimeout"] = f"{self.sparkplug_reorder_timeout:g}"
-            if self.sparkplug_host_id is not None:
-                out["sparkplugHostId"] = self.sparkplug_host_id
-                out["sparkplugRebirthInterval"] = f"{self.sparkplug_rebirth_interval:g}"
-        for name, value in (
-            ("receiveMaximum", self.receive_maximum),
-            ("sessionExpiryInterval", self.session_expiry_interval),
-            ("topicAliasMaximum", self.topic_alias_maximum),
-            ("maxPacketSize", self.max_packet_size),
-        ):
+        """The options as text for logs and plans: every reader's option with a field, but
+        those that do not apply or have no value; secrets (the password) masked."""
+        out = {}
+        for row in OPTIONS.values():
+            name = row.source_field
+            if name is None or not self.applies(row):
+                continue
+            value = getattr(self, name)
             if value is not None:
-                out[name] = str(value)
-        if self.receivers > 1:
-            out["receivers"] = str(self.receivers)
-            out["shardBy"] = self.shard_by
-            if self.shard_by == "share":
-                out["shareGroup"] = self.share_group
-        if self.username is not None:
-            out["username"] = self.username
-        if self.password is not None:
-            out["password"] = "*********(redacted)"
+                out[row.name] = REDACTED if row.secret else _text(value)
         return out
 
 
-def _parse_mqtt5(opts: Mapping[str, str], version: ProtocolLevel) -> dict[str, int | None]:
-    """The MQTT 5 options as SourceOptions fields. Each value is checked against its range
-    first, then refused when ``mqttVersion`` is not 5; below level 5 all are None."""
-    values = {
-        "receive_maximum": typed_option(opts, "receiveMaximum"),
-        "session_expiry_interval": typed_option(opts, "sessionExpiryInterval"),
-        "topic_alias_maximum": typed_option(opts, "topicAliasMaximum"),
-    }
-    if version == ProtocolLevel.MQTT_5:
-        return values
-    for name in MQTT5_OPTIONS:
-        if name in opts:
-            raise InvalidOptionError(
-                f"option {name!r} is an MQTT 5 setting: it needs option 'mqttVersion' 5 "
-                f"(got {version})"
-            )
-    return dict.fromkeys(values)
+REDACTED = "*********(redacted)"
+"""What ``SourceOptions.redacted`` shows for a secret."""
+
+
+def _text(value: object) -> str:
+    """A field's value as ``redacted`` shows it: ``true``/``false``, seconds as ``%g``, filters
+    comma-separated."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 def default_share_group(client_id: str) -> str:
@@ -508,18 +520,12 @@ def _parse_shards(
     return receivers, shard_by, ""
 
 
-SPARKPLUG_OPTIONS = ("sparkplugReorderTimeout", "sparkplugHostId", "sparkplugRebirthInterval")
-"""The options that apply only with ``payloadFormat`` ``sparkplug``."""
-
-
-def _check_sparkplug_host(host_id: str | None, receivers: int, interval_given: bool) -> None:
+def _check_sparkplug_host(opts: Mapping[str, str], receivers: int) -> None:
     """A host id is a topic level of its own ([tck-id-host-topic-phid-birth-topic]); one MQTT
     client is the host, so one receiver."""
+    host_id = opts.get("sparkplugHostId")
     if host_id is None:
-        if interval_given:
-            raise InvalidOptionError(
-                "option 'sparkplugRebirthInterval' applies only with option 'sparkplugHostId'"
-            )
+        _refuse_unmet(opts, "sparkplugHostId", "applies only with option 'sparkplugHostId'")
         return
     if not host_id or any(c in host_id for c in "/+#"):
         raise InvalidOptionError(

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from connector.mqtt.topics import SHARE_PREFIX
 from connector.wal.location import parse_location
 from connector.wal.opening import child_names, wal_identity
 
@@ -46,7 +47,7 @@ def shard_topics(options: SourceOptions, index: int) -> tuple[str, ...]:
     shard.
     """
     if options.shard_by == "share":
-        return tuple(f"$share/{options.share_group}/{t}" for t in options.topics)
+        return tuple(f"{SHARE_PREFIX}{options.share_group}/{t}" for t in options.topics)
     return options.topics[index :: options.receivers]
 
 

@@ -30,8 +30,8 @@ from .user_errors import one_line
 log = logging.getLogger(__name__)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-"""The local property in which Spark gives a streaming query's tasks the query's id (the same
-after a restart on the same checkpoint)."""
+"""The local property in which Spark gives a streaming query's id (the same after a restart on
+the same checkpoint) to its tasks and to the thread that runs a ``foreachBatch`` batch."""
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """The local property in which Spark gives a micro-batch's tasks the batch id."""

@@ -3,7 +3,9 @@
 The writer shares the reader's connection, credential, TLS and version options (one row each in
 :mod:`connector.source.option_table`, ``side`` "both") and has a few of its own; a reader's
 option given to the writer is refused by name. Every invalid option raises
-:class:`~connector.source.options.InvalidOptionError` on the driver, before a byte is sent.
+:class:`~connector.source.options.InvalidOptionError` on the driver, before a byte is sent. The
+simple options fill the fields their rows name (``field``, ``write_field``); the topic, the
+client id prefix, the credentials and TLS are worked out here.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .options import (
     parse_broker,
     parse_credentials,
     parse_tls,
-    typed_option,
+    table_fields,
 )
 
 CLIENT_ID_PREFIX = "spark-mqtt-w"
@@ -76,22 +78,15 @@ class SinkOptions:
                 "option 'clientId' (the writer's client id prefix) must be UTF-8 up to 200 "
                 "bytes without U+0000"
             )
-        return cls(
-            broker=broker,
-            topic=topic,
-            qos=typed_option(opts, "qos"),
-            mqtt_version=typed_option(opts, "mqttVersion"),
-            client_id_prefix=prefix,
-            keep_alive=typed_option(opts, "keepAlive"),
-            connect_timeout=typed_option(opts, "connectTimeout"),
-            ignore_extra_columns=typed_option(opts, "ignoreExtraColumns"),
-            idempotency_key=typed_option(opts, "idempotencyKey"),
-            publish_timeout=typed_option(opts, "publishTimeout"),
-            max_inflight=typed_option(opts, "maxInflight"),
-            username=username,
-            password=password,
-            tls=parse_tls(opts, broker),
-        )
+        worked_out = {
+            "broker": broker,
+            "topic": topic,
+            "client_id_prefix": prefix,
+            "username": username,
+            "password": password,
+        }
+        fields = table_fields(opts, worked_out, writer=True)
+        return cls(**fields, tls=parse_tls(opts, broker))
 
     def session_config(self, client_id: str) -> SessionConfig:
         """A clean session for one writing task (nothing of it outlives the task)."""

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import pytest
 
+from connector.mqtt.cli import SEQUENCE_DIGITS
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import ProtocolLevel
@@ -61,7 +62,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 INGEST = REPO_ROOT / "streaming_jobs" / "ingest.py"
 TOPIC_FILTER = "crash/#"
 TRIGGER = "processing-time=300 milliseconds"
-SEQUENCE_DIGITS = 10  # the pub tool starts each payload with a 10-digit sequence number
 PAYLOAD_BYTES = 64
 PUBLISH_INFLIGHT = 20  # Mosquitto drops QoS 2 PUBLISHes beyond max_inflight_messages (20)
 CONTENT_TYPE = "application/json"  # of the MQTT 5 publishers' messages (not parsed here)

@@ -16,7 +16,7 @@ from connector.mqtt.driver import Read
 from connector.mqtt.message_properties import FIELDS, message_properties
 from connector.mqtt.packets import ProtocolLevel, Publish
 from connector.mqtt.properties import Properties
-from connector.source.option_table import MQTT5_OPTIONS, OPTIONS
+from connector.source.option_table import OPTIONS, requiring
 from connector.source.options import InvalidOptionError, SourceOptions
 from connector.source.receiver import Receiver, _records_with_properties
 from connector.source.schema import (
@@ -109,7 +109,7 @@ def test_each_bad_value_is_refused_naming_the_option_and_its_range(
 
 
 @pytest.mark.parametrize("version", ["3.1", "3.1.1"])
-@pytest.mark.parametrize("option", MQTT5_OPTIONS)
+@pytest.mark.parametrize("option", requiring("mqtt5"))
 def test_mqtt5_options_are_refused_below_level_5(option: str, version: str) -> None:
     value = "10"
     with pytest.raises(InvalidOptionError) as raised:

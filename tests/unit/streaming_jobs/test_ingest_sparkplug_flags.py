@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from streaming_jobs.ingest_config import UsageError, parse_config, source_options
+from connector.source.option_table import requiring
+from streaming_jobs.ingest_config import (
+    SPARKPLUG_ONLY,
+    UsageError,
+    parse_config,
+    source_options,
+)
+from streaming_jobs.ingest_flags import BY_DEST, FLAGS
 from streaming_jobs.payloads import SchemaError, make_plan
 
 BASE = ["--broker", "tcp://127.0.0.1:1883", "--topic", "spBv1.0/#", "--table", "t"]
@@ -53,6 +60,17 @@ def test_sparkplug_flags_become_source_options() -> None:
 def test_refused_naming_the_flag(extra: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_config([*BASE, "--checkpoint", "c", *extra], environ={})
+
+
+def test_every_flag_of_a_sparkplug_option_goes_only_with_sparkplug() -> None:
+    options = {flag.row.name for flag in FLAGS if flag.row is not None}
+    assert set(requiring("sparkplug")) <= options
+    assert {BY_DEST[dest].option for dest in SPARKPLUG_ONLY} == {None, *requiring("sparkplug")}
+    for dest in SPARKPLUG_ONLY:
+        flag = BY_DEST[dest]
+        value = "1" if flag.row is not None and flag.row.kind == "seconds" else "x"
+        with pytest.raises(UsageError, match=f"^{flag.name} goes with --payload-format sparkplug"):
+            parse_config([*BASE, "--checkpoint", "c", flag.name, value], environ={})
 
 
 def test_the_sparkplug_plan_takes_partition_columns_of_its_table() -> None:
