@@ -258,8 +258,8 @@ unit: $(VENV_STAMP)
 	$(VENV_PY) -m pytest -q -m "$(UNIT_MARKERS)" $(UNIT_PATHS) $(PYTEST_ARGS)
 
 ## lint: ruff (the rules, then the format) over the repository, then mypy over connector/,
-## streaming_jobs/, bench/, devtools/ and pyspark_mqtt.py ([tool.mypy] in pyproject.toml: strict
-## for connector)
+## streaming_jobs/, bench/, devtools/, tests/ and pyspark_mqtt.py ([tool.mypy] in
+## pyproject.toml: strict for connector)
 lint: $(VENV_STAMP)
 	$(VENV_PY) -m ruff check .
 	$(VENV_PY) -m ruff format --check .

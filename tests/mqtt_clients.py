@@ -192,6 +192,7 @@ class PahoClient:
         result, mid = self.client.subscribe(topic, qos)
         if result != mqtt.MQTT_ERR_SUCCESS:
             raise AssertionError(f"subscribe to {topic!r} failed: {mqtt.error_string(result)}")
+        assert mid is not None  # paho gives no mid only when the subscribe failed
 
         def suback() -> list[ReasonCode] | None:
             with self._lock:

@@ -10,12 +10,13 @@ T = TypeVar("T")
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float,
     interval: float = 0.01,
     message: str | Callable[[], str] = "condition was not met",
 ) -> T:
-    """Poll `predicate` until it returns a truthy value and return that value.
+    """Poll `predicate` until it returns a truthy value and return that value (never None: a
+    predicate typed `X | None` gives an `X`).
 
     Raises AssertionError with `message` (called if it is callable, so it can
     describe the state at the deadline) when `timeout` seconds pass first.

@@ -80,7 +80,7 @@ class StreamDecoder:
         """Bytes received but not yet part of a complete packet."""
         return self._have if self._parts else len(self._rest)
 
-    def feed(self, data: bytes) -> list[Packet]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Packet]:
         """Add received bytes; return the packets they complete, in order."""
         if self._failed is not None:
             raise MalformedFrame(f"the stream already failed: {self._failed}")

@@ -77,7 +77,7 @@ def progress_frame(progress: Any) -> Any:
     report's shape.
     """
     try:
-        import pandas as pd  # type: ignore[import-untyped]
+        import pandas as pd
     except ImportError as missing:
         raise ImportError(
             "progress_frame needs pandas, which the connector does not install: "

@@ -92,8 +92,12 @@ def test_broker_restarts_and_hard_kills_during_ingest(
                 proxy.resume()
                 tally.add("broker_hard_kills")
                 tally.add("broker_restarts")
+
+            def reconnected(n: int = connects) -> bool:
+                return broker.log_text().count(f" as {client_id} (") > n
+
             wait_until(
-                lambda n=connects: broker.log_text().count(f" as {client_id} (") > n,
+                reconnected,
                 60,
                 message="the receiver did not reconnect after the broker came back",
             )

@@ -12,6 +12,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -48,6 +49,18 @@ def drain(client: MqttClient, received: list[Publish]) -> None:
     client.acknowledge(read.messages, read.released)
 
 
+def draining(
+    client: MqttClient, received: list[Publish], until: Callable[[], bool]
+) -> Callable[[], bool]:
+    """A predicate for ``wait_until``: drain the client, then ``until()``."""
+
+    def check() -> bool:
+        drain(client, received)
+        return until()
+
+    return check
+
+
 def delivered(received: list[Publish]) -> list[bytes]:
     """Payloads delivered, each once. Without a WAL the plain client hands on what the broker
     redelivers after a lost acknowledgement; such a repeat must carry DUP=1 (section 4.4)."""
@@ -82,7 +95,7 @@ def test_keep_alive_detects_a_stalled_peer_within_one_and_a_half_intervals(
     try:
         client.connect()
         publisher.publish(20)
-        wait_until(lambda: drain(client, received) or len(delivered(received)) >= 20, 10)
+        wait_until(draining(client, received, lambda: len(delivered(received)) >= 20), 10)
         detections = []
         rounds = 3
         for _ in range(rounds):
@@ -105,8 +118,8 @@ def test_keep_alive_detects_a_stalled_peer_within_one_and_a_half_intervals(
             tally.add("keepalive_detections")
             publisher.publish(10)  # queued for the session while the client is away
             wait_until(
-                lambda: (
-                    drain(client, received) or len(delivered(received)) >= len(ledger.published)
+                draining(
+                    client, received, lambda: len(delivered(received)) >= len(ledger.published)
                 ),
                 10,
             )
@@ -173,7 +186,7 @@ def test_a_broker_that_never_sends_connack_gives_an_error_or_backoff_never_a_han
         publisher.publish(30)
         proxy.blackhole(False)
         wait_until(
-            lambda: drain(client, received) or len(delivered(received)) >= 30,
+            draining(client, received, lambda: len(delivered(received)) >= 30),
             15,
             message="nothing arrived",
         )
@@ -210,8 +223,8 @@ def test_fragments_cuts_and_malformed_frames_lose_nothing(
                 # A PUBLISH with QoS 3 (section 3.3.1.2) slipped in after a good frame.
                 proxy.inject(bytes([0x36, 0x05, 0x00, 0x01, 0x61, 0x00, 0x01]))
             wait_until(
-                lambda: (
-                    drain(client, received) or len(delivered(received)) >= len(ledger.published)
+                draining(
+                    client, received, lambda: len(delivered(received)) >= len(ledger.published)
                 ),
                 20,
                 message=lambda: f"{len(delivered(received))}/{len(ledger.published)} received",

@@ -86,12 +86,13 @@ def test_a_full_wal_disk_stops_the_acks_fails_the_query_and_a_restart_loses_noth
 ) -> None:
     broker = broker_factory()
     dirs = StreamDirs(tiny_fs.path / "wal", tmp_path / "checkpoint", tmp_path / "table")
-    options = {"topic": TOPIC, "qos": 2, "clientId": unique_id("full-")}
+    client_id = unique_id("full-")
+    options: dict[str, str | int] = {"topic": TOPIC, "qos": 2, "clientId": client_id}
     count = 2000  # far more than 96 KiB hold
     query = start_stream(spark, broker.url, dirs, **options)
     publisher = Publisher(broker.host, broker.port, "chaos/disk/t", ledger)
     try:
-        wait_subscribed(broker, options["clientId"], TOPIC, 2)
+        wait_subscribed(broker, client_id, TOPIC, 2)
         publisher.publish(count)
         error = wait_failed(query)
     finally:
@@ -127,11 +128,12 @@ def test_a_wal_disk_turning_read_only_fails_the_query_and_a_restart_loses_nothin
 ) -> None:
     broker = broker_factory()
     dirs = StreamDirs(failing_ext4.path / "wal", tmp_path / "checkpoint", tmp_path / "table")
-    options = {"topic": TOPIC, "qos": 2, "clientId": unique_id("ro-")}
+    client_id = unique_id("ro-")
+    options: dict[str, str | int] = {"topic": TOPIC, "qos": 2, "clientId": client_id}
     query = start_stream(spark, broker.url, dirs, **options)
     publisher = Publisher(broker.host, broker.port, "chaos/disk/t", ledger)
     try:
-        wait_subscribed(broker, options["clientId"], TOPIC, 2)
+        wait_subscribed(broker, client_id, TOPIC, 2)
         publisher.publish(100)
         wait_for_rows(spark, dirs.table, 100, [query])
         failing_ext4.go_read_only()

@@ -76,13 +76,21 @@ def test_cuts_stalls_fragments_and_malformed_frames_during_ingest(
             # Each fault starts once the query has ingested what was published before the
             # previous one, and while new messages flow.
             wait_for_rows(spark, dirs.table, before_last, [query])
-            wait_until(lambda n=before_last: len(ledger.published) >= n + 40, 60)
+
+            def flowing(n: int = before_last) -> bool:
+                return len(ledger.published) >= n + 40
+
+            wait_until(flowing, 60)
             before_last = len(ledger.published)
             # A connection left from a blackhole round may still be open and not forwarding.
             wait_until(
                 lambda: proxy.forwarding_links >= 1, 60, message="the receiver is not connected"
             )
             connects = broker.log_text().count(f" as {client_id} (")
+
+            def reconnected(n: int = connects) -> bool:
+                return broker.log_text().count(f" as {client_id} (") > n
+
             log.info("fault %s after %d messages", fault, len(ledger.published))
             if fault == "cut":
                 assert proxy.cut() >= 1
@@ -91,7 +99,7 @@ def test_cuts_stalls_fragments_and_malformed_frames_during_ingest(
                 # Keep-alive gives the half-open connection up (1.5 x keepAlive) and the
                 # receiver connects again through the proxy (new connections flow).
                 wait_until(
-                    lambda n=connects: broker.log_text().count(f" as {client_id} (") > n,
+                    reconnected,
                     6 * KEEP_ALIVE + 10,
                     message="the stalled connection was never replaced",
                 )
@@ -115,7 +123,7 @@ def test_cuts_stalls_fragments_and_malformed_frames_during_ingest(
 
                 wait_until(delivered, 30, message="no PUBLISH carried the malformed frame")
                 wait_until(
-                    lambda n=connects: broker.log_text().count(f" as {client_id} (") > n,
+                    reconnected,
                     30,
                     message="the malformed frame did not make the receiver reconnect",
                 )
@@ -125,7 +133,11 @@ def test_cuts_stalls_fragments_and_malformed_frames_during_ingest(
                 blackholed = proxy.stats.blackholed
                 proxy.blackhole(True)
                 proxy.cut()
-                wait_until(lambda n=blackholed: proxy.stats.blackholed >= n + 2, 30)
+
+                def attempts_blackholed(n: int = blackholed) -> bool:
+                    return proxy.stats.blackholed >= n + 2
+
+                wait_until(attempts_blackholed, 30)
                 ensure_healthy([query])
                 proxy.blackhole(False)
             ensure_healthy([query])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,15 +62,25 @@ def wait_for_moment(
     def healthy() -> None:
         assert query.isActive, f"query died before the kill: {query.exception()}"
 
+    def healthy_until(condition: Callable[[], bool]) -> Callable[[], bool]:
+        """A predicate for ``wait_until``: ``healthy()``, then ``condition()``."""
+
+        def check() -> bool:
+            healthy()
+            return condition()
+
+        return check
+
     if moment == "wal-growing":
         size = wal_size(dirs.wal)
-        wait_until(lambda: healthy() or wal_size(dirs.wal) > size, MOMENT_TIMEOUT, interval=0.002)
+        wait_until(healthy_until(lambda: wal_size(dirs.wal) > size), MOMENT_TIMEOUT, interval=0.002)
     elif moment == "mid-batch":
         wait_until(
-            lambda: (
-                healthy()
-                or len(batch_files(dirs.checkpoint, "offsets"))
-                > len(batch_files(dirs.checkpoint, "commits"))
+            healthy_until(
+                lambda: (
+                    len(batch_files(dirs.checkpoint, "offsets"))
+                    > len(batch_files(dirs.checkpoint, "commits"))
+                )
             ),
             MOMENT_TIMEOUT,
             interval=0.002,
@@ -77,14 +88,16 @@ def wait_for_moment(
     elif moment == "after-commit":
         before = len(batch_files(dirs.checkpoint, "commits"))
         wait_until(
-            lambda: healthy() or len(batch_files(dirs.checkpoint, "commits")) > before,
+            healthy_until(lambda: len(batch_files(dirs.checkpoint, "commits")) > before),
             MOMENT_TIMEOUT,
             interval=0.002,
         )
     else:
         delay = rng.uniform(0.1, 3.0)
-        wait_until(lambda: healthy() or wal_size(dirs.wal) > 0, MOMENT_TIMEOUT)
-        query.awaitTermination(delay)  # returns after `delay` while the query runs
+        wait_until(healthy_until(lambda: wal_size(dirs.wal) > 0), MOMENT_TIMEOUT)
+        # returns after `delay` while the query runs (pyspark types awaitTermination's timeout
+        # int; it takes seconds as a float)
+        query.awaitTermination(delay)  # type: ignore[arg-type]
         healthy()
 
 
@@ -100,7 +113,7 @@ def test_repeated_kill_9_of_the_source_process_during_ingest(
     kills = sized(ci=3, long=12)
     broker = broker_factory()
     client_id = unique_id("kill-")
-    options = {"topic": TOPIC, "qos": 2, "clientId": client_id}
+    options: dict[str, str | int] = {"topic": TOPIC, "qos": 2, "clientId": client_id}
     query = start_stream(spark, broker.url, dirs, **options)
     publisher = Publisher(broker.host, broker.port, "chaos/kill/t", ledger)
     traffic = BackgroundTraffic(publisher, count=10**6, rate=60.0)

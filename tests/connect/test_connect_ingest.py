@@ -82,7 +82,8 @@ def ingest(
         .start(str(dirs.table))
     )
     try:
-        ended = query.awaitTermination(RUN_TIMEOUT)
+        # pyspark types awaitTermination's timeout int; it takes seconds as a float
+        ended = query.awaitTermination(RUN_TIMEOUT)  # type: ignore[arg-type]
     finally:
         if query.isActive:
             query.stop()

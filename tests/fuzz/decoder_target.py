@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
+from typing import cast
 
 from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
-from connector.mqtt.errors import MalformedPacket, PacketTooLarge
+from connector.mqtt.errors import MalformedFrame, MalformedPacket, PacketTooLarge
 from connector.mqtt.packets import (
     Connack,
     Connect,
@@ -49,7 +51,8 @@ def _feed(decoder: StreamDecoder, chunks: list[bytes]) -> tuple[list[Packet], st
         try:
             packets.extend(decoder.feed(chunk))
         except MalformedPacket as exc:
-            packets.extend(exc.packets)  # type: ignore[arg-type]
+            assert isinstance(exc, MalformedFrame)  # the decoder's error, with its packets
+            packets.extend(cast("Sequence[Packet]", exc.packets))
             _check_message(exc)
             return packets, type(exc).__name__
     return packets, None

@@ -93,11 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     results: dict[str, object] = {}
+    counts: list[int] = []  # the *_inputs values, for their total
     failed: list[str] = []
     started = time.monotonic()
     for target in args.targets.split(","):
         inputs, held, tail = run_atheris(target, args.seconds)
         results[f"{target}_inputs"] = inputs
+        counts.append(inputs)
         print(f"fuzz {target}: {inputs} inputs in {args.seconds} s: {'ok' if held else 'FAILED'}")
         if not held or not inputs:
             failed.append(target)
@@ -105,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.hypothesis_examples:
         tried, held = run_hypothesis(args.hypothesis_examples)
         results["hypothesis_inputs"] = tried
+        counts.append(tried)
         print(f"fuzz hypothesis: {tried} examples: {'ok' if held else 'FAILED'}")
         if not held:
             failed.append("hypothesis")
-    results["total_inputs"] = sum(v for k, v in results.items() if k.endswith("_inputs"))
+    results["total_inputs"] = sum(counts)
     results["seconds_per_target"] = args.seconds
     results["failures"] = len(failed)
     results["engine"] = "atheris " + _version("atheris")

@@ -164,8 +164,13 @@ class Receiver:
 
     def poll_until(self, condition: Callable[[], bool]) -> None:
         """Poll until ``condition()`` holds, within ``DEADLINE``."""
+
+        def polled() -> bool:
+            self.poll()
+            return condition()
+
         wait_until(
-            lambda: (self.poll(), condition())[1],
+            polled,
             DEADLINE,
             interval=0,
             message=lambda: f"received only {self.received}",
@@ -240,7 +245,7 @@ def test_a_slow_trickle_delivers_without_blocking_any_poll() -> None:
 
 
 def test_a_frame_that_never_completes_leaves_poll_and_disconnect_bounded() -> None:
-    stop = []
+    stop: list[bool] = []
 
     def script(conn: socket.socket, number: int) -> None:
         conn.sendall(BEFORE + h("30 64 00 01 61"))  # 100 bytes announced, 3 sent

@@ -41,8 +41,9 @@ def test_acks_to_a_broker_that_reads_slowly_wait_for_room_and_keep_the_connectio
         )  # fmt: skip
         client.connect()
         assert client._sock is not None
+        assert isinstance(client._sock, socket.socket)  # tcp://: the driver's stream is the socket
         client._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        received = []
+        received: list[Publish] = []
         deadline = time.monotonic() + 30
         while len(received) < COUNT and time.monotonic() < deadline:
             received += client.poll(0.05).messages  # leaves a read timeout of <= 50 ms

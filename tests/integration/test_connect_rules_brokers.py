@@ -99,7 +99,11 @@ def test_session_present_on_a_clean_start_is_closed_with_0x82_until_the_client_g
         assert isinstance(error, RepeatedProtocolViolation) and error.code == 0x82
         assert error.count == 5 and broker.connections == 5
         for number in range(1, 6):  # the broker reads until it stops
-            wait_until(lambda n=number: Disconnect(0x82) in packets_of(broker, n), TIMEOUT)
+
+            def disconnected(n: int = number) -> bool:
+                return Disconnect(0x82) in packets_of(broker, n)
+
+            wait_until(disconnected, TIMEOUT)
             # Never subscribed: the connection was refused at CONNACK.
             sent = [type(p).__name__ for p in packets_of(broker, number)]
             assert sent == ["Connect", "Disconnect"]

@@ -99,7 +99,7 @@ def test_dockerfile_has_the_essentials() -> None:
 
 
 def test_broker_config_keeps_queued_messages() -> None:
-    settings = {}
+    settings: dict[str, str] = {}
     for line in MOSQUITTO_CONF.read_text().splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             key, _, value = line.strip().partition(" ")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Pubcomp, Pubrec
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
-from connector.wal import WalReader
+from connector.wal import RecordTuple, WalReader
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.hostile_broker import ScriptedBroker
 from tests.integration.receiver_setup import options, publish
@@ -120,11 +121,13 @@ def test_a_slow_append_does_not_end_the_wait_for_the_first_burst(
     append = receiver.wal.append
     entered = threading.Event()
 
-    def slow_first_append(records, **kwargs):  # type: ignore[no-untyped-def]
+    def slow_first_append(
+        records: Sequence[RecordTuple], *, released_qos2: Iterable[int] = ()
+    ) -> int:
         if records and not entered.is_set():
             entered.set()
             time.sleep(0.5)  # the disk stalls on the first read's append
-        return append(records, **kwargs)
+        return append(records, released_qos2=released_qos2)
 
     receiver.wal.append = slow_first_append  # type: ignore[method-assign]
     receiver.start()
@@ -158,9 +161,16 @@ def test_a_qos2_resend_after_a_completed_exchange_is_stored_and_counted(tmp_path
                 start=1,
             ):
                 conn.sendall(frame)
-                wait_until(lambda i=i: count(Pubrec, 7) >= i, 20)
+
+                def pubrecs(i: int = i) -> bool:
+                    return count(Pubrec, 7) >= i
+
+                def pubcomps(i: int = i) -> bool:
+                    return count(Pubcomp, 7) >= i
+
+                wait_until(pubrecs, 20)
                 conn.sendall(pubrel)
-                wait_until(lambda i=i: count(Pubcomp, 7) >= i, 20)
+                wait_until(pubcomps, 20)
 
         threading.Thread(target=run, daemon=True).start()
 

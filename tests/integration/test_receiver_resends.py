@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from connector.mqtt.encode import encode, encode_publish
-from connector.mqtt.packets import Connack, Puback
+from connector.mqtt.packets import Connack, Puback, Publish
 from connector.source.options import SourceOptions
 from connector.source.receiver import Receiver
 from connector.wal import WalReader
@@ -71,8 +71,12 @@ def test_resends_of_acknowledged_messages_are_stored_again_and_counted(tmp_path:
                         for n in range(lo, lo + WINDOW)
                     )
                 )
+
                 # An id is reused only once its PUBACK came (as a broker does on one connection).
-                wait_until(lambda lo=lo: len(pubacks(1)) >= lo + WINDOW, 30)
+                def window_acked(lo: int = lo) -> bool:
+                    return len(pubacks(1)) >= lo + WINDOW
+
+                wait_until(window_acked, 30)
             conn.shutdown(socket.SHUT_RDWR)  # the connection is lost
 
         threading.Thread(target=run, daemon=True).start()
@@ -156,9 +160,9 @@ def test_resends_whose_ack_never_left_are_withheld(tmp_path: Path) -> None:
         }
         receiver = Receiver(SourceOptions.parse(raw))
         acknowledge = receiver.client.acknowledge
-        calls = []
+        calls: list[int] = []
 
-        def lose_first(messages, released=None):  # type: ignore[no-untyped-def]
+        def lose_first(messages: list[Publish], released: list[int] | None = None) -> None:
             if not calls:
                 receiver.client.close()  # the connection drops before the acks are written
             calls.append(len(messages))
@@ -267,7 +271,7 @@ def test_mosquitto_resending_more_messages_than_packet_ids_stores_each_again_onc
     first = Receiver(options(broker, wal, 1, clientId=client_id))
     session = first.client.session
 
-    def acks_lost(messages, released=None):  # type: ignore[no-untyped-def]
+    def acks_lost(messages: list[Publish], released: list[int] | None = None) -> None:
         session.ack_many(messages, 0.0)  # written to a socket whose bytes never arrive
         session.data_to_send()
 

@@ -22,8 +22,7 @@ import pytest
 from bench.common import publish_windowed
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from connector.mqtt.packets import Publish
-from connector.mqtt.session import ProtocolLevel
+from connector.mqtt.packets import ProtocolLevel, Publish
 from tests.interop_brokers import MochiBroker, WindowClosed
 from tests.waiting import wait_until
 
@@ -100,8 +99,13 @@ def drain_in_windows(
 
 def closed_windows(broker: MochiBroker, client_id: str, count: int) -> list[WindowClosed]:
     """The broker's `in-flight window closed` lines of the client, once there are ``count``."""
+
+    def enough() -> list[WindowClosed] | None:
+        found = broker.windows_closed(client_id)
+        return found if found and len(found) >= count else None
+
     return wait_until(
-        lambda: (found := broker.windows_closed(client_id)) and len(found) >= count and found,
+        enough,
         TIMEOUT,
         message=lambda: f"mochi logged {broker.windows_closed(client_id)} for {client_id}",
     )
@@ -174,8 +178,13 @@ def test_messages_written_before_a_reconnect_come_again_with_dup(
     first = make_backlog(broker, session, 1, total)
     first.connect()
     held: list[Publish] = []
+
+    def first_window() -> bool:
+        held.extend(first.poll(0.1).messages)
+        return len(held) >= window
+
     wait_until(
-        lambda: held.extend(first.poll(0.1).messages) or len(held) >= window,
+        first_window,
         TIMEOUT,
         message=lambda: f"{len(held)} of the first window arrived",
     )
@@ -203,8 +212,13 @@ def test_without_the_flag_mochi_sends_a_resumed_backlog_at_once(
     client = make_backlog(broker, config(client_id, ProtocolLevel.MQTT_3_1_1, None), 1, total)
     client.connect()
     held: list[Publish] = []
+
+    def all_arrived() -> bool:
+        held.extend(client.poll(0.1).messages)
+        return len(held) >= total
+
     wait_until(
-        lambda: held.extend(client.poll(0.1).messages) or len(held) >= total,
+        all_arrived,
         TIMEOUT,
         message=lambda: f"{len(held)} of {total} arrived without acknowledgements",
     )

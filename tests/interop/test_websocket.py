@@ -107,7 +107,7 @@ def test_wss_with_a_test_ca_and_client_certificates(mochi_factory: MochiFactory,
     tls = MochiTls(pki.server_cert, pki.server_key, client_ca=pki.ca_cert)
     broker = mochi_factory(listeners=("wss",), tls=tls)
     url = broker.listener_url("wss", "localhost") + "/mqtt?token=not-shown"
-    trusted = TlsOptions(pki.ca_cert, pki.client_cert, pki.client_key)
+    trusted = TlsOptions(str(pki.ca_cert), str(pki.client_cert), str(pki.client_key))
     with MqttClient(url, SessionConfig(unique("wss-")), [("s/#", 1)], tls=trusted) as client:
         client.connect()
         assert "token" not in str(client.broker)
@@ -116,12 +116,12 @@ def test_wss_with_a_test_ca_and_client_certificates(mochi_factory: MochiFactory,
         paho.disconnect()
         assert receive(client, 1) == [("s/1", b"\x00over wss\xff")]
 
-    untrusted = TlsOptions(pki.other_ca_cert, pki.client_cert, pki.client_key)
+    untrusted = TlsOptions(str(pki.other_ca_cert), str(pki.client_cert), str(pki.client_key))
     with pytest.raises(TlsError, match="is not trusted"):
         MqttClient(url, SessionConfig(unique("wss-")), tls=untrusted).connect()
     # TLS 1.3: the broker's refusal of a missing client certificate arrives on the first read,
     # the WebSocket handshake's.
-    anonymous = TlsOptions(pki.ca_cert)
+    anonymous = TlsOptions(str(pki.ca_cert))
     with pytest.raises(TlsError, match="requires a client certificate") as refused:
         MqttClient(url, SessionConfig(unique("wss-")), tls=anonymous).connect()
     assert "not-shown" not in str(refused.value)
@@ -187,7 +187,7 @@ def test_alpn_as_aws_iot_core_requires_it(
         receiver.stop()
 
     def offering(*alpn: str) -> MqttClient:
-        tls = TlsOptions(pki.ca_cert, pki.client_cert, pki.client_key, alpn=alpn)
+        tls = TlsOptions(str(pki.ca_cert), str(pki.client_cert), str(pki.client_key), alpn=alpn)
         return MqttClient(url, SessionConfig(unique("alpn-")), tls=tls, connect_timeout=5.0)
 
     with pytest.raises(TlsError) as refused:
@@ -205,7 +205,7 @@ def test_alpn_offered_to_a_server_without_alpn_goes_on(
     mochi_factory: MochiFactory, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
     broker = mochi_factory(listeners=("tls",), tls=MochiTls(pki.server_cert, pki.server_key))
-    tls = TlsOptions(pki.ca_cert, alpn=(AWS_ALPN,))
+    tls = TlsOptions(str(pki.ca_cert), alpn=(AWS_ALPN,))
     url = broker.listener_url("tls", "localhost")
     with (
         caplog.at_level(logging.INFO, logger="connector.mqtt.driver"),

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devtools.broker_process import BrokerProcess
 from devtools.mosquitto import MosquittoBroker
 from devtools.process_tree import alive_in, process_groups
 from streaming_jobs.spark_session import delta_jars
@@ -173,7 +174,7 @@ def wait_subscribed(
     )
 
 
-def publish(broker: MosquittoBroker, messages: Sequence[tuple[str, bytes]], qos: int = 1) -> None:
+def publish(broker: BrokerProcess, messages: Sequence[tuple[str, bytes]], qos: int = 1) -> None:
     """Publish (topic, payload) pairs in order; return once the broker took every one."""
     client = PahoClient(f"pub-{time.monotonic_ns() % 10**9}")
     outcome = client.connect(broker.host, broker.port)

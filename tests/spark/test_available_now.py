@@ -89,7 +89,8 @@ class Runs:
         frame = mqtt_reader(self.spark, self.broker_url, self.dirs.wal, **self.options).load()
         query = to_delta(frame, self.dirs, available_now=True)
         try:
-            assert query.awaitTermination(RUN_TIMEOUT), "AvailableNow did not stop by itself"
+            # pyspark types awaitTermination's timeout int; it takes seconds as a float
+            assert query.awaitTermination(RUN_TIMEOUT), "AvailableNow did not stop by itself"  # type: ignore[arg-type]
             assert query.exception() is None, query.exception()
             if query.lastProgress is not None:
                 self.duplicates += reported_delivery(query)["possibleDuplicates"]

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from py4j.protocol import Py4JError, Py4JJavaError
@@ -22,7 +22,7 @@ from pyspark.errors import SparkRuntimeException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from devtools.delta_log import delta_commits, delta_row_count, txn_versions
+from devtools.delta_log import Commit, delta_commits, delta_row_count, txn_versions
 from streaming_jobs import delta_append
 from streaming_jobs.batch_writer import (
     CREATED_TABLE_CHECKPOINT_INTERVAL,
@@ -31,7 +31,7 @@ from streaming_jobs.batch_writer import (
     BatchWriter,
     created_table_interval,
 )
-from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender
+from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender, _DeltaJvm
 from streaming_jobs.delta_checkpoints import Checkpointer
 from streaming_jobs.payloads import decode, make_plan, table_rows
 from streaming_jobs.progress import RunStats
@@ -47,8 +47,10 @@ def run(spark: SparkSession) -> Iterator[str]:
     context.setLocalProperty(QUERY_ID_PROPERTY, APP)
     context.setLocalProperty(RUN_PROPERTY, "run-1")
     yield "run-1"
-    context.setLocalProperty(QUERY_ID_PROPERTY, None)
-    context.setLocalProperty(RUN_PROPERTY, None)
+    # pyspark types setLocalProperty's value str; None removes the property
+    context.setLocalProperty(QUERY_ID_PROPERTY, None)  # type: ignore[arg-type]
+    # pyspark types setLocalProperty's value str; None removes the property
+    context.setLocalProperty(RUN_PROPERTY, None)  # type: ignore[arg-type]
 
 
 def rows(spark: SparkSession, batch: int, count: int = 3) -> DataFrame:
@@ -252,6 +254,7 @@ def test_tables_created_before_the_query_take_the_first_batch_directly(
     plan = make_plan("json", parse_schema(SCHEMA), dead_letters=True, partition_by=("date",))
     writer = BatchWriter(plan, str(table), str(dead), RunStats())
     source_schema = StructType.fromDDL(SCHEMA_DDL)
+    assert isinstance(source_schema, StructType)  # a list of columns: a struct
     assert writer.create_tables(spark, source_schema) == [str(table), str(dead)]
     assert [c["commitInfo"]["operation"] for c in map(_commit_info, delta_commits(table))] == [
         "WRITE"
@@ -309,7 +312,7 @@ def test_tables_the_job_creates_get_a_long_checkpoint_interval_unless_told_other
         created_table_interval(spark, 0)
 
 
-def _commit_info(commit: dict) -> dict:
+def _commit_info(commit: Commit) -> dict[str, Any]:
     return next(a for a in commit["actions"] if "commitInfo" in a)
 
 
@@ -446,7 +449,9 @@ def test_without_the_hook_api_checkpoints_stay_inside_the_commit_and_batches_lan
 
     defer = DeltaAppender._defer_checkpoint
     monkeypatch.setattr(
-        DeltaAppender, "_defer_checkpoint", lambda self, txn, _: defer(self, txn, NoHooks())
+        DeltaAppender,
+        "_defer_checkpoint",
+        lambda self, txn, _: defer(self, txn, cast(_DeltaJvm, NoHooks())),  # a stand-in
     )
     table = tmp_path / "t"
     with caplog.at_level(logging.WARNING, logger="streaming_jobs.delta_append"):

@@ -60,7 +60,7 @@ def rows_with_content_types(
     spark: SparkSession, cases: Sequence[tuple[bytes, str | None]]
 ) -> DataFrame:
     """Rows shaped like an MQTT 5 source's, one per (payload, content type)."""
-    rows = [
+    rows: list[tuple[object, ...]] = [
         (
             "plant/s1/d1/telemetry",
             payload,
@@ -91,7 +91,7 @@ def test_a_json_payload_whose_content_type_is_not_json_is_a_dead_letter(
     cases.append((b"\xff not utf-8", "text/plain"))  # the content type is the reason given
     cases.append((b"\xff not utf-8", None))
     decoded = decode(rows_with_content_types(spark, cases), plan)
-    reasons = dict(decoded.select("offset", REASON).collect())
+    reasons: dict[int, str | None] = dict(decoded.select("offset", REASON).collect())
     expected = [*CONTENT_TYPES.values(), "content type 'text/plain' is not JSON", payloads.NOT_UTF8]
     assert [reasons[i] for i in range(len(cases))] == expected
     good = table_rows(decoded, plan).collect()
@@ -172,7 +172,7 @@ def test_a_schema_field_named_properties_renames_the_mqtt_column(spark: SparkSes
 
 
 def _publish(
-    broker_url: str, host: str, port: int, messages: list[tuple[str, bytes, object]]
+    broker_url: str, host: str, port: int, messages: list[tuple[str, bytes, PahoProperties | None]]
 ) -> None:
     client = PahoClient(f"pub5-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv5)
     assert client.connect(host, port).accepted, broker_url

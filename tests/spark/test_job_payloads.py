@@ -149,7 +149,9 @@ def test_binary_format_keeps_the_source_columns(spark: SparkSession) -> None:
     plan = make_plan("binary", None, (None, "site"))
     rows = table_rows(decode(source_rows(spark, [b"\xff\x00"]), plan), plan)
     assert rows.columns == ["topic", "site", *payloads.MQTT_COLUMNS[1:]]
-    assert bytes(rows.first().payload) == b"\xff\x00"
+    first = rows.first()
+    assert first is not None
+    assert bytes(first.payload) == b"\xff\x00"
 
 
 def test_topic_columns_by_position(spark: SparkSession) -> None:
@@ -169,6 +171,7 @@ def test_topic_columns_by_position(spark: SparkSession) -> None:
 def test_partition_column_date_is_the_utc_receive_date(spark: SparkSession) -> None:
     plan = make_plan("binary", None, partition_by=("date",))
     row = table_rows(decode(source_rows(spark, [b"x"]), plan), plan).first()
+    assert row is not None
     assert row.date == RECEIVED.date() == dt.date(2026, 3, 1)
 
 
@@ -177,6 +180,7 @@ def test_schema_field_named_like_an_mqtt_column_renames_the_column(spark: SparkS
     assert plan.renamed == {"timestamp": "mqtt_timestamp"}
     frame = source_rows(spark, [b'{"timestamp": "2026-01-01T00:00:00Z", "value": 3}'])
     row = table_rows(decode(frame, plan), plan).first()
+    assert row is not None
     assert row.timestamp == "2026-01-01T00:00:00Z"
     assert row.mqtt_timestamp == RECEIVED.astimezone().replace(tzinfo=None)
 
@@ -213,7 +217,8 @@ def query_id(spark: SparkSession) -> Iterator[str]:
     """The local property Spark sets on a streaming batch's thread, set on this one."""
     spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, "test-query")
     yield "test-query"
-    spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, None)
+    # pyspark types setLocalProperty's value str; None removes the property
+    spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, None)  # type: ignore[arg-type]
 
 
 def test_replayed_batches_never_double_either_table(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from connector.sparkplug.messages import Message as Stored
 from connector.sparkplug.messages import decode_messages
@@ -64,7 +64,11 @@ def _expected(messages: list[tuple[str, bytes]]) -> Counter[tuple[Any, ...]]:
         [Stored(t, p, 2, 1_000 * i, i) for i, (t, p) in enumerate(messages)], SparkplugState()
     )
     kept = [i for i in range(len(rows)) if rows.columns["metric_index"][i] is not None]
-    return Counter(row_key(lambda name, i=i: rows.columns[name][i]) for i in kept)
+
+    def key_of(i: int) -> tuple[Any, ...]:
+        return row_key(lambda name: rows.columns[name][i])
+
+    return Counter(key_of(i) for i in kept)
 
 
 @pytest.mark.timeout(600)
@@ -118,7 +122,11 @@ def test_kill_9_during_alias_only_data_then_restart_without_a_birth(
     assert sent_at_kill < PACED, "the edge node was meant to be sending during the kill"
     assert committed_at_kill < sum(expected.values()), "the kill was meant to leave work"
     rows = spark.read.format("delta").load(str(table)).collect()
-    got = Counter(row_key(lambda name, r=r: r[name]) for r in rows)
+
+    def key_of(row: Row) -> tuple[Any, ...]:
+        return row_key(lambda name: row[name])
+
+    got = Counter(key_of(r) for r in rows)
     assert got == expected, (
         f"missing {list((expected - got).items())[:5]}, extra {list((got - expected).items())[:5]}"
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import runpy
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from matplotlib.figure import Figure
@@ -196,6 +196,6 @@ def test_notebook_reads_widgets_and_displays_on_databricks(
     assert (tmp_path / "driver-local" / "wal").is_dir()
     assert not (tmp_path / "checkpoint" / "mqtt-wal").exists()
     assert len(displayed) == 2
-    assert_landed(displayed[0].collect(), messages)
+    assert_landed(cast(DataFrame, displayed[0]).collect(), messages)
     assert displayed[1] is assert_charted(namespace)  # shown, not saved
     assert not (tmp_path / "data").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from typing import TypedDict
 
 from devtools.delta_log import DeltaSnapshot, delta_commits, delta_version, file_rows
 from tests.brokers import BrokerFactory
@@ -25,7 +26,13 @@ SHARED = f"$share/{GROUP}/{FILTER}"
 COUNT = 300
 ROUND = 50
 SUMMARY = re.compile(r"stopped: \d+ batch(?:es)?, (\d+) rows(?P<rest>.*)$", re.MULTILINE)
-LOOPBACK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+class LoopbackEnv(TypedDict):
+    SPARK_LOCAL_IP: str
+
+
+LOOPBACK_ENV: LoopbackEnv = {"SPARK_LOCAL_IP": "127.0.0.1"}
 """Spark's driver binds loopback, not the machine's first interface."""
 POSSIBLE_DUPLICATES = re.compile(r"(\d+) possible duplicates")
 
@@ -113,9 +120,11 @@ def test_two_jobs_share_a_subscription_into_one_table(
         for start in range(0, COUNT, ROUND):
             publish(broker, sent[start : start + ROUND])
             wanted = {m.payload for m in sent[: start + ROUND]}
-            jobs[0].wait_for(
-                f"{len(wanted)} messages in {table}", lambda w=wanted: landed(w), LAND_TIMEOUT
-            )
+
+            def round_landed(w: set[bytes] = wanted) -> bool:
+                return landed(w)
+
+            jobs[0].wait_for(f"{len(wanted)} messages in {table}", round_landed, LAND_TIMEOUT)
         # SIGTERM to the JVMs: each stops after its batch in flight, a Java process's 143.
         statuses = [job.terminate() for job in jobs]
         assert statuses == [128 + 15] * 2, "\n".join(job.logs() for job in jobs)

@@ -99,7 +99,7 @@ def test_a_broker_restart_in_the_middle_of_a_write_loses_nothing(
     gate_row = 20_000
 
     @F.udf("bigint")
-    def gate(i):  # type: ignore[no-untyped-def]  # hints would make PySpark guess a UDF type
+    def gate(i):  # no hints: they would make PySpark guess a UDF type
         if i == gate_row:
             waiting.touch()
             deadline = time.monotonic() + 120
@@ -287,8 +287,8 @@ def test_a_bad_row_fails_the_write_naming_it(
     frame = spark.createDataFrame(rows, "topic STRING, payload STRING, qos INT").coalesce(1)
     with pytest.raises(Exception, match="row 1: qos must be 0, 1 or 2, got 7"):
         write(frame, broker.url)
-    rows = [("t/a", "1"), ("t/#", "2")]
-    frame = spark.createDataFrame(rows, "topic STRING, payload STRING").coalesce(1)
+    bad_topic = [("t/a", "1"), ("t/#", "2")]
+    frame = spark.createDataFrame(bad_topic, "topic STRING, payload STRING").coalesce(1)
     with pytest.raises(Exception, match=r"row 1 of partition 0 \(topic 't/#'\) cannot be"):
         write(frame, broker.url)
 

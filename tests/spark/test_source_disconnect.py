@@ -102,7 +102,8 @@ def test_the_end_of_an_available_now_run_sends_disconnect(
     ).load()  # fmt: skip
     query = to_delta(frame, dirs, available_now=True)
     try:
-        assert query.awaitTermination(RUN_TIMEOUT), "AvailableNow did not stop by itself"
+        # pyspark types awaitTermination's timeout int; it takes seconds as a float
+        assert query.awaitTermination(RUN_TIMEOUT), "AvailableNow did not stop by itself"  # type: ignore[arg-type]
         assert query.exception() is None, query.exception()
     finally:
         query.stop()

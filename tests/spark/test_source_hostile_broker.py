@@ -71,7 +71,8 @@ def test_a_broker_that_keeps_violating_fails_the_query_clearly(
     query = start_stream(spark, broker.url, dirs, topic="hostile/#", clientId=unique_id())
     try:
         with pytest.raises(StreamingQueryException) as failure:
-            query.awaitTermination(FAIL_TIMEOUT)
+            # pyspark types awaitTermination's timeout int; it takes seconds as a float
+            query.awaitTermination(FAIL_TIMEOUT)  # type: ignore[arg-type]
         error = str(failure.value)
     finally:
         query.stop()

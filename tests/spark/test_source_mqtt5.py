@@ -54,7 +54,9 @@ def full_properties(n: int) -> PahoProperties:
     return props
 
 
-def publish_v5(broker: MosquittoBroker, messages: list[tuple[str, bytes, int, object]]) -> None:
+def publish_v5(
+    broker: MosquittoBroker, messages: list[tuple[str, bytes, int, PahoProperties | None]]
+) -> None:
     """Publish (topic, payload, qos, properties or None) with an MQTT 5 paho client, in order,
     and wait until the broker took every one (paho keeps at most 20 in flight)."""
     client = PahoClient(unique_id("pub5-"), protocol=mqtt.MQTTv5)

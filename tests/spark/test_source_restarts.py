@@ -146,7 +146,8 @@ def _establish_session(
         mqtt_reader(spark, broker_url, dirs.wal, **options).load(), dirs, available_now=True
     )
     try:
-        assert query.awaitTermination(AVAILABLE_NOW_TIMEOUT), "AvailableNow query did not stop"
+        # pyspark types awaitTermination's timeout int; it takes seconds as a float
+        assert query.awaitTermination(AVAILABLE_NOW_TIMEOUT), "AvailableNow query did not stop"  # type: ignore[arg-type]
         assert query.exception() is None
     finally:
         query.stop()
@@ -188,7 +189,8 @@ def test_available_now_drains_the_backlog_and_stops(
     frame = mqtt_reader(spark, broker.url, dirs.wal, maxMessagesPerTrigger=50, **options).load()
     query = to_delta(frame, dirs, available_now=True)
     try:
-        assert query.awaitTermination(AVAILABLE_NOW_TIMEOUT), "AvailableNow did not stop by itself"
+        # pyspark types awaitTermination's timeout int; it takes seconds as a float
+        assert query.awaitTermination(AVAILABLE_NOW_TIMEOUT), "AvailableNow did not stop by itself"  # type: ignore[arg-type]
         assert query.exception() is None, query.exception()
         progress = list(query.recentProgress)
     finally:

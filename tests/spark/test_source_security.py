@@ -113,7 +113,9 @@ def test_password_over_tls_leaks_nowhere_and_the_wal_is_owner_only(
         publish(broker, messages, username="ingest", password=secret)
         rows = wait_for_rows(spark, good.table, len(messages), [query])
         texts["query.explain"] = printed(lambda: query.explain(True))
-        texts["lastProgress"] = query.lastProgress.json
+        last = query.lastProgress
+        assert last is not None
+        texts["lastProgress"] = last.json
         texts["recentProgress"] = "\n".join(p.json for p in query.recentProgress)
         texts["status"] = str(query.status)
     finally:
@@ -131,7 +133,8 @@ def test_password_over_tls_leaks_nowhere_and_the_wal_is_owner_only(
     )  # fmt: skip
     try:
         with pytest.raises(StreamingQueryException) as failure:
-            failing.awaitTermination(FAIL_TIMEOUT)
+            # pyspark types awaitTermination's timeout int; it takes seconds as a float
+            failing.awaitTermination(FAIL_TIMEOUT)  # type: ignore[arg-type]
         error = failing.exception()
     finally:
         failing.stop()

@@ -118,7 +118,7 @@ def test_shared_subscription_receivers_deliver_exactly_once_across_a_restart(
 ) -> None:
     broker = broker_factory()
     client_id = unique_id()
-    options = {
+    options: dict[str, str | int] = {
         "topic": "shr/#", "qos": qos, "clientId": client_id, "receivers": 2,
         "mqttVersion": version,
     }  # fmt: skip
@@ -166,7 +166,7 @@ def test_topic_split_receivers_and_a_changed_receiver_count(
     broker = broker_factory()
     client_id = unique_id()
     filters = ["tpc/a/#", "tpc/b/#", "tpc/c/#"]
-    options = {
+    options: dict[str, str | int] = {
         "topics": ",".join(filters), "qos": 1, "clientId": client_id,
         "receivers": 2, "shardBy": "topics",
     }  # fmt: skip
@@ -248,7 +248,7 @@ def test_sigkill_of_the_source_process_mid_ingest_then_restart_is_exactly_once(
     qos = 2
     broker = broker_factory()
     client_id = unique_id()
-    options = {
+    options: dict[str, str | int] = {
         "topic": "kil/#", "qos": qos, "clientId": client_id, "receivers": 2,
         "maxMessagesPerTrigger": 50,
     }  # fmt: skip

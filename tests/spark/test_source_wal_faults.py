@@ -78,7 +78,7 @@ def test_torn_wal_tail_is_cut_without_losing_records(
 ) -> None:
     broker = broker_factory()
     client_id = unique_id()
-    options = {"topic": "torn/#", "qos": 1, "clientId": client_id}
+    options: dict[str, str | int] = {"topic": "torn/#", "qos": 1, "clientId": client_id}
     landed = numbered("torn/t", 10, tag="landed")
     stored = numbered("torn/t", 40, tag="stored")
     after = numbered("torn/t", 20, tag="after")
@@ -148,7 +148,8 @@ def test_wiped_wal_fails_the_query_unless_data_loss_is_allowed(
     query = start_stream(spark, broker.url, dirs, **options)
     try:
         with pytest.raises(StreamingQueryException) as failure:
-            query.awaitTermination(FAIL_TIMEOUT)
+            # pyspark types awaitTermination's timeout int; it takes seconds as a float
+            query.awaitTermination(FAIL_TIMEOUT)  # type: ignore[arg-type]
     finally:
         query.stop()
     text = str(failure.value)
@@ -189,7 +190,8 @@ def test_second_query_on_a_wal_in_use_fails_and_the_first_goes_on(
         other = start_stream(spark, broker.url, intruder, **options)
         try:
             with pytest.raises(StreamingQueryException) as failure:
-                other.awaitTermination(FAIL_TIMEOUT)
+                # pyspark types awaitTermination's timeout int; it takes seconds as a float
+                other.awaitTermination(FAIL_TIMEOUT)  # type: ignore[arg-type]
         finally:
             other.stop()
         text = str(failure.value)

@@ -71,14 +71,16 @@ def test_a_stop_during_the_write_ends_the_query_as_stopped(
 
 def _failed_join(spark: SparkSession, cause: object) -> Py4JJavaError:
     """The Py4JJavaError of a JVM call that threw ``cause`` wrapped in a CompletionException."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = spark._jvm
+    assert jvm is not None
     with pytest.raises(Py4JJavaError) as caught:
         jvm.java.util.concurrent.CompletableFuture.failedFuture(cause).join()
     return caught.value
 
 
 def test_other_errors_are_left_alone(spark: SparkSession) -> None:
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = spark._jvm
+    assert jvm is not None
     failed = _failed_join(spark, jvm.java.lang.IllegalStateException("the disk is full"))
     assert stop_interruption(failed, spark.sparkContext) is None
     assert stop_interruption(ValueError("x"), spark.sparkContext) is None
@@ -86,7 +88,8 @@ def test_other_errors_are_left_alone(spark: SparkSession) -> None:
 
 def test_a_cancelled_job_of_the_batch_s_group_counts_as_the_stop(spark: SparkSession) -> None:
     context = spark.sparkContext
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = spark._jvm
+    assert jvm is not None
     group = "a-query-run-id"
     cancelled = jvm.org.apache.spark.SparkException(
         f"Job 7 cancelled part of cancelled job group {group}"
@@ -98,6 +101,7 @@ def test_a_cancelled_job_of_the_batch_s_group_counts_as_the_stop(spark: SparkSes
         context.setLocalProperty("spark.jobGroup.id", "another-query")
         other = stop_interruption(failed, context)
     finally:
+        # pyspark types setLocalProperty's value str; None removes the property
         context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     assert isinstance(translated, BatchInterrupted)
     assert f"cancelled part of cancelled job group {group}" in str(translated)

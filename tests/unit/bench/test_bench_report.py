@@ -4,6 +4,7 @@ sections of missing, malformed and optional (chaos) results."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,7 @@ def _write(directory: Path, name: str, data: object) -> None:
     (directory / f"{name}.json").write_text(json.dumps(data))
 
 
-def _generate(tmp_path: Path, files: dict[str, object]) -> tuple[str, Path]:
+def _generate(tmp_path: Path, files: Mapping[str, object]) -> tuple[str, Path]:
     results = tmp_path / "results"
     results.mkdir()
     for name, data in files.items():

@@ -73,7 +73,7 @@ def connect(session: ClientSession, now: float = 0.0, session_present: bool = Fa
 
 
 def connected(
-    level: int = V4,
+    level: ProtocolLevel = V4,
     keep_alive: int = 60,
     clean_session: bool = False,
     now: float = 0.0,
@@ -140,7 +140,7 @@ def test_connect_twice_is_an_error() -> None:
 
 
 @pytest.mark.parametrize("level", [V3, V4])
-def test_connack_accepted(level: int) -> None:
+def test_connack_accepted(level: ProtocolLevel) -> None:
     session = ClientSession(SessionConfig("c", level=level))
     assert connect(session) == [Connected(False, False)]
     assert session.state is State.CONNECTED
@@ -158,7 +158,7 @@ def test_connack_accepted(level: int) -> None:
 )
 @pytest.mark.parametrize("level", [V3, V4])
 def test_connack_refusals_raise_typed_errors(
-    code: int, error: type[ConnectionRefused], text: str, level: int
+    code: int, error: type[ConnectionRefused], text: str, level: ProtocolLevel
 ) -> None:
     session = ClientSession(SessionConfig("c", level=level))
     session.connect(0.0)
@@ -862,6 +862,7 @@ def test_outbound_qos1_flow() -> None:
 def test_outbound_qos2_flow() -> None:
     session = connected()
     pid = session.publish("a/b", b"hi", 2, 1.0)
+    assert pid is not None
     assert session.data_to_send() == h("34 09 00 03 61 2F 62 00 01 68 69")
     assert session.receive_data(wire(Puback(pid)), 1.5) == []  # wrong ack for QoS 2
     assert session.receive_data(wire(Pubrec(pid)), 2.0) == []

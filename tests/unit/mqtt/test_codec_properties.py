@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 from connector.mqtt.decode import decode_packet
 from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode
-from connector.mqtt.errors import MalformedPacket
+from connector.mqtt.errors import MalformedFrame, MalformedPacket
 from connector.mqtt.fields import (
     MAX_REMAINING_LENGTH,
     decode_remaining_length,
@@ -248,7 +250,8 @@ def decode_in_chunks(
         try:
             result = decoder.feed(data[start:end])
         except MalformedPacket as exc:
-            out.extend(exc.packets)  # type: ignore[arg-type]
+            assert isinstance(exc, MalformedFrame)  # the decoder's error, with its packets
+            out.extend(cast("Sequence[Packet]", exc.packets))
             # The decoder stays failed.
             try:
                 decoder.feed(b"\x00")

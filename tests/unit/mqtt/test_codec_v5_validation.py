@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import re
+from typing import cast
 
 import pytest
 
@@ -577,7 +578,7 @@ def _decode_all(data: bytes, cuts: int) -> tuple[list[Packet], str | None]:
             out += decoder.feed(data[pos : pos + step])
             pos += step
     except MalformedFrame as exc:
-        out += list(exc.packets)
+        out += cast("list[Packet]", list(exc.packets))
         assert cites_rule(str(exc)), str(exc)
         return out, type(exc).__name__
     return out, None

@@ -6,6 +6,8 @@ a packet carrying every property table 2-4 allows on it."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
@@ -146,7 +148,7 @@ def test_connect_v5_bytes(packet: Connect, frame: str) -> None:
 
 def test_a_v5_connect_decodes_on_any_stream_level() -> None:
     """The CONNECT names its own level (section 3.1.2.2): a server reads it before it knows."""
-    frame = h(CONNECT_CASES[2].values[1])
+    frame = h(cast(str, CONNECT_CASES[2].values[1]))
     assert StreamDecoder(ProtocolLevel.MQTT_3_1_1).feed(frame) == [FULL_CONNECT]
 
 
@@ -310,7 +312,7 @@ def test_packet_v5_bytes(packet: Packet, frame: str) -> None:
 
 
 def test_every_packet_type_has_a_v5_vector() -> None:
-    covered = {case.values[0].type for case in CASES} | {PacketType.CONNECT}
+    covered = {cast(Packet, case.values[0]).type for case in CASES} | {PacketType.CONNECT}
     assert covered == set(PacketType)
 
 
@@ -351,7 +353,7 @@ def test_longer_forms_decode_to_the_same_packet(frame: str, packet: Packet) -> N
 def test_success_acks_keep_the_four_byte_words_at_level_5() -> None:
     """``encode_ack``/``encode_acks``/``ACK_WORDS`` frames are success acknowledgements at level
     5 too (section 3.4.2.1): the session's hot path writes them unchanged."""
-    kinds = {
+    kinds: dict[PacketType, type[Puback | Pubrec | Pubrel | Pubcomp]] = {
         PacketType.PUBACK: Puback,
         PacketType.PUBREC: Pubrec,
         PacketType.PUBREL: Pubrel,
@@ -402,7 +404,7 @@ _SAMPLE_VALUES: dict[int, object] = {
     0x2A: 1,
 }
 _USER = [("k", "v"), ("k", "v2"), ("ü", "")]
-_PAHO_CONTEXT = {WILL_PROPERTIES: PacketTypes.WILLMESSAGE}
+_PAHO_CONTEXT: dict[Context, int] = {WILL_PROPERTIES: PacketTypes.WILLMESSAGE}
 
 
 def _every_property(context: Context) -> tuple[Properties, PahoProperties]:
@@ -427,8 +429,9 @@ def _every_property(context: Context) -> tuple[Properties, PahoProperties]:
 
 
 _ALL_CONTEXTS: list[Context] = [
-    k for k in PacketType if k not in (PacketType.PINGREQ, PacketType.PINGRESP)
-] + [WILL_PROPERTIES]
+    *(k for k in PacketType if k not in (PacketType.PINGREQ, PacketType.PINGRESP)),
+    WILL_PROPERTIES,
+]
 
 
 @pytest.mark.parametrize("context", _ALL_CONTEXTS, ids=lambda c: getattr(c, "name", "WILL"))

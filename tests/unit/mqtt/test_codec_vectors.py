@@ -3,6 +3,8 @@ type, encoded and decoded for protocol levels 3 (MQTT 3.1) and 4 (MQTT 3.1.1).""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from connector.mqtt.decode import decode_packet
@@ -246,7 +248,7 @@ def test_packet_bytes_both_levels(packet: Packet, frame: str, level: ProtocolLev
 
 
 def test_every_packet_type_has_a_vector() -> None:
-    covered = {case.values[0].type for case in COMMON_CASES} | {PacketType.CONNECT}
+    covered = {cast(Packet, case.values[0]).type for case in COMMON_CASES} | {PacketType.CONNECT}
     # AUTH (type 15) is MQTT 5.0 only: test_codec_v5_vectors.py has its vectors.
     assert covered == set(PacketType) - {PacketType.AUTH}
     assert len(PacketType) == 15

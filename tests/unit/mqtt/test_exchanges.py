@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -53,8 +53,8 @@ def moves(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Move]]:
     seen: list[Move] = []
     allowed = set(TRANSITIONS.items())
 
-    def checked(method):  # type: ignore[no-untyped-def]
-        def step(self: Exchanges, *args):  # type: ignore[no-untyped-def]
+    def checked(method: Callable[..., object]) -> Callable[..., object]:
+        def step(self: Exchanges, *args: object) -> object:
             before = dict(self.states)
             result = method(self, *args)
             for pid in set(before) | set(self.states):
@@ -234,7 +234,9 @@ def test_the_pubcomp_that_frees_room_lets_out_the_oldest_held_pubrec() -> None:
     ],
     ids=["stored-twice", "resent-unknown", "resent-released", "reuse-released", "reuse-none"],
 )
-def test_a_step_the_table_does_not_allow_raises(setup, step) -> None:  # type: ignore[no-untyped-def]
+def test_a_step_the_table_does_not_allow_raises(
+    setup: Callable[[Exchanges], object], step: Callable[[Exchanges], object]
+) -> None:
     exchanges = Exchanges()
     setup(exchanges)
     before = dict(exchanges.states)

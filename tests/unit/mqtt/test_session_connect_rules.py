@@ -91,7 +91,9 @@ def test_session_present_on_a_clean_start_never_delivers_what_came_with_it(level
 
 
 @LEVELS
-def test_a_clean_start_that_keeps_answering_session_present_1_is_given_up(level: int) -> None:
+def test_a_clean_start_that_keeps_answering_session_present_1_is_given_up(
+    level: ProtocolLevel,
+) -> None:
     session = ClientSession(
         SessionConfig("rules", level=level, clean_session=True, max_violations_in_a_row=3)
     )
@@ -195,6 +197,7 @@ def test_a_publish_of_exactly_the_maximum_is_taken_and_one_byte_more_is_refused(
     }
     fits = Publish("t", b"f" * sizes[limit], qos=qos, packet_id=1)
     [message] = session.receive_data(encode(fits, level), 1.0)
+    assert isinstance(message, Publish)
     session.ack(message, 1.0)
     assert sent(session) == [Puback(1) if qos == 1 else Pubrec(1)]
 

@@ -10,6 +10,7 @@ Broker faults are counted and logged once per connection, and their messages del
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
 import pytest
 
@@ -17,12 +18,12 @@ from connector.mqtt.config import SessionConfig
 from connector.mqtt.encode import encode
 from connector.mqtt.events import Connected, Released
 from connector.mqtt.faults import BrokerFault
-from connector.mqtt.packets import Connack, Puback, Pubcomp, Publish, Pubrec, Pubrel
+from connector.mqtt.packets import Connack, Packet, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from connector.mqtt.session import ClientSession
 
 
-def wire(*packets: object) -> bytes:
-    return b"".join(encode(p) for p in packets)  # type: ignore[arg-type]
+def wire(*packets: Packet) -> bytes:
+    return b"".join(encode(p) for p in packets)
 
 
 def connect(session: ClientSession, *, present: bool = True, now: float = 0.0) -> list[object]:
@@ -33,11 +34,11 @@ def connect(session: ClientSession, *, present: bool = True, now: float = 0.0) -
 
 def session_with(
     *,
-    pending: set[int] = frozenset(),
+    pending: Iterable[int] = frozenset(),
     present: bool = True,
-    **kwargs: object,  # type: ignore[assignment]
+    matches_stored: Callable[[Publish], bool | None] | None = None,
 ) -> ClientSession:
-    session = ClientSession(SessionConfig("c"), **kwargs)  # type: ignore[arg-type]
+    session = ClientSession(SessionConfig("c"), matches_stored=matches_stored)
     session.restore_qos2_pending(pending)
     session.expect_session_present = True
     connect(session, present=present)
@@ -61,6 +62,7 @@ def test_identical_qos1_messages_after_puback_are_new_whatever_dup_says(reconnec
     session = session_with()
     first = [Publish("x/a", b"ON", 1, dup=True, packet_id=n) for n in range(1, 11)]
     for message in first:
+        assert message.packet_id is not None
         assert deliver_and_ack(session, message) == encode(Puback(message.packet_id))
     if reconnect:
         session.connection_lost()
@@ -271,15 +273,16 @@ def test_a_read_dropped_for_a_malformed_frame_then_a_cut_stores_each_qos2_messag
     session.connection_lost()  # cut before the broker resent anything
 
     assert connect(session, now=4.0) == [Connected(True, False)]
-    resends = [
+    new = Publish("t", b"new", 2, dup=True, packet_id=3)
+    resends: list[Packet] = [
         Publish("t", b"stored", 2, dup=True, packet_id=1),
         Pubrel(2),
-        Publish("t", b"new", 2, dup=True, packet_id=3),
+        new,
     ]
     events = session.receive_data(wire(*resends), 5.0)
     assert events == [Released(2), resends[2]]  # id 1 withheld: pending (section 4.3.3)
     assert session.data_to_send() == encode(Pubrec(1))
-    session.ack(resends[2], 6.0)
+    session.ack(new, 6.0)
     session.complete(2, 6.0)
     assert session.data_to_send() == encode(Pubrec(3)) + encode(Pubcomp(2))
     assert session.export_qos2_pending() == {1, 3}

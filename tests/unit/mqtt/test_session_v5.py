@@ -336,7 +336,8 @@ def test_publish_properties_survive_a_resend() -> None:
     sent(session)
     session.connection_lost()
     connect(session, now=2.0)
-    (resend,) = [p for p in sent(session) if isinstance(p, Publish)] or [None]
+    resends: list[Publish | None] = [p for p in sent(session) if isinstance(p, Publish)]
+    (resend,) = resends or [None]
     assert isinstance(resend, Publish) and resend.dup and resend.packet_id == pid
     assert resend.properties == props
 

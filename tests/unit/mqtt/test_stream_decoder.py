@@ -8,7 +8,7 @@ import pytest
 from connector.mqtt.decode import decode_packet
 from connector.mqtt.decoder import LARGE_FRAME, StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
-from connector.mqtt.errors import MalformedPacket, PacketTooLarge
+from connector.mqtt.errors import MalformedFrame, MalformedPacket, PacketTooLarge
 from connector.mqtt.fields import MAX_REMAINING_LENGTH
 from connector.mqtt.packets import (
     Connack,
@@ -204,6 +204,7 @@ def test_packets_before_a_malformed_frame_are_on_the_exception() -> None:
     decoder = StreamDecoder()
     with pytest.raises(MalformedPacket, match=r"2\.3\.1") as info:
         decoder.feed(good + bad + encode(Puback(2)))
+    assert isinstance(info.value, MalformedFrame)  # the decoder's error, with its packets
     assert list(info.value.packets) == [Puback(1), Publish("a", b"b"), Pingresp()]
 
 
@@ -212,6 +213,7 @@ def test_packets_from_earlier_reads_are_not_on_the_exception() -> None:
     assert decoder.feed(encode(Puback(1))) == [Puback(1)]
     with pytest.raises(MalformedPacket) as info:
         decoder.feed(encode(Puback(2)) + b"\xf0\x00")
+    assert isinstance(info.value, MalformedFrame)  # the decoder's error, with its packets
     assert list(info.value.packets) == [Puback(2)]
 
 
@@ -220,6 +222,7 @@ def test_malformed_frame_completed_across_reads() -> None:
     assert decoder.feed(encode(Puback(5)) + b"\x40\x02\x00") == [Puback(5)]
     with pytest.raises(MalformedPacket, match=r"2\.3\.1") as info:
         decoder.feed(b"\x00")
+    assert isinstance(info.value, MalformedFrame)  # the decoder's error, with its packets
     assert list(info.value.packets) == []
 
 
@@ -302,5 +305,6 @@ def test_pubrel_frames_decode_as_decode_packet_does(level: ProtocolLevel, frame:
                 packets += decoder.feed(chunk)
             got: object = packets
         except MalformedPacket as exc:
-            got = (type(exc), str(exc), packets + exc.packets)
+            assert isinstance(exc, MalformedFrame)  # the decoder's error, with its packets
+            got = (type(exc), str(exc), packets + list(exc.packets))
         assert got == expected

@@ -78,7 +78,7 @@ def test_the_run_s_first_offset_waits_for_every_shard_s_first_burst_once() -> No
     assert settled._settled
 
     for quiet in (reader(firstBatchWait="0"), reader()):
-        quiet._shards = [WaitingShard()]  # type: ignore[assignment]
+        quiet._shards = [WaitingShard()]  # type: ignore[list-item]  # a stand-in shard
         if quiet.options.first_batch_wait:
             quiet._targets = [10]  # Trigger.AvailableNow waits for the queue already
         quiet._settle()

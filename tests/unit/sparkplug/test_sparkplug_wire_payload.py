@@ -220,7 +220,11 @@ _metrics = st.lists(
     seq=st.none() | st.integers(0, 255),
     timestamp=st.none() | st.integers(0, 2**64 - 1),
 )
-def test_round_trip_against_the_oracle(metrics, seq, timestamp) -> None:  # type: ignore[no-untyped-def]
+def test_round_trip_against_the_oracle(
+    metrics: list[tuple[str | None, int | None, int | None, tuple[str, object] | None, bool]],
+    seq: int | None,
+    timestamp: int | None,
+) -> None:
     message = pb().Payload()
     if seq is not None:
         message.seq = seq

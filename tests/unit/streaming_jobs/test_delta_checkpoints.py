@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_a_newer_request_replaces_the_one_still_waiting_for_the_same_table() -> 
         assert release.wait(DEADLINE)
         ran.append(("a", 2, threading.current_thread().name))
 
-    def record(path: str, version: int) -> object:
+    def record(path: str, version: int) -> Callable[[], object]:
         return lambda: ran.append((path, version, threading.current_thread().name))
 
     checkpointer.request("a", 2, first)

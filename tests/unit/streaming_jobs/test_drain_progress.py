@@ -69,6 +69,7 @@ def test_done_is_the_batch_s_end_and_the_start_the_first_frozen_report_s_committ
     assert figures.percent == 25.0 and figures.seconds_left is None
     assert drain.add(_progress(4, [300], [(500, 200)]), now=12.0)
     figures = drain.figures
+    assert figures is not None
     assert (figures.done, figures.total, figures.rate) == (200, 400, 50.0)
     assert figures.percent == 50.0 and figures.seconds_left == 4.0
     assert progress_text(figures) == "draining: 200 / 400 messages (50.0%), 50 msg/s, 4.0 s left"

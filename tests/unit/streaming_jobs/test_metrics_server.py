@@ -8,6 +8,7 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,7 +19,7 @@ from streaming_jobs.metrics_server import IngestMetrics, MetricsServer, MetricsU
 from streaming_jobs.progress import BatchStats, RunStats
 
 
-def progress(batch: int, rows: int, *statuses: ShardStatus) -> dict[str, object]:
+def progress(batch: int, rows: int, *statuses: ShardStatus) -> dict[str, Any]:
     report = progress_report({"wal": "w", "offset": statuses[0].next}, list(statuses))
     return {
         "id": "q-1",
@@ -96,7 +97,7 @@ def test_a_scrape_serves_the_query_and_each_receiver(
     assert got[("mqtt_ingest_broker_faults_total", faults)] == 2
     # an idle progress event (no batch ran) counts no batch
     idle = progress(0, 0, status(50, 50))
-    del idle["durationMs"]["addBatch"]  # type: ignore[attr-defined]
+    del idle["durationMs"]["addBatch"]
     metrics.progress(idle)
     metrics.terminated()
     got = scrape(server)
@@ -114,7 +115,7 @@ def test_the_listener_takes_only_its_query() -> None:
         event = progress(0, rows, status(50, 42))
         event["id"] = query_id
         # the progress's own JSON has the latest offset parsed, not as a string
-        (source,) = event["sources"]  # type: ignore[misc]
+        (source,) = event["sources"]
         source["latestOffset"] = json.loads(source["latestOffset"])
         ours.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps(event))))
     families = {f.name: f.samples for f in metrics.families()}

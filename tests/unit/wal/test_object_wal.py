@@ -20,7 +20,7 @@ from connector.wal.location import WalLocation, parse_location
 from connector.wal.object_reader import ObjectWalReader
 from connector.wal.object_writer import ObjectWalWriter
 from connector.wal.objects import ObjectStore, segment_dir
-from connector.wal.opening import open_reader, open_writer, wal_identity
+from connector.wal.opening import AnyWalReader, open_reader, open_writer, wal_identity
 from tests.waiting import wait_until
 
 
@@ -39,7 +39,7 @@ def parts_of(root: Path, first: int = 0) -> list[Path]:
     return sorted((root / segment_dir(first)).iterdir())
 
 
-def payloads(reader: ObjectWalReader, start: int, end: int) -> list[bytes]:
+def payloads(reader: AnyWalReader, start: int, end: int) -> list[bytes]:
     return list(reader.read(start, end).payloads)
 
 

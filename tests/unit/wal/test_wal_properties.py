@@ -25,7 +25,6 @@ from connector.wal import (
 )
 from connector.wal import identity as identity_module
 from connector.wal import segment as segment_module
-from connector.wal import writer as writer_module
 from connector.wal.blob import BLOB_HEAD, BLOB_MAGIC
 from connector.wal.block import decode_block, encode_block
 from connector.wal.object_reader import ObjectWalReader
@@ -113,7 +112,7 @@ def meta_version(path: Path) -> int:
 
 
 def fixed_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(writer_module.uuid, "uuid4", lambda: uuid.UUID(IDENTITY))
+    monkeypatch.setattr("connector.wal.writer.uuid.uuid4", lambda: uuid.UUID(IDENTITY))
 
 
 def test_a_kind_6_block_is_these_bytes_and_decodes_back() -> None:
