@@ -236,15 +236,17 @@ $(TAHU_EDGE_JAR): $(TAHU_EDGE_SRC) $(TAHU_JAR)
 		jar cf "$@" -C $(TAHU_DIR)/classes .; \
 	fi
 
-## test: the whole suite under tests/ (pyproject's testpaths: unit, integration, Spark,
-## chaos, interop, fuzz), after the full setup; what CI (.ci/run) runs. TEST_WORKERS (2)
-## pytest-xdist workers: the Spark, chaos, cluster, Connect, pipeline and packaging tests run
-## one after another on one of them (tests/conftest.py, SERIAL_DIRS), the rest on any; the 25
-## slowest tests are listed at the end. Extra pytest arguments, including narrower paths, via
-## PYTEST_ARGS="..."
-TEST_WORKERS ?= 2
+## test: the whole suite under tests/ (pyproject's testpaths), after the full setup; what CI
+## (.ci/run) runs. Two tiers at once (tests/tiers.py): the Spark, chaos, cluster, Connect,
+## pipeline and packaging tests one after another in one process, every other test beside
+## them in a second; each lists its 25 slowest tests. PYTEST_ARGS="..." (narrower paths, -k,
+## ...) runs one plain pytest instead
 test: setup
-	$(VENV_PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(VENV_PY) -m tests.tiers
+else
+	$(VENV_PY) -m pytest -q $(PYTEST_ARGS)
+endif
 
 ## unit: the default goal. The fast tests, which need neither Spark nor a broker: tests/unit
 ## and tests/fuzz's bounded runs, without the few tests there marked integration, spark or

@@ -48,12 +48,6 @@ MARKED_DIRS = {
     "connect": "spark",
     "pipelines": "spark",
 }
-SERIAL_DIRS = frozenset({"spark", "chaos", "packaging", "cluster", "connect", "pipelines"})
-"""Tests in these subdirectories run one after another in one xdist worker (the group
-``serial``): they share the run's one Spark session, or start Spark applications, fixed ports
-(Spark Connect's) or fault timings that two at once would disturb. Every other test (unit, fuzz,
-integration, interop: private brokers, ports and directories) runs on any worker
-(`make test`: ``-n 2 --dist loadgroup``)."""
 INTEROP_BROKERS = ("mosquitto", "mochi", "aedes")
 LOG_TAIL_CHARS = 20_000
 
@@ -73,8 +67,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = MARKED_DIRS.get(top)
         if marker is not None:
             item.add_marker(getattr(pytest.mark, marker))
-        if top in SERIAL_DIRS:
-            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,0 +1,60 @@
+"""The whole suite in two tiers at once (`make test`): ``python -m tests.tiers [PYTEST_ARGS]``.
+
+The serial tier (:data:`SERIAL_DIRS`) runs its tests one after another in one pytest process:
+they share the run's one Spark session, start Spark applications, a fixed Spark Connect port or
+fault timings that two at once would disturb. The broker tier (every other directory under
+``tests/``: unit, fuzz, integration, interop) keeps its brokers, ports and directories
+private, so it runs beside it in a second process. Both print their 25 slowest tests; the
+broker tier's output streams, the serial tier's follows it. The exit status is the first
+non-zero of the two.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+TESTS_DIR = Path(__file__).resolve().parent
+SERIAL_DIRS = ("chaos", "cluster", "connect", "packaging", "pipelines", "spark")
+"""The directories whose tests run one after another, in one process."""
+DURATIONS = "--durations=25"
+
+
+def dirs_with_tests() -> list[str]:
+    """Every directory under tests/ that holds test modules, by name."""
+    return sorted(
+        d.name
+        for d in TESTS_DIR.iterdir()
+        if d.is_dir() and not d.name.startswith((".", "_")) and any(d.rglob("test_*.py"))
+    )
+
+
+def tiers() -> tuple[list[str], list[str]]:
+    """(serial, broker) test paths, relative to the repository; together every directory."""
+    serial = [f"tests/{name}" for name in SERIAL_DIRS]
+    broker = [f"tests/{name}" for name in dirs_with_tests() if name not in SERIAL_DIRS]
+    return serial, broker
+
+
+def main(extra: Sequence[str]) -> int:
+    serial, broker = tiers()
+    command = [sys.executable, "-m", "pytest", "-q", DURATIONS, *extra]
+    with tempfile.TemporaryFile() as serial_out:
+        behind = subprocess.Popen([*command, *serial], stdout=serial_out, stderr=subprocess.STDOUT)
+        try:
+            print(f"tier 1 of 2 (beside tier 2): {' '.join(broker)}", flush=True)
+            front = subprocess.run([*command, *broker], check=False).returncode
+        finally:
+            rest = behind.wait()
+        serial_out.seek(0)
+        print(f"\ntier 2 of 2 (serial): {' '.join(serial)}", flush=True)
+        sys.stdout.buffer.write(serial_out.read())
+        sys.stdout.flush()
+    return front or rest
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
