@@ -238,8 +238,8 @@ $(TAHU_EDGE_JAR): $(TAHU_EDGE_SRC) $(TAHU_JAR)
 
 ## test: the whole suite under tests/ (pyproject's testpaths), after the full setup; what CI
 ## (.ci/run) runs. Two tiers at once (tests/tiers.py): the Spark, chaos, cluster, Connect,
-## pipeline and packaging tests one after another in one process, every other test beside
-## them in a second; each lists its 25 slowest tests. PYTEST_ARGS="..." (narrower paths, -k,
+## pipeline and packaging tests one after another in one process, every other test (and the
+## ingest job's subprocess tests) beside them in a second; each lists its 25 slowest tests. PYTEST_ARGS="..." (narrower paths, -k,
 ## ...) runs one plain pytest instead
 test: setup
 ifeq ($(strip $(PYTEST_ARGS)),)

@@ -3,8 +3,9 @@
 The serial tier (:data:`SERIAL_DIRS`) runs its tests one after another in one pytest process:
 they share the run's one Spark session, start Spark applications, a fixed Spark Connect port or
 fault timings that two at once would disturb. The broker tier (every other directory under
-``tests/``: unit, fuzz, integration, interop) keeps its brokers, ports and directories
-private, so it runs beside it in a second process. Both print their 25 slowest tests; the
+``tests/``: unit, fuzz, integration, interop, and the ingest job's subprocess tests of
+:data:`BESIDE`) keeps its brokers, ports and directories private, so it runs beside it in a
+second process. Both print their 25 slowest tests; the
 broker tier's output streams, the serial tier's follows it. The exit status is the first
 non-zero of the two.
 """
@@ -20,6 +21,10 @@ from pathlib import Path
 TESTS_DIR = Path(__file__).resolve().parent
 SERIAL_DIRS = ("chaos", "cluster", "connect", "packaging", "pipelines", "spark")
 """The directories whose tests run one after another, in one process."""
+BESIDE = ("spark/test_crash_recovery.py", "spark/test_job_*.py")
+"""Modules of those directories that run in the broker tier's process instead, to even out the
+tiers' times: each runs the ingest job (its own Spark application) as a subprocess, with its
+own broker, ports and directories, and reads the tables back in its tier's own session."""
 DURATIONS = "--durations=25"
 
 
@@ -33,10 +38,22 @@ def dirs_with_tests() -> list[str]:
 
 
 def tiers() -> tuple[list[str], list[str]]:
-    """(serial, broker) test paths, relative to the repository; together every directory."""
-    serial = [f"tests/{name}" for name in SERIAL_DIRS]
+    """(serial, broker) test paths, relative to the repository: together every test module,
+    each once."""
+    beside = sorted({path for pattern in BESIDE for path in TESTS_DIR.glob(pattern)})
+    serial: list[str] = []
+    for name in SERIAL_DIRS:
+        folder = TESTS_DIR / name
+        if any(path.parent == folder for path in beside):
+            serial += [_relative(p) for p in sorted(folder.glob("test_*.py")) if p not in beside]
+        else:
+            serial.append(_relative(folder))
     broker = [f"tests/{name}" for name in dirs_with_tests() if name not in SERIAL_DIRS]
-    return serial, broker
+    return serial, broker + [_relative(p) for p in beside]
+
+
+def _relative(path: Path) -> str:
+    return str(path.relative_to(TESTS_DIR.parent))
 
 
 def main(extra: Sequence[str]) -> int:

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from tests.tiers import SERIAL_DIRS, TESTS_DIR, dirs_with_tests, tiers
+from pathlib import Path
+
+from tests.tiers import BESIDE, SERIAL_DIRS, TESTS_DIR, dirs_with_tests, tiers
 
 
-def test_the_two_tiers_cover_every_test_directory_once() -> None:
+def modules(paths: list[str]) -> list[Path]:
+    """The test modules under ``paths`` (folders or files)."""
+    found: list[Path] = []
+    for path in (TESTS_DIR.parent / p for p in paths):
+        found += sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
+    return found
+
+
+def test_the_two_tiers_run_every_test_module_once() -> None:
     serial, broker = tiers()
-    assert not set(serial) & set(broker)
-    assert sorted(serial + broker) == [f"tests/{name}" for name in dirs_with_tests()]
+    both = modules(serial) + modules(broker)
+    assert len(both) == len(set(both))
+    assert sorted(both) == sorted(TESTS_DIR.rglob("test_*.py"))
     for name in ("unit", "integration", "spark", "chaos"):
         assert name in dirs_with_tests()
     assert all((TESTS_DIR / name).is_dir() for name in SERIAL_DIRS)
+    moved = {p for pattern in BESIDE for p in TESTS_DIR.glob(pattern)}
+    assert moved and moved <= set(modules(broker)), "BESIDE names modules that exist"
