@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from bench.common import REPO_ROOT, machine_info, pub_command, write_results
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
+from connector.options.source import SourceOptions
+from connector.receiver.receiver import Receiver
 from devtools.mosquitto import MosquittoBroker
 
 

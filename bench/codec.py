@@ -6,7 +6,7 @@ One stream of QoS 1 PUBLISH frames (100-byte payloads, topics like
 ``plant/line-3/sensor-17/telemetry``) is cut into socket-sized reads at arbitrary byte
 positions. Peers, all in one process and one run:
 
-* ``ours: decode only``: ``StreamDecoder.feed`` over the reads, nothing else done per message;
+* ``ours: decode only``: ``ReceiveBuffer.feed`` over the reads, nothing else done per message;
   gives the decode cost per message.
 * ``ours: decode + callback``: the same, with a counting callback per ``Publish`` (what paho's
   ``on_message`` costs the caller); compared with paho for the project's >= 10x goal.
@@ -20,7 +20,7 @@ positions. Peers, all in one process and one run:
 Every peer is checked once in full (every topic, payload and packet id, and the PUBACK bytes)
 before the timed repetitions; timed runs check the message count.
 
-Two more tables, decode only (``StreamDecoder.feed``), same messages and reads:
+Two more tables, decode only (``ReceiveBuffer.feed``), same messages and reads:
 
 * MQTT 5.0 PUBLISH: the 3.1.1 stream again; the same messages at protocol level 5 without
   properties (one Property Length byte more); with a content type and two user properties; and
@@ -44,10 +44,10 @@ from typing import Any, cast
 from connector.mqtt.cli import SEQUENCE_DIGITS
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.decode import TOPIC_CACHE_SIZE
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Packet, ProtocolLevel, Publish
 from connector.mqtt.properties import Properties
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession
 
 from .common import (
@@ -144,7 +144,7 @@ def build_workload(
 
 def run_ours_decode(work: Workload, level: int = ProtocolLevel.MQTT_3_1_1) -> tuple[float, int]:
     """Decode only: count the packets ``feed`` returns. Returns (seconds, messages)."""
-    feed = StreamDecoder(level).feed
+    feed = ReceiveBuffer(level).feed
     count = 0
     start = time.perf_counter()
     for data in work.reads:
@@ -160,7 +160,7 @@ def run_ours_callback(work: Workload) -> tuple[float, int]:
         nonlocal count
         count += 1
 
-    feed = StreamDecoder().feed
+    feed = ReceiveBuffer().feed
     start = time.perf_counter()
     for data in work.reads:
         for packet in feed(data):
@@ -307,7 +307,7 @@ def _check_messages(
 
 def verify(work: Workload) -> None:
     """Check every message of every peer once (also the warm-up)."""
-    decoder = StreamDecoder()
+    decoder = ReceiveBuffer()
     got = [
         (p.topic, p.payload, p.packet_id, p.qos)
         for data in work.reads
@@ -367,7 +367,7 @@ def _level_of(case: str) -> int:
 
 def verify_decode(work: Workload, level: int, properties: Properties | None, what: str) -> None:
     """Every message of a decode-only stream, with its properties."""
-    decoder = StreamDecoder(level)
+    decoder = ReceiveBuffer(level)
     got = [p for data in work.reads for p in decoder.feed(data)]
     _expect(len(got) == work.messages, f"{what}: {len(got)} of {work.messages} messages")
     for index, packet in enumerate(got):
@@ -545,7 +545,7 @@ def run_extra_tables(args: argparse.Namespace) -> dict[str, Any]:
         for case in V5_CASES
     ]
     print()
-    print("MQTT 5.0 PUBLISH decode (StreamDecoder.feed only), QoS 1")
+    print("MQTT 5.0 PUBLISH decode (ReceiveBuffer.feed only), QoS 1")
     print(format_table(["stream", "bytes/frame", "msg/s median", "min", "max", "us/msg"], rows))
     print(
         f"cost of 5.0 without properties / 3.1.1: {ratio(bare.median)}; cost of 5.0 with "

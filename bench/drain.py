@@ -9,7 +9,7 @@ fresh backlog: a ``clean_session=False`` client connects, subscribes with QoS 1 
 every one is acknowledged, i.e. queued for the offline session. Then one peer drains it:
 
 * ``ours``: ``connector.mqtt.driver.MqttClient``, a poll/acknowledge loop (subprocess);
-* ``ours-wal``: the source's receiver (``connector.source.receiver.Receiver``, subprocess):
+* ``ours-wal``: the source's receiver (``connector.receiver.receiver.Receiver``, subprocess):
   every socket read is appended to a write-ahead log with one fsync before its PUBACKs go
   out, i.e. the drain into durable storage that the Spark source relies on;
 * ``paho``: a paho-mqtt 2.x client (subprocess) with automatic PUBACKs, run by the same
@@ -244,8 +244,8 @@ def worker_ours_wal(
     import shutil
     import tempfile
 
-    from connector.source.options import SourceOptions
-    from connector.source.receiver import Receiver
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
     from connector.wal import WalReader
 
     wal_dir = Path(tempfile.mkdtemp(prefix="bench-drain-wal-")) / "wal"
@@ -417,12 +417,12 @@ def _left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, 
     import socket
     from urllib.parse import urlsplit
 
-    from connector.mqtt.decoder import StreamDecoder
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Publish, Pubrel
+    from connector.mqtt.receive_buffer import ReceiveBuffer
 
     parts = urlsplit(url)
-    decoder = StreamDecoder()
+    decoder = ReceiveBuffer()
     connack: Connack | None = None
     messages = releases = 0
     address = (parts.hostname or "127.0.0.1", parts.port or 1883)

@@ -39,7 +39,7 @@ resumes the session and drains it into a fresh write-ahead log: every socket rea
 with one fsync (``WalWriter.append``), then acknowledged in one write
 (``MqttClient.acknowledge``). Drainers:
 
-* ``receiver``: the source's receiver itself (``connector.source.receiver.Receiver``, source
+* ``receiver``: the source's receiver itself (``connector.receiver.receiver.Receiver``, source
   options ``mqttVersion`` 5 and ``receiveMaximum`` for the MQTT 5 arms), as bench.drain's
   ``ours-wal`` peer runs it; the worker refuses to run when the receiver's session does not
   carry those settings;
@@ -240,8 +240,8 @@ def drain_receiver(
     """The source's receiver itself (``mqttVersion``, ``receiveMaximum``), as bench.drain's
     ``ours-wal`` peer runs it; refuses when its session lacks the arm's settings."""
     from connector.mqtt.packets import ProtocolLevel
-    from connector.source.options import SourceOptions
-    from connector.source.receiver import Receiver
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
     from connector.wal import WalReader
 
     root = Path(tempfile.mkdtemp(prefix="bench-flow-wal-"))
@@ -364,9 +364,9 @@ def create_session(url: str, client_id: str, mqtt5: bool, receive_maximum: int) 
 def mqtt_round_trip(url: str, attempts: int = 3) -> float:
     """The shortest of ``attempts`` CONNECT -> CONNACK exchanges of a throwaway clean client at
     ``url`` (the TCP handshake excluded): one MQTT round trip."""
-    from connector.mqtt.decoder import StreamDecoder
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Disconnect
+    from connector.mqtt.receive_buffer import ReceiveBuffer
 
     parts = urlsplit(url)
     address = (parts.hostname or "127.0.0.1", parts.port or 1883)
@@ -374,7 +374,7 @@ def mqtt_round_trip(url: str, attempts: int = 3) -> float:
     for attempt in range(attempts):
         with socket.create_connection(address, timeout=10) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            decoder = StreamDecoder()
+            decoder = ReceiveBuffer()
             start = time.perf_counter()
             sock.sendall(encode(Connect(f"bench-flow-rtt-{time.time_ns()}-{attempt}")))
             connack = None
@@ -517,7 +517,7 @@ def receiver_takes_mqtt5() -> bool:
     """Whether the source options carry ``mqttVersion`` 5 and ``receiveMaximum`` (the receiver
     then drains the MQTT 5 arms itself)."""
     from connector.mqtt.packets import ProtocolLevel
-    from connector.source.options import SourceOptions
+    from connector.options.source import SourceOptions
 
     raw = {"brokerUrl": "tcp://127.0.0.1:1883", "topic": TOPIC_FILTER, "clientId": "probe",
            "walPath": "/nonexistent/wal", "mqttVersion": "5", "receiveMaximum": "1234"}  # fmt: skip

@@ -582,8 +582,8 @@ class OursPeer:
 
 def query_sessions(client_id: str, qos: int, setup: Setup) -> list[tuple[str, str]]:
     """(client id, filter) of each MQTT session the query will use: one per receiver."""
-    from connector.source.options import SourceOptions
-    from connector.source.shards import shard_options
+    from connector.options.source import SourceOptions
+    from connector.receiver.shards import shard_options
 
     raw = dict(option.split("=", 1) for option in setup.source_options)
     options = SourceOptions.parse(
@@ -665,8 +665,8 @@ def synthetic_files_per_batch(rows_per_batch: int) -> int:
     """Files (so tasks) per batch of the synthetic peer: as many as ours cut a batch of
     ``rows_per_batch`` rows into (``reader.split_range`` with the default
     ``recordsPerPartition``), so both pay the same per-task costs."""
-    from connector.source.options import RECORDS_PER_PARTITION
-    from connector.source.reader import split_range
+    from connector.options.source import RECORDS_PER_PARTITION
+    from connector.spark.reader.stream_reader import split_range
 
     return len(split_range(0, rows_per_batch, RECORDS_PER_PARTITION))
 
@@ -680,7 +680,7 @@ def run_synthetic(
     stops."""
     from pyspark.sql import functions as F
 
-    from connector.source.schema import SCHEMA_DDL
+    from connector.spark.schema import SCHEMA_DDL
 
     collect_garbage(spark)
     source = workdir / "synthetic-source"
@@ -769,8 +769,8 @@ def _timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
 def profile_stages(count: int, workdir: Path) -> tuple[list[tuple[str, float]], str]:
     """Per-stage rates of the source's Python code on ``count`` messages, in this process,
     and a cProfile of the read path (WAL read + Arrow) of the ``wal`` mode."""
-    from connector.source.reader import MqttPartition
-    from connector.source.schema import to_record_batches
+    from connector.spark.reader.stream_reader import MqttPartition
+    from connector.spark.schema import to_record_batches
     from connector.wal import NewRecord, WalReader, WalWriter, decode_blob, encode_range
 
     wal_dir = workdir / "profile-wal"
@@ -831,8 +831,8 @@ def profile_receiver(
     """The source's receiver loop alone, in this thread (under cProfile unless ``profile`` is
     false): a fresh backlog of ``count`` messages drained into a WAL. Returns connect -> the
     loop's end once the last message was appended, and the profile."""
-    from connector.source.options import SourceOptions
-    from connector.source.receiver import Receiver
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
 
     client_id = "bench-ingest-receiver"
     queued = backlog(count, client_id, timeout)
@@ -939,8 +939,8 @@ def receiver_appends(
     backlog) or, ``live``, a publisher (``connector.mqtt pub`` in a subprocess, 20 in flight)
     sends them while it is connected, where a broker that holds its window sends at most that
     many per read (Mosquitto 2.0.11 holds it for neither: docs/brokers.md)."""
-    from connector.source.options import SourceOptions
-    from connector.source.receiver import Receiver
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
     from devtools.mosquitto import MosquittoBroker
 
     client_id = "bench-ingest-appends"

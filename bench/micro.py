@@ -8,10 +8,10 @@ class"); the figures live here, each measured against its alternative in the sam
 * reading an enum member through its class (``PacketType.PUBLISH``) against a module name bound
   to it, as ``connector.mqtt.decode`` and ``properties`` do on the per-message path;
 * building a WAL record as a ``NewRecord`` (a NamedTuple) against a plain tuple in the same field
-  order, as the receiver does per message (``connector.source.receiver``);
+  order, as the receiver does per message (``connector.receiver.receiver``);
 * CRC32 over a segment's bytes, which bounds what WAL recovery reads per second
   (``connector.wal.recovery``);
-* the receiver's figures kept per WAL append (``connector.source.receive_figures``: the receive
+* the receiver's figures kept per WAL append (``connector.receiver.figures``: the receive
   time of the append and the rate) against the append itself, a read of 64 messages of 100
   bytes written without fsync (the least an append costs);
 * building a PySpark ``Column`` (``F.col(...).alias(...)``, one or more Py4J round trips), which
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from connector.mqtt.packets import PacketType
-from connector.source.receive_figures import ARRIVAL_RESOLUTION_US, ArrivalIndex, RateMeter
+from connector.receiver.figures import ARRIVAL_RESOLUTION_US, ArrivalIndex, RateMeter
 from connector.wal import WalWriter
 from connector.wal.records import NewRecord
 

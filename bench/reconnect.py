@@ -12,7 +12,7 @@ QoS 1 on Mosquitto 2.0.11 (docs/delivery.md, last section)? Each run, for one se
    (``clean_session=False``), subscribes with the run's QoS and stops;
 3. ``python -m connector.mqtt pub`` publishes N numbered messages (10-digit sequence number
    first) at that QoS and exits once each is acknowledged, i.e. queued for the session;
-4. ``connector.source.receiver.Receiver`` drains the backlog through a
+4. ``connector.receiver.receiver.Receiver`` drains the backlog through a
    ``tests.chaos.proxy.ChaosProxy`` in front of the broker; once ``--cut-at`` messages are
    stored the proxy cuts the link (``cut()``: reset both ways, a dropped connection);
 5. the receiver reconnects on its own; the run waits (condition waits with a deadline,
@@ -178,7 +178,7 @@ class NumberTally:
 
 
 def _options(url: str, wal: Path, client_id: str, qos: int) -> Any:
-    from connector.source.options import SourceOptions
+    from connector.options.source import SourceOptions
 
     return SourceOptions.parse(
         {
@@ -196,7 +196,7 @@ def one_run(
     setting: Setting, count: int, cut_at: int, size: int, timeout: float, workdir: Path, tag: str
 ) -> dict[str, Any]:
     """One backlog, one cut, one reconnect; the run's figures. Raises BenchError on a loss."""
-    from connector.source.receiver import Receiver
+    from connector.receiver.receiver import Receiver
     from devtools.mosquitto import MosquittoBroker
     from tests.chaos.proxy import ChaosProxy
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from connector.source.option_table import markdown_cell
+from connector.options.table import markdown_cell
 
 from .common import rate, ratio
 from .cpu_sampler import NOT_THE_PIPELINE
@@ -799,7 +799,7 @@ def section_micro(data: Mapping[str, Any], charts: Charts) -> Lines:
         ],
         [
             "a WAL record built as `NewRecord` (NamedTuple) / as a plain tuple "
-            "(`connector.source.receiver`, per message)",
+            "(`connector.receiver.receiver`, per message)",
             f"{record['NewRecord (NamedTuple)']['median']} ns / "
             f"{record['plain tuple']['median']} ns ({record['ratio']}x)",
         ],
@@ -812,7 +812,7 @@ def section_micro(data: Mapping[str, Any], charts: Charts) -> Lines:
     if figures is not None:
         rows.append(
             [
-                "the receiver's figures kept per WAL append (`connector.source.receive_figures`) "
+                "the receiver's figures kept per WAL append (`connector.receiver.figures`) "
                 "/ the append of 64 messages of 100 bytes without fsync",
                 f"{figures['figures']['median']} ns / {figures['append']['median']} ns "
                 f"({figures['share'] * 100:.2f}%)",

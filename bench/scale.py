@@ -13,7 +13,7 @@ bytes, a message limit above the backlog), QoS 1 throughout:
 * ``topics``: the same three peers, 100-byte payloads spread round-robin over 1 .. 100,000
   distinct topic names (``plant/line-<k / 1000>/sensor-<k>/telemetry``, at least one message
   per topic): the decoder's per-connection topic cache must not make memory grow with it.
-* ``backlog``: the source's receiver (``connector.source.receiver.Receiver``, in a subprocess
+* ``backlog``: the source's receiver (``connector.receiver.receiver.Receiver``, in a subprocess
   that samples its own RSS every 50 ms) while 10^4 .. 10^7 100-byte messages wait, two ways:
   ``at the broker`` (``maxBacklogMessages`` 10,000: the receiver stops reading, TCP pushes back,
   the broker holds the rest) and ``in the WAL`` (a bound above the backlog: the receiver stores
@@ -269,8 +269,8 @@ def run_receiver(argv: Sequence[str]) -> int:
     """``python -m bench.scale receiver URL WAL BOUND TARGET IDLE``: run a Receiver and sample
     its RSS every 50 ms; stop once TARGET messages are stored (TARGET > 0) or nothing new
     was stored for IDLE seconds; one JSON line out."""
-    from connector.source.options import SourceOptions
-    from connector.source.receiver import Receiver
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
 
     url, wal, bound, target, idle = argv[0], argv[1], int(argv[2]), int(argv[3]), float(argv[4])
     options = SourceOptions.parse(

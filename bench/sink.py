@@ -12,7 +12,7 @@ closed with DISCONNECT):
 * ``spark``: ``df.write.format("mqtt").mode("append").save()`` of a cached DataFrame of the
   messages in P partitions (default 2, local[2]: two tasks, two connections), the clock around
   ``save()``;
-* ``task``: the writer's task publisher (``connector.source.sink_task``) alone, one connection,
+* ``task``: the writer's task publisher (``connector.spark.writer.task``) alone, one connection,
   no Spark: what the client costs without Spark's job around it;
 * ``paho``: paho-mqtt 2.x, one connection, its default window of 20 QoS 1/2 messages in flight
   (the writer's ``maxInflight`` default), ``loop_start``'s thread.
@@ -84,9 +84,9 @@ def run_paho(url: str, count: int, size: int, qos: int) -> float:
 
 
 def run_task(url: str, count: int, size: int, qos: int) -> float:
-    from connector.source.sink_options import SinkOptions
-    from connector.source.sink_rows import OutMessage
-    from connector.source.sink_task import TaskIdentity, TaskPublisher
+    from connector.spark.writer.options import SinkOptions
+    from connector.spark.writer.rows import OutMessage
+    from connector.spark.writer.task import TaskIdentity, TaskPublisher
 
     options = SinkOptions.parse({"brokerUrl": url, "qos": str(qos)})
     messages = [

@@ -186,7 +186,7 @@ def stored(backlog: Sequence[tuple[str, bytes]]) -> list[Any]:
 def decoder_alone(backlog: Sequence[tuple[str, bytes]], repeat: int) -> dict[str, Any]:
     """``decode_messages``, ``to_record_batch`` and ``fold`` over the backlog, each ``repeat``
     times after a full GC; seconds per run, and rates of the medians."""
-    from connector.source.sparkplug_schema import to_record_batch
+    from connector.spark.reader.sparkplug_schema import to_record_batch
     from connector.sparkplug.messages import decode_messages, fold
     from connector.sparkplug.state import SparkplugState
 
@@ -224,7 +224,7 @@ def decoder_alone(backlog: Sequence[tuple[str, bytes]], repeat: int) -> dict[str
 def profile_decoder(backlog: Sequence[tuple[str, bytes]], limit: int = 10) -> list[dict[str, Any]]:
     """cProfile of ``decode_messages`` + ``to_record_batch`` over the backlog: the ``limit``
     functions with the most cumulative time."""
-    from connector.source.sparkplug_schema import to_record_batch
+    from connector.spark.reader.sparkplug_schema import to_record_batch
     from connector.sparkplug.messages import decode_messages
     from connector.sparkplug.state import SparkplugState
 

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from connector.source.sink import QUERY_ID_PROPERTY
+from connector.spark.writer.sink import QUERY_ID_PROPERTY
 
 from .delta_append import DeltaAppender
 from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, event_rows, table_rows

@@ -3,7 +3,7 @@
 Under ``Trigger.AvailableNow`` the source freezes every receiver before the run's first batch
 and drains each WAL up to its high-water mark at that moment. Every progress report made after
 the freeze carries, per receiver (``sources[0].latestOffset``,
-:mod:`connector.source.progress_report`), ``frozen`` and ``walHighWaterMark``, the target. The
+:mod:`connector.spark.reader.progress_report`), ``frozen`` and ``walHighWaterMark``, the target. The
 report is made when the batch is planned, so its ``committed`` is the batch's start, one batch
 behind: the first frozen report's ``committed`` is where the drain started, and the batch's
 ``endOffset`` (a report arrives once its batch is written) is what has been drained.
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from connector.source.progress_frame import source_receivers
+from connector.spark.reader.progress_frame import source_receivers
 from streaming_jobs.progress import is_data_batch
 
 log = logging.getLogger("streaming_jobs.progress.drain")

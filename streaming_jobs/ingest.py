@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script by spark-submit or python
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from connector.source.options import SourceOptions
+from connector.options.source import SourceOptions
 
 if TYPE_CHECKING:
     from streaming_jobs.metrics_server import MetricsServer
@@ -99,7 +99,7 @@ _SPARK_PREFIX = re.compile(
 )
 _PYTHON_SOURCE_PREFIX = re.compile(r"^\[PYTHON_[A-Z_]+\] [^:\n]*: (?=(?:[a-z_]\w*\.)+[A-Z])")
 """Spark's wrapper of a Python data source's error sent without its traceback
-(connector/source/user_errors.py): ``[PYTHON_..._ERROR] Failed when ...: module.Error: ...``."""
+(connector/spark/user_errors.py): ``[PYTHON_..._ERROR] Failed when ...: module.Error: ...``."""
 _SKIP = ("at ", "JVM stacktrace", "An error occurred while", "Caused by", "...")
 
 
@@ -201,7 +201,7 @@ def create_broker_session(options: SourceOptions, checkpoint: str) -> None:
     then the job logs that it does. A checkpoint with offsets belongs to a run that made it
     (its receiver, not a new WAL, takes what the broker kept)."""
     from connector.mqtt.errors import MqttError
-    from connector.source.first_run import create_session
+    from connector.receiver.first_run import create_session
     from connector.wal.opening import child_names
 
     if options.clean_session:
@@ -237,7 +237,7 @@ def create_broker_session(options: SourceOptions, checkpoint: str) -> None:
 
 def receivers_subscribed(progress: Any) -> bool:
     """Whether the source's report in ``progress`` says every receiver is subscribed."""
-    from connector.source.progress_frame import source_receivers
+    from connector.spark.reader.progress_frame import source_receivers
 
     receivers = [] if progress is None else source_receivers(progress)
     return bool(receivers) and all(r.get("subscribed") for r in receivers)
@@ -601,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # py4j logs a failed batch writer's traceback; the job reports its root cause
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         # the job says itself when the broker queues for it (create_broker_session)
-        logging.getLogger("connector.source.first_run").setLevel(logging.WARNING)
+        logging.getLogger("connector.receiver.first_run").setLevel(logging.WARNING)
     stop = StopRequest()
     stop.install()
     try:

@@ -27,8 +27,8 @@ from typing import Any, NoReturn
 
 from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.packets import ProtocolLevel
-from connector.source.option_table import SECRET_OPTIONS, canonical_name
-from connector.source.options import InvalidOptionError, SourceOptions
+from connector.options.source import InvalidOptionError, SourceOptions
+from connector.options.table import SECRET_OPTIONS, canonical_name
 from connector.wal.location import WalLocationError, parse_location
 from streaming_jobs.ingest_flags import BY_DEST, FLAGS, option_flags
 from streaming_jobs.ingest_flags import PAYLOAD_FORMATS as PAYLOAD_FORMATS

@@ -1,6 +1,6 @@
 """The ingest job's flags: one row each, the only place where a flag's name, kind, default,
 config-file key and help are written. ``python -m streaming_jobs.ingest_flags`` prints
-``docs/options.md`` (this table and the source's, :mod:`connector.source.option_table`).
+``docs/options.md`` (this table and the source's, :mod:`connector.options.table`).
 
 Rules of a row: a flag that sets a source ``option`` takes that row's choices, type, default and
 help unless it gives its own; ``also`` names other options it stands for in error messages.
@@ -21,8 +21,8 @@ from typing import Any
 
 from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE
-from connector.source.option_table import OPTIONS, SPARK_KEYS, Option, markdown_cell
-from connector.source.option_table import markdown as options_markdown
+from connector.options.table import OPTIONS, SPARK_KEYS, Option, markdown_cell
+from connector.options.table import markdown as options_markdown
 
 KINDS = ("value", "list", "pairs", "names", "switch", "action")
 PAYLOAD_FORMATS = ("binary", "text", "json", "sparkplug")
@@ -347,7 +347,7 @@ def markdown() -> str:
     lines = [
         "# Options and flags",
         "",
-        "<!-- Generated from connector/source/option_table.py and streaming_jobs/ingest_flags.py"
+        "<!-- Generated from connector/options/table.py and streaming_jobs/ingest_flags.py"
         " by `python -m streaming_jobs.ingest_flags > docs/options.md`; edit those, not this"
         " file. -->",
         "",

@@ -3,7 +3,7 @@
 Spark runs the source's receivers in its own Python process, out of the job's reach, so the
 figures come the way Spark carries them: a ``StreamingQueryListener`` keeps the latest progress
 of the job's query, whose reported latest offset is the source's report
-(:mod:`connector.source.progress_report`), and the batch writer's :class:`RunStats` adds what
+(:mod:`connector.spark.reader.progress_report`), and the batch writer's :class:`RunStats` adds what
 landed in Delta. A scrape turns the latest of both into metrics named by Prometheus'
 conventions: the ``mqtt_ingest_`` prefix, base units in the names, counters ending
 ``_total``. Per-receiver figures carry a ``receiver`` label. Counters count from the job's
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connector.source.progress_frame import source_receivers
+from connector.spark.reader.progress_frame import source_receivers
 from streaming_jobs.progress import RunStats, is_data_batch
 
 log = logging.getLogger("streaming_jobs.metrics")

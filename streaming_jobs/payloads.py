@@ -35,13 +35,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from connector.source.schema import COLUMNS, PROPERTIES_COLUMN, PROPERTIES_TYPE
-from connector.source.sparkplug_schema import FIELDS as SPARKPLUG_FIELDS
+from connector.spark.reader.sparkplug_schema import FIELDS as SPARKPLUG_FIELDS
+from connector.spark.schema import COLUMNS, PROPERTIES_COLUMN, PROPERTIES_TYPE
 
 from .projections import Projections
 
 MQTT_COLUMNS = COLUMNS
-"""The source's columns (connector.source.schema)."""
+"""The source's columns (connector.spark.schema)."""
 METADATA_COLUMNS = COLUMNS[2:]
 """Every column of the source but ``topic`` and ``payload``."""
 PROPERTIES = PROPERTIES_COLUMN
@@ -71,7 +71,8 @@ CONTENT_TYPE_NOT_JSON = ("content type '", "' is not JSON")
 
 SPARKPLUG = "sparkplug"
 SPARKPLUG_SOURCE_COLUMNS = tuple(f[0] for f in SPARKPLUG_FIELDS)
-"""The source's columns with ``payloadFormat`` ``sparkplug`` (connector.source.sparkplug_schema)."""
+"""The source's columns with ``payloadFormat`` ``sparkplug``
+(connector.spark.reader.sparkplug_schema)."""
 _EVENT_ONLY = ("event", "host_id", "host_online", "payload")
 SPARKPLUG_METRIC_COLUMNS = tuple(c for c in SPARKPLUG_SOURCE_COLUMNS if c not in _EVENT_ONLY)
 """``--table`` of a Sparkplug run: one row per metric (docs/sparkplug.md)."""

@@ -2,7 +2,8 @@
 
 Two sources are joined by batch id: the batch writer records what it saw in each batch (rows,
 dead-letter rows, newest message time) in :class:`RunStats`, and Spark's query progress gives
-the rate and the source's report (its ``latestOffset``, :mod:`connector.source.progress_report`).
+the rate and the source's report (its ``latestOffset``,
+:mod:`connector.spark.reader.progress_report`).
 The backlog is what waits in the write-ahead log beyond the batch when it was planned: the
 receivers' ``backlog`` added up. The lag is the time from the newest message of a batch
 reaching the receiver to the batch's write. The same report carries the receivers' delivery
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connector.source.progress_frame import source_receivers, source_reports
+from connector.spark.reader.progress_frame import source_receivers, source_reports
 
 log = logging.getLogger("streaming_jobs.progress")
 

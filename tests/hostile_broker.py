@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MqttError
 from connector.mqtt.packets import (
@@ -27,6 +26,7 @@ from connector.mqtt.packets import (
     Suback,
     Subscribe,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 
 Script = Callable[[socket.socket, int], None]
 """Runs after SUBACK: what the broker sends on connection ``number``."""
@@ -88,7 +88,7 @@ class ScriptedBroker:
             ).start()
 
     def _handle(self, conn: socket.socket, number: int) -> None:
-        decoder = StreamDecoder(self.level)
+        decoder = ReceiveBuffer(self.level)
         received = self.received.setdefault(number, [])
         conn.settimeout(None)  # close() shuts the socket down to end this handler
         with conn:

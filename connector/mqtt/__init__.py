@@ -5,9 +5,10 @@ Nothing here imports Spark. The codec and the session take bytes and return pack
 bytes to send; :mod:`connector.mqtt.driver` owns sockets, TLS, clocks and reconnects.
 """
 
+from connector.mqtt.receive_buffer import ReceiveBuffer
+
 from .config import SessionConfig
 from .decode import decode_packet
-from .decoder import StreamDecoder
 from .encode import encode, encode_ack, encode_publish
 from .errors import (
     BadUsernameOrPassword,
@@ -53,11 +54,11 @@ __all__ = [
     "Properties",
     "ProtocolLevel",
     "Publish",
+    "ReceiveBuffer",
     "RemoteProtocolError",
     "RepeatedProtocolViolation",
     "ServerUnavailable",
     "SessionConfig",
-    "StreamDecoder",
     "SubscriptionRefused",
     "UnacceptableProtocolVersion",
     "decode_packet",

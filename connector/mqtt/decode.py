@@ -3,7 +3,7 @@
 ``decode_packet`` parses one frame body once its fixed header has been read;
 ``decode_publish`` and ``decode_publish_v5`` read a PUBLISH straight from the receive buffer
 (the hot path), with the topic and property caches a stream keeps
-(:mod:`connector.mqtt.decoder` is the stream side). A frame that breaks a rule raises
+(:mod:`connector.mqtt.receive_buffer` is the stream side). A frame that breaks a rule raises
 :class:`~connector.mqtt.errors.MalformedFrame` (the peer's fault), naming the rule and its
 section of the MQTT 3.1.1 standard (the 3.1 text where the versions differ), or of the MQTT
 5.0 standard, saying so. Writing packets: :mod:`connector.mqtt.encode`.

@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import cast
 
+from connector.mqtt.receive_buffer import ReceiveBuffer
+
 from .config import SessionConfig
-from .decoder import StreamDecoder
 from .encode import encode, encode_ack, encode_acks
 from .errors import (
     KeepAliveTimeout,
@@ -124,10 +125,10 @@ class ClientSession:
         self.violations_in_a_row = 0
         """Violations since a read last delivered a message, release or outbound ack."""
 
-    def _new_decoder(self) -> StreamDecoder:
+    def _new_decoder(self) -> ReceiveBuffer:
         """A decoder for a new connection, refusing packets above ``packet_limit``."""
         config = self.config
-        return StreamDecoder(config.level, largest_remaining_length(config.packet_limit))
+        return ReceiveBuffer(config.level, largest_remaining_length(config.packet_limit))
 
     # ---------------------------------------------------------------- what the session counts
 

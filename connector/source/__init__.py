@@ -1,11 +1,14 @@
-"""The PySpark data source ``mqtt``: options, schema, stream reader and the receiver thread;
-``create_session`` makes a query's broker session ahead of its first run.
+"""The names a user imports: the PySpark data source ``mqtt`` and what goes with it.
 
-The data source's names are imported on first use (PEP 562): a receiver process
-(:mod:`connector.source.shard_worker`) needs the receiver and the WAL, not PySpark and pyarrow,
-which the data source and the reader bring in. ``DataLossError`` is the WAL's
+``MqttDataSource`` (:mod:`connector.spark.datasource`), ``create_session``, which makes a
+query's broker session ahead of its first run (:mod:`connector.receiver.first_run`), the
+options and their error (:mod:`connector.options.source`), and ``DataLossError``, the WAL's
 :class:`~connector.wal.errors.WalDataLossError`, the one error for offsets that are not stored
-(``failOnDataLoss``).
+(``failOnDataLoss``). The parts live in rooms named for them: the Spark-free receiver in
+:mod:`connector.receiver`, the Spark reader and writer in :mod:`connector.spark`.
+
+The names are imported on first use (PEP 562), so importing this package brings in neither
+PySpark nor pyarrow until the data source is asked for.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from connector.wal.errors import WalDataLossError as DataLossError
 
 if TYPE_CHECKING:
-    from .datasource import MqttDataSource
-    from .first_run import create_session
-    from .options import InvalidOptionError, SourceOptions
+    from connector.options.source import InvalidOptionError, SourceOptions
+    from connector.receiver.first_run import create_session
+    from connector.spark.datasource import MqttDataSource
 
 __all__ = [
     "DataLossError",
@@ -29,10 +32,10 @@ __all__ = [
 ]
 
 _MODULES = {
-    "InvalidOptionError": "options",
-    "MqttDataSource": "datasource",
-    "SourceOptions": "options",
-    "create_session": "first_run",
+    "InvalidOptionError": "connector.options.source",
+    "MqttDataSource": "connector.spark.datasource",
+    "SourceOptions": "connector.options.source",
+    "create_session": "connector.receiver.first_run",
 }
 
 
@@ -40,4 +43,4 @@ def __getattr__(name: str) -> Any:
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    return getattr(importlib.import_module(module), name)

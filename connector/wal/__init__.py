@@ -78,6 +78,9 @@ knows only version 2 stops at "unsupported WAL format version 3". The inline blo
 (:mod:`connector.wal.blob`) is version 2, or 3 when it holds a kind 6 block.
 """
 
+from connector.wal.file_reader import WalReader, encode_range
+from connector.wal.file_writer import DEFAULT_SEGMENT_MAX_BYTES, WalWriter
+
 from .blob import decode_blob
 from .columns import WalColumns
 from .errors import (
@@ -89,9 +92,7 @@ from .errors import (
     WalWriteError,
 )
 from .identity import read_identity
-from .reader import WalReader, encode_range
 from .records import NewRecord, RecordTuple, WalRecord, record_digest
-from .writer import DEFAULT_SEGMENT_MAX_BYTES, WalWriter
 
 __all__ = [
     "DEFAULT_SEGMENT_MAX_BYTES",

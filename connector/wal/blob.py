@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import struct
 
+from connector.wal.scan import DONE, DataSink, scan
+
 from .columns import WalColumns
-from .decode import DONE, DataSink, scan
 from .errors import WalCorruptError
 from .records import FRAME_SIZE, KIND_PROPERTIES_BLOCK, OFFSET_AT
 

@@ -2,7 +2,7 @@
 
 ``walPath`` is one of:
 
-* a local path: the file layout (append + fsync, :mod:`connector.wal.writer`);
+* a local path: the file layout (append + fsync, :mod:`connector.wal.file_writer`);
 * a path under ``/Volumes/`` or ``/dbfs/`` (Databricks FUSE mounts over object storage) or a
   ``file://`` URI: the object layout (:mod:`connector.wal.objects`) on the local file system,
   since those mounts neither append durably nor fsync;

@@ -1,6 +1,6 @@
 """Reads of offset ranges from a WAL in the object layout, from any process or machine.
 
-Like :class:`connector.wal.reader.WalReader` it keeps no state between calls and takes no
+Like :class:`connector.wal.file_reader.WalReader` it keeps no state between calls and takes no
 lease: it lists the segments, picks the part from which ``start`` is found by the parts'
 names (:func:`connector.wal.objects.part_for`) and decodes whole parts. Callers ask only for
 offsets below a ``next_offset`` the writer reported, i.e. stored ones.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .decode import DONE, NEED_MORE, SEALED, DataSink, scan
+from connector.wal.scan import DONE, NEED_MORE, SEALED, DataSink, scan
+
 from .errors import WalCorruptError, WalDataLossError, WalStoreError
 from .location import WalLocation
 from .object_writer import read_object_identity

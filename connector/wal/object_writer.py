@@ -228,7 +228,7 @@ class ObjectWalWriter(WriterState):
 
     def _upgrade_for_properties(self) -> None:
         """Before the first data block with properties (kind 6): ``wal.json`` says format
-        version 3 (as :meth:`connector.wal.writer.WalWriter._upgrade_for_properties`)."""
+        version 3 (as :meth:`connector.wal.file_writer.WalWriter._upgrade_for_properties`)."""
         self._store.replace(META_NAME, encode_meta(self._identity, PROPERTIES_VERSION))
         log.info(
             "WAL %s: format version %d upgraded to %d (data blocks with MQTT 5 properties)",

@@ -8,14 +8,15 @@ import os
 from pathlib import Path
 from typing import TypeAlias
 
+from connector.wal.file_reader import WalReader
+from connector.wal.file_writer import WalWriter, make_directory
+
 from .identity import read_identity as read_file_identity
 from .location import WalLocation, parse_location
 from .object_reader import ObjectWalReader
 from .object_writer import ObjectWalWriter, read_object_identity
 from .objects import ObjectStore
-from .reader import WalReader
 from .segment import fsync_dir
-from .writer import WalWriter, make_directory
 
 AnyWalWriter: TypeAlias = WalWriter | ObjectWalWriter
 AnyWalReader: TypeAlias = WalReader | ObjectWalReader

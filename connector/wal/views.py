@@ -1,5 +1,5 @@
 """What both layouts' writers and readers answer the same way (the file layout in
-:mod:`connector.wal.writer` and :mod:`connector.wal.reader`, the object layout in
+:mod:`connector.wal.file_writer` and :mod:`connector.wal.file_reader`, the object layout in
 :mod:`connector.wal.object_writer` and :mod:`connector.wal.object_reader`)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import Self
 
+from connector.wal.scan import DataSink
+
 from .blob import pack_blob
 from .columns import WalColumns
-from .decode import DataSink
 from .errors import WalError, WalWriteError
 from .state import QosState
 

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from connector.source import MqttDataSource, create_session
-from connector.source.progress_frame import progress_frame
+from connector.spark.reader.progress_frame import progress_frame
 
 # Parameters: notebook widgets on Databricks; environment variables or defaults elsewhere.
 DEFAULTS = {

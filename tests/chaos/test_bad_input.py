@@ -11,8 +11,8 @@ import random
 import pytest
 from pyspark.sql import SparkSession
 
-from connector.source.options import InvalidOptionError, SourceOptions
-from connector.source.schema import SCHEMA_DDL
+from connector.options.source import InvalidOptionError, SourceOptions
+from connector.spark.schema import SCHEMA_DDL
 from streaming_jobs.ingest import parse_schema
 from streaming_jobs.payloads import REASON, dead_letter_rows, decode, make_plan, table_rows
 from tests.chaos.harness import rng_for, sized

@@ -22,7 +22,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from connector.source.sink_task import IDEMPOTENCY_KEY
+from connector.spark.writer.task import IDEMPOTENCY_KEY
 from devtools.process_tree import alive_in
 from tests.brokers import BrokerFactory
 from tests.chaos.sink_query import TOPIC_PREFIX

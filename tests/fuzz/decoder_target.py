@@ -19,7 +19,6 @@ import re
 from collections.abc import Sequence
 from typing import cast
 
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MalformedFrame, MalformedPacket, PacketTooLarge
 from connector.mqtt.packets import (
@@ -40,11 +39,12 @@ from connector.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 
 SMALL_MAX = 300
 
 
-def _feed(decoder: StreamDecoder, chunks: list[bytes]) -> tuple[list[Packet], str | None]:
+def _feed(decoder: ReceiveBuffer, chunks: list[bytes]) -> tuple[list[Packet], str | None]:
     """All packets the chunks produce, and the error message that ended the stream, if any."""
     packets: list[Packet] = []
     for chunk in chunks:
@@ -92,13 +92,13 @@ def one_input(data: bytes) -> None:
     control, stream = data[0], data[1:]
     level = ProtocolLevel.MQTT_3_1 if control & 1 else ProtocolLevel.MQTT_3_1_1
     limit = SMALL_MAX if control & 2 else 268_435_455
-    whole, whole_error = _feed(StreamDecoder(level, limit), [stream])
-    split, split_error = _feed(StreamDecoder(level, limit), _cuts(stream, control >> 2))
+    whole, whole_error = _feed(ReceiveBuffer(level, limit), [stream])
+    split, split_error = _feed(ReceiveBuffer(level, limit), _cuts(stream, control >> 2))
     assert split == whole, (whole, split)
     assert (split_error is None) == (whole_error is None), (whole_error, split_error)
     for packet in whole:
         frame = encode(packet, level)
-        assert StreamDecoder(level).feed(frame) == [packet], packet
+        assert ReceiveBuffer(level).feed(frame) == [packet], packet
 
 
 def seeds() -> list[bytes]:

@@ -13,11 +13,11 @@ session; the bytes the session queues for the broker always decode as well-forme
 from __future__ import annotations
 
 from connector.mqtt.config import SessionConfig
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import ConnectionRefused, LocalProtocolError, MqttError
 from connector.mqtt.events import ProtocolViolation
 from connector.mqtt.packets import Connack, ProtocolLevel, Publish, Pubrel, Suback
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession, State
 
 from .decoder_target import cites_rule
@@ -34,7 +34,7 @@ def one_input(data: bytes) -> None:
     if control & 2:
         session.receive_data(encode(Connack(True, 0)), 0.0)
         session.subscribe([("a/#", 2)], 0.0)
-    outbound = StreamDecoder(level)  # what the session sends must always be well-formed
+    outbound = ReceiveBuffer(level)  # what the session sends must always be well-formed
     outbound.feed(session.data_to_send())
     step = (control >> 3) + 1
     now = 0.0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from connector.source.sparkplug_schema import to_record_batch
+from connector.spark.reader.sparkplug_schema import to_record_batch
 from connector.sparkplug.messages import Message, decode_messages, fold
 from connector.sparkplug.payload import PayloadError, decode_message
 from connector.sparkplug.state import SparkplugState

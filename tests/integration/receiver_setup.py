@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from bench.common import REPO_ROOT, pub_command
-from connector.source.options import SourceOptions
+from connector.options.source import SourceOptions
 from tests.brokers import MosquittoBroker
 
 

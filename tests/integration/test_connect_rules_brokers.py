@@ -35,7 +35,7 @@ from connector.mqtt.packets import (
     Publish,
     Pubrec,
 )
-from connector.source.receiver import Receiver
+from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
 from tests.brokers import MosquittoBroker
 from tests.hostile_broker import ScriptedBroker
@@ -239,7 +239,7 @@ def test_a_lost_persistent_session_releases_its_qos2_ids_and_reports_the_gap(
 
         threading.Thread(target=run, daemon=True).start()
 
-    caplog.set_level(logging.WARNING, logger="connector.source.receiver")
+    caplog.set_level(logging.WARNING, logger="connector.receiver.receiver")
     with ScriptedBroker(script, on_connect=connack) as broker:
         receiver = Receiver(options(broker, tmp_path / "wal", 2))  # type: ignore[arg-type]
         fast_retries(receiver.client)

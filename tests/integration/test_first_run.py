@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from connector.mqtt.errors import BrokerUnreachable
+from connector.options.source import SourceOptions
+from connector.receiver.broker_session import read_record
+from connector.receiver.receiver import Receiver
+from connector.receiver.shards import existing_shards, shard_wal_path
 from connector.source import InvalidOptionError, create_session
-from connector.source.broker_session import read_record
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
-from connector.source.shards import existing_shards, shard_wal_path
 from connector.wal import WalReader
 from devtools.broker_process import free_port
 from tests.brokers import MosquittoBroker
@@ -137,7 +137,7 @@ def test_a_query_without_wal_path_says_where_its_wal_is(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from connector.source.reader import MqttStreamReader
+    from connector.spark.reader.stream_reader import MqttStreamReader
 
     monkeypatch.setenv("MQTT_WAL_ROOT", str(tmp_path / "cache"))
     raw = raw_options(mosquitto.url, tmp_path / "unused", 1)

@@ -14,8 +14,8 @@ from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Pubcomp, Pubrec
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
+from connector.options.source import SourceOptions
+from connector.receiver.receiver import Receiver
 from connector.wal import RecordTuple, WalReader
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.hostile_broker import ScriptedBroker

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from connector.source.receive_figures import ARRIVAL_RESOLUTION_US, RATE_WINDOW_SECONDS
-from connector.source.receiver import Receiver
+from connector.receiver.figures import ARRIVAL_RESOLUTION_US, RATE_WINDOW_SECONDS
+from connector.receiver.receiver import Receiver
 from connector.wal.segment import segment_name
 from tests.brokers import MosquittoBroker
 from tests.integration.receiver_setup import options, publish

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from connector.source.receiver import Receiver
-from connector.source.shard_handles import LocalShard, ShardProcess
+from connector.receiver.receiver import Receiver
+from connector.receiver.shard_handles import LocalShard, ShardProcess
 from connector.wal import WalReader
 from tests.brokers import BrokerFactory
 from tests.integration.receiver_setup import options

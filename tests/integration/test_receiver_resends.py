@@ -19,8 +19,8 @@ import pytest
 
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.packets import Connack, Puback, Publish
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
+from connector.options.source import SourceOptions
+from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
 from tests.brokers import BrokerFactory
 from tests.chaos.harness import Ledger, Publisher, ledgers_per_qos, payload_id

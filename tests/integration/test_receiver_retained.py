@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.source.receiver import Receiver
+from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
 from tests.brokers import MosquittoBroker
 from tests.integration.receiver_setup import options, publish
@@ -43,7 +43,7 @@ def test_retained_messages_are_acknowledged_and_never_stored(
         paho.disconnect()
     wal = tmp_path / "wal"
     opts = options(mosquitto, wal, qos)
-    with caplog.at_level(logging.DEBUG, logger="connector.source.receiver"):
+    with caplog.at_level(logging.DEBUG, logger="connector.receiver.receiver"):
         # Mosquitto sends the retained message on subscribe, before anything published later.
         receive(Receiver(opts, drop_retained=True), mosquitto, "r/live", qos, 5)
     assert "dropped 1 retained message(s)" in caplog.text

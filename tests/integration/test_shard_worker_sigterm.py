@@ -1,6 +1,6 @@
 """A receiver process (``receivers`` > 1) stopped by SIGTERM sends DISCONNECT.
 
-Rule (``connector.source.shard_worker``): SIGTERM, which reaches the receiver processes when a
+Rule (``connector.receiver.shard_worker``): SIGTERM, which reaches the receiver processes when a
 job's whole process group is signalled, stops the receiver as a ``stop`` request does: DISCONNECT
 (Mosquitto logs ``Client <id> disconnected.``), WAL closed, exit. A real Mosquitto, no Spark.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from connector.source.options import SourceOptions
-from connector.source.shard_handles import ShardProcess
-from connector.source.shard_worker import TERMINATED_EXIT_STATUS
+from connector.options.source import SourceOptions
+from connector.receiver.shard_handles import ShardProcess
+from connector.receiver.shard_worker import TERMINATED_EXIT_STATUS
 from tests.brokers import BrokerFactory
 from tests.waiting import wait_until
 

@@ -15,9 +15,9 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from connector.mqtt.errors import BrokerUnreachable
-from connector.source.sink_options import SinkOptions
-from connector.source.sink_rows import OutMessage, RowError
-from connector.source.sink_task import (
+from connector.spark.writer.options import SinkOptions
+from connector.spark.writer.rows import OutMessage, RowError
+from connector.spark.writer.task import (
     IDEMPOTENCY_KEY,
     PublishRefused,
     PublishTimeout,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
+from connector.options.source import SourceOptions
+from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
 from tests.brokers import MosquittoBroker
 from tests.chaos.proxy import ChaosProxy

@@ -27,8 +27,8 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
+from connector.options.source import SourceOptions
+from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
 from tests.chaos.proxy import ChaosProxy
 from tests.interop_brokers import ExternalBroker, InteropBroker

@@ -11,8 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
+from connector.options.source import SourceOptions
+from connector.receiver.receiver import Receiver
 from connector.sparkplug.messages import decode_messages, messages_of
 from connector.sparkplug.state import SparkplugState
 from connector.wal import WalReader

@@ -28,8 +28,8 @@ from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.errors import BrokerUnreachable, TlsError
 from connector.mqtt.tls import TlsOptions
-from connector.source.options import SourceOptions
-from connector.source.receiver import Receiver
+from connector.options.source import SourceOptions
+from connector.receiver.receiver import Receiver
 from tests.brokers import Pki
 from tests.interop_brokers import MochiBroker, MochiTls
 from tests.mqtt_clients import PahoClient

@@ -115,7 +115,7 @@ query = (
 ended = query.awaitTermination(float(timeout))
 if not ended:
     query.stop()
-from connector.source.schema import SCHEMA_DDL
+from connector.spark.schema import SCHEMA_DDL
 import connector
 landed = spark.sql("SELECT payload FROM landed").collect()
 print(json.dumps({

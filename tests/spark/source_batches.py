@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from connector.source.schema import SCHEMA_DDL
+from connector.spark.schema import SCHEMA_DDL
 
 SCHEMA = "seq BIGINT NOT NULL, temp DOUBLE, status STRING"
 """The ``--schema`` of the JSON payloads in these batches."""

@@ -1,7 +1,7 @@
 """``Trigger.AvailableNow`` under steady traffic leaves nothing behind in the WAL.
 
 Rules under test (``MqttStreamReader.prepareForTriggerAvailableNow``, ``Receiver.freeze``,
-``connector.source.shards.Position``; docs/delivery.md, "Trigger.AvailableNow"): once a run
+``connector.receiver.shards.Position``; docs/delivery.md, "Trigger.AvailableNow"): once a run
 fixes its targets its receivers store and acknowledge nothing more, so every message a WAL
 acknowledged is in the run's batches and the broker keeps the rest for the next run; the last
 batch ends at a final position, and a checkpoint at a final position goes on with a new WAL

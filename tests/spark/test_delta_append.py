@@ -246,7 +246,7 @@ def test_tables_created_before_the_query_take_the_first_batch_directly(
 ) -> None:
     from pyspark.sql.types import StructType
 
-    from connector.source.schema import SCHEMA_DDL
+    from connector.spark.schema import SCHEMA_DDL
     from streaming_jobs.ingest import parse_schema
     from tests.spark.source_batches import SCHEMA
 
@@ -286,7 +286,7 @@ def test_tables_the_job_creates_get_a_long_checkpoint_interval_unless_told_other
 ) -> None:
     """Decision 23: created tables get CREATED_TABLE_CHECKPOINT_INTERVAL, or the interval asked
     for, or (nothing asked) the session's default for new tables; existing ones keep theirs."""
-    from connector.source.schema import SCHEMA_DDL
+    from connector.spark.schema import SCHEMA_DDL
 
     plan = make_plan("text", None, dead_letters=True)
 

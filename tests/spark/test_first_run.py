@@ -17,7 +17,7 @@ from pathlib import Path
 from pyspark.sql import Row, SparkSession
 
 from connector.source import create_session
-from connector.source.progress_frame import source_receivers
+from connector.spark.reader.progress_frame import source_receivers
 from devtools.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
 from tests.spark import job_runner

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.source.broker_session import SUBSCRIPTIONS_FILE
+from connector.receiver.broker_session import SUBSCRIPTIONS_FILE
 from connector.wal import WalReader
 from devtools.broker_process import free_port
 from streaming_jobs.ingest_config import build_parser

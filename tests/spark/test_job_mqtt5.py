@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from connector.source.schema import SCHEMA_DDL_MQTT5
+from connector.spark.schema import SCHEMA_DDL_MQTT5
 from devtools.delta_log import delta_row_count
 from streaming_jobs import payloads
 from streaming_jobs.ingest import parse_schema

@@ -10,8 +10,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from connector.source.progress_frame import progress_frame
-from connector.source.progress_report import REPORT_VERSION
+from connector.spark.reader.progress_frame import progress_frame
+from connector.spark.reader.progress_report import REPORT_VERSION
 from tests.brokers import BrokerFactory
 from tests.spark.streams import (
     StreamDirs,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from connector.source.broker_session import SUBSCRIPTIONS_FILE
+from connector.receiver.broker_session import SUBSCRIPTIONS_FILE
 from devtools.delta_log import delta_row_count
 from tests.brokers import BrokerFactory
 from tests.spark.job_runner import SUBMIT_ARGS

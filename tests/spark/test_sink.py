@@ -19,7 +19,7 @@ from paho.mqtt.properties import Properties as PahoProperties
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from connector.source.sink_task import IDEMPOTENCY_KEY
+from connector.spark.writer.task import IDEMPOTENCY_KEY
 from tests.brokers import LOOPBACK, BrokerFactory, MosquittoBroker, free_port
 from tests.interop_brokers import ExternalBroker
 from tests.mqtt_clients import PahoClient, Received

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql import Row, SparkSession
 
-from connector.source.sparkplug_plan import STATE_FILE
+from connector.spark.reader.sparkplug_plan import STATE_FILE
 from connector.sparkplug.messages import Message as Stored
 from connector.sparkplug.messages import decode_messages
 from connector.sparkplug.state import SparkplugState

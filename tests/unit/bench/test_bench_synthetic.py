@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.ingest import synthetic_files_per_batch
-from connector.source.options import RECORDS_PER_PARTITION
-from connector.source.reader import split_range
+from connector.options.source import RECORDS_PER_PARTITION
+from connector.spark.reader.stream_reader import split_range
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from connector.mqtt.config import SessionConfig
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import (
     BadUsernameOrPassword,
@@ -47,6 +46,7 @@ from connector.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession, State
 
 V3 = ProtocolLevel.MQTT_3_1
@@ -63,7 +63,7 @@ def wire(*packets: Packet, level: int = V4) -> bytes:
 
 def sent_packets(session: ClientSession) -> list[Packet]:
     """Decode what the session queued for the broker."""
-    return StreamDecoder(session.config.level).feed(session.data_to_send())
+    return ReceiveBuffer(session.config.level).feed(session.data_to_send())
 
 
 def connect(session: ClientSession, now: float = 0.0, session_present: bool = False) -> list[Event]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import ACK_WORDS, encode, encode_ack, encode_acks
 from connector.mqtt.errors import InvalidArgument, LocalProtocolError
 from connector.mqtt.packets import (
@@ -19,6 +18,7 @@ from connector.mqtt.packets import (
     Pubrel,
     Unsuback,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 
 PACKETS = {
     PacketType.PUBACK: Puback,
@@ -48,7 +48,7 @@ def test_encode_ack_round_trips_for_every_id_edge(kind: PacketType, level: int) 
         frame = encode_ack(kind, pid)
         assert frame == bytes((FIRST_BYTES[kind], 2, pid >> 8, pid & 0xFF))
         assert frame == encode(PACKETS[kind](pid), level)
-        assert StreamDecoder(level).feed(frame) == [PACKETS[kind](pid)]
+        assert ReceiveBuffer(level).feed(frame) == [PACKETS[kind](pid)]
 
 
 def test_encode_acks_writes_the_words_as_consecutive_frames_in_order() -> None:
@@ -56,7 +56,7 @@ def test_encode_acks_writes_the_words_as_consecutive_frames_in_order() -> None:
     words = [ACK_WORDS[kind] | pid for kind, pid in pairs]
     data = encode_acks(words)
     assert data == b"".join(encode_ack(kind, pid) for kind, pid in pairs)
-    assert StreamDecoder().feed(data) == [PACKETS[kind](pid) for kind, pid in pairs]
+    assert ReceiveBuffer().feed(data) == [PACKETS[kind](pid) for kind, pid in pairs]
     assert encode_acks([]) == b""
 
 

@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from connector.mqtt.decode import decode_packet
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode
 from connector.mqtt.errors import MalformedFrame, MalformedPacket
 from connector.mqtt.fields import (
@@ -45,6 +44,7 @@ from connector.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2000"))
 fuzz_settings = settings(
@@ -199,7 +199,7 @@ def assert_round_trip(packet: Packet, level: int) -> None:
     length, start = parsed
     assert start + length == len(frame)
     assert decode_packet(frame[0], frame[start:], level) == packet
-    assert StreamDecoder(level).feed(frame) == [packet]
+    assert ReceiveBuffer(level).feed(frame) == [packet]
 
 
 # AUTH exists only in MQTT 5.0: test_codec_v5_vectors.py and test_codec_v5_validation.py cover it.
@@ -226,7 +226,7 @@ def test_stream_of_packets_round_trips_in_any_chunking(
     level, packets = lp
     stream = b"".join(encode(p, level) for p in packets)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
-    decoder = StreamDecoder(level)
+    decoder = ReceiveBuffer(level)
     out: list[Packet] = []
     for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
         out.extend(decoder.feed(stream[start:end]))
@@ -243,7 +243,7 @@ def decode_in_chunks(
 ) -> tuple[list[Packet], MalformedPacket | None, int]:
     """Feed ``data`` split at ``cuts``. Returns the packets, the error (if any) and how many
     bytes were left buffered. Any exception but MalformedPacket fails the test."""
-    decoder = StreamDecoder(level, max_size)
+    decoder = ReceiveBuffer(level, max_size)
     out: list[Packet] = []
     bounds = sorted(set(cuts))
     for start, end in zip([0, *bounds], [*bounds, len(data)], strict=True):
@@ -280,7 +280,7 @@ def check_stream(data: bytes, cuts: list[int], level: int, max_size: int) -> Non
         if isinstance(packet, Connect):
             continue  # a client never receives CONNECT; its level need not match ours
         # Whatever the decoder accepts, the encoder writes back as the same packet.
-        assert StreamDecoder(level).feed(encode(packet, level)) == [packet]
+        assert ReceiveBuffer(level).feed(encode(packet, level)) == [packet]
 
 
 @st.composite

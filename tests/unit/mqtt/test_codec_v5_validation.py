@@ -13,7 +13,6 @@ from typing import cast
 import pytest
 
 from connector.mqtt.decode import PROPERTIES_CACHE_SIZE, TOPIC_CACHE_SIZE, decode_packet, trim_cache
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import (
     InvalidArgument,
@@ -44,6 +43,7 @@ from connector.mqtt.packets import (
 )
 from connector.mqtt.properties import Properties
 from connector.mqtt.reasons import reason_allowed
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from tests.fuzz.decoder_target import cites_rule
 from tests.fuzz.test_fuzz_targets import mutations
 
@@ -66,7 +66,7 @@ def assert_malformed(data: bytes, pattern: str, section: str, level: int = V5) -
     """``data`` (one frame) is refused by both decoding paths, the message matching
     ``pattern`` and citing ``section``."""
     with pytest.raises(MalformedFrame) as stream_info:
-        StreamDecoder(level).feed(data)
+        ReceiveBuffer(level).feed(data)
     texts = [str(stream_info.value)]
     parsed = decode_remaining_length(data, 1)
     if parsed is not None and parsed[0] + parsed[1] == len(data):
@@ -216,7 +216,7 @@ def test_malformed_v5_frames(data: bytes, pattern: str, section: str) -> None:
 def test_every_v5_message_cites_a_rule_as_the_fuzzer_expects() -> None:
     for data, _, _ in MALFORMED:
         with pytest.raises(MalformedPacket) as info:
-            StreamDecoder(V5).feed(data)
+            ReceiveBuffer(V5).feed(data)
         assert cites_rule(str(info.value)), str(info.value)
 
 
@@ -229,11 +229,11 @@ def test_remaining_length_in_more_bytes_than_needed(data: str) -> None:
     Length is one (section 2.1.4). Only the stream decoder sees it: ``decode_packet`` gets the
     body alone."""
     with pytest.raises(MalformedFrame) as info:
-        StreamDecoder(V5).feed(h(data))
+        ReceiveBuffer(V5).feed(h(data))
     assert "remaining length is not encoded in the fewest bytes" in str(info.value)
     assert "MQTT 5.0 section 1.5.5" in str(info.value)
     # In pieces: the length is complete before the body.
-    decoder = StreamDecoder(V5)
+    decoder = ReceiveBuffer(V5)
     with pytest.raises(MalformedFrame, match=r"fewest bytes"):
         for i in range(len(h(data))):
             decoder.feed(h(data)[i : i + 1])
@@ -241,14 +241,14 @@ def test_remaining_length_in_more_bytes_than_needed(data: str) -> None:
 
 def test_non_minimal_remaining_length_is_accepted_below_level_5() -> None:
     """3.1.1 (section 2.2.3) does not require the fewest bytes: unchanged there."""
-    assert StreamDecoder(V4).feed(h("40 82 00 00 01")) == [Puback(1)]
-    assert StreamDecoder(V4).feed(h("30 85 00 00 01 74 68 69")) == [Publish("t", b"hi")]
+    assert ReceiveBuffer(V4).feed(h("40 82 00 00 01")) == [Puback(1)]
+    assert ReceiveBuffer(V4).feed(h("30 85 00 00 01 74 68 69")) == [Publish("t", b"hi")]
 
 
 def test_a_bad_first_byte_is_refused_before_the_frame_is_complete() -> None:
     with pytest.raises(MalformedFrame, match=r"AUTH has flags"):
-        StreamDecoder(V5).feed(h("F1 05 00"))
-    assert StreamDecoder(V5).feed(h("F0 05 18")) == []  # AUTH waits for the rest at level 5
+        ReceiveBuffer(V5).feed(h("F1 05 00"))
+    assert ReceiveBuffer(V5).feed(h("F0 05 18")) == []  # AUTH waits for the rest at level 5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,10 +387,10 @@ def test_encode_publish_refuses_properties_below_level_5() -> None:
 )
 def test_v5_frames_refused_below_level_5(data: bytes, pattern: str, level: int) -> None:
     if pattern == "ZZZ":
-        assert StreamDecoder(level).feed(data) == [Publish("t", b"\x00hi")]
+        assert ReceiveBuffer(level).feed(data) == [Publish("t", b"\x00hi")]
         return
     with pytest.raises(MalformedFrame, match=pattern):
-        StreamDecoder(level).feed(data)
+        ReceiveBuffer(level).feed(data)
     with pytest.raises(MalformedFrame, match=pattern):
         decode_packet(data[0], data[2:], level)
 
@@ -443,7 +443,7 @@ def _publishes(topics: list[str], level: int = V4, props: Properties | None = No
     )
 
 
-def _feed_in_reads(decoder: StreamDecoder, data: bytes, size: int = 4096) -> list[Packet]:
+def _feed_in_reads(decoder: ReceiveBuffer, data: bytes, size: int = 4096) -> list[Packet]:
     out: list[Packet] = []
     for i in range(0, len(data), size):
         out += decoder.feed(data[i : i + size])
@@ -453,7 +453,7 @@ def _feed_in_reads(decoder: StreamDecoder, data: bytes, size: int = 4096) -> lis
 @pytest.mark.parametrize("count", [TOPIC_CACHE_SIZE, TOPIC_CACHE_SIZE + 1, 10_000])
 def test_cycling_topics_keep_the_cache_full_not_empty(count: int) -> None:
     names = [f"t/{i}" for i in range(count)]
-    decoder = StreamDecoder()
+    decoder = ReceiveBuffer()
     packets = _feed_in_reads(decoder, _publishes(names * 2))
     assert [p.topic for p in packets if isinstance(p, Publish)] == names * 2
     cache = decoder._topics
@@ -464,7 +464,7 @@ def test_cycling_topics_keep_the_cache_full_not_empty(count: int) -> None:
 
 
 def test_a_stream_whose_topics_change_gets_the_new_ones_cached() -> None:
-    decoder = StreamDecoder()
+    decoder = ReceiveBuffer()
     old = [f"old/{i}" for i in range(TOPIC_CACHE_SIZE)]
     new = [f"new/{i}" for i in range(TOPIC_CACHE_SIZE // 2)]
     _feed_in_reads(decoder, _publishes(old))
@@ -488,7 +488,7 @@ def test_trim_cache_drops_the_newest_then_rotates_the_oldest() -> None:
 
 def test_equal_property_blocks_share_one_decoded_properties() -> None:
     props = Properties(content_type="application/json", user_properties=[("k", "v")])
-    decoder = StreamDecoder(V5)
+    decoder = ReceiveBuffer(V5)
     packets = decoder.feed(_publishes(["a", "b", "a"], V5, props))
     assert [p.properties for p in packets if isinstance(p, Publish)] == [props] * 3
     first, second, _ = (p for p in packets if isinstance(p, Publish))
@@ -499,7 +499,7 @@ def test_equal_property_blocks_share_one_decoded_properties() -> None:
 
 
 def test_property_block_cache_is_bounded() -> None:
-    decoder = StreamDecoder(V5)
+    decoder = ReceiveBuffer(V5)
     count = PROPERTIES_CACHE_SIZE + 500
     data = b"".join(
         encode_publish(
@@ -515,7 +515,7 @@ def test_property_block_cache_is_bounded() -> None:
 
 def test_large_property_blocks_are_decoded_each_time() -> None:
     props = Properties(content_type="x" * 200)
-    packets = StreamDecoder(V5).feed(_publishes(["a", "a"], V5, props))
+    packets = ReceiveBuffer(V5).feed(_publishes(["a", "a"], V5, props))
     one, two = (p for p in packets if isinstance(p, Publish))
     assert one.properties == two.properties == props
     assert one.properties is not two.properties
@@ -568,7 +568,7 @@ def _seeds() -> list[bytes]:
 
 
 def _decode_all(data: bytes, cuts: int) -> tuple[list[Packet], str | None]:
-    decoder = StreamDecoder(V5)
+    decoder = ReceiveBuffer(V5)
     rng = random.Random(cuts)
     out: list[Packet] = []
     pos = 0
@@ -601,4 +601,4 @@ def test_mutated_v5_frames_raise_only_malformed_packets_and_round_trip() -> None
         for packet in whole:
             if tolerated_ack_code(packet):
                 continue  # taken from a broker, never sent (decode._TOLERATED_ACK_CODES)
-            assert StreamDecoder(V5).feed(encode(packet, V5)) == [packet], (data.hex(), packet)
+            assert ReceiveBuffer(V5).feed(encode(packet, V5)) == [packet], (data.hex(), packet)

@@ -13,7 +13,6 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
 from connector.mqtt.decode import decode_packet
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import ACK_WORDS, encode, encode_ack, encode_acks, encode_publish
 from connector.mqtt.fields import decode_remaining_length
 from connector.mqtt.packets import (
@@ -46,6 +45,7 @@ from connector.mqtt.properties import (
     decode_properties,
     encode_properties,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 
 V5 = ProtocolLevel.MQTT_5
 
@@ -58,9 +58,9 @@ def h(text: str) -> bytes:
 def decode_frame(frame: bytes) -> Packet:
     """Decode exactly one complete level-5 frame through the stream decoder (whole and byte by
     byte) and ``decode_packet``; all three must agree."""
-    packets = StreamDecoder(V5).feed(frame)
+    packets = ReceiveBuffer(V5).feed(frame)
     assert len(packets) == 1, packets
-    trickled = StreamDecoder(V5)
+    trickled = ReceiveBuffer(V5)
     one_by_one = [p for i in range(len(frame)) for p in trickled.feed(frame[i : i + 1])]
     assert one_by_one == packets
     parsed = decode_remaining_length(frame, 1)
@@ -149,7 +149,7 @@ def test_connect_v5_bytes(packet: Connect, frame: str) -> None:
 def test_a_v5_connect_decodes_on_any_stream_level() -> None:
     """The CONNECT names its own level (section 3.1.2.2): a server reads it before it knows."""
     frame = h(cast(str, CONNECT_CASES[2].values[1]))
-    assert StreamDecoder(ProtocolLevel.MQTT_3_1_1).feed(frame) == [FULL_CONNECT]
+    assert ReceiveBuffer(ProtocolLevel.MQTT_3_1_1).feed(frame) == [FULL_CONNECT]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,15 +361,15 @@ def test_success_acks_keep_the_four_byte_words_at_level_5() -> None:
     }
     for kind, cls in kinds.items():
         assert encode_ack(kind, 0x1234) == encode(cls(0x1234), V5)
-        assert StreamDecoder(V5).feed(encode_ack(kind, 7)) == [cls(7)]
+        assert ReceiveBuffer(V5).feed(encode_ack(kind, 7)) == [cls(7)]
     words = [ACK_WORDS[kind] | pid for kind in kinds for pid in (1, 0xFFFF)]
-    assert StreamDecoder(V5).feed(encode_acks(words)) == [
+    assert ReceiveBuffer(V5).feed(encode_acks(words)) == [
         cls(pid) for cls in kinds.values() for pid in (1, 0xFFFF)
     ]
 
 
 def test_publish_without_properties_decodes_to_none_properties() -> None:
-    [packet] = StreamDecoder(V5).feed(h("30 08 00 03 61 2F 62 00 68 69"))
+    [packet] = ReceiveBuffer(V5).feed(h("30 08 00 03 61 2F 62 00 68 69"))
     assert isinstance(packet, Publish) and packet.properties is None
 
 

@@ -9,7 +9,6 @@ import re
 import pytest
 
 from connector.mqtt.decode import decode_packet
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.fields import decode_remaining_length, decode_utf8
@@ -25,6 +24,7 @@ from connector.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.topics import topic_matches, validate_topic_filter, validate_topic_name
 
 V3 = ProtocolLevel.MQTT_3_1
@@ -44,7 +44,7 @@ def assert_malformed(data: bytes, pattern: str, level: int = V4) -> MalformedPac
     """``data`` (one frame) is rejected by both decoding paths with a message matching
     ``pattern``; returns the stream decoder's exception."""
     with pytest.raises(MalformedPacket) as stream_info:
-        StreamDecoder(level).feed(data)
+        ReceiveBuffer(level).feed(data)
     assert re.search(pattern, str(stream_info.value)), str(stream_info.value)
     parsed = decode_remaining_length(data, 1)
     if parsed is not None and parsed[0] + parsed[1] == len(data):
@@ -104,7 +104,7 @@ def test_publish_qos_3(first: int) -> None:
 
 
 def test_publish_qos_3_rejected_before_the_body_arrives() -> None:
-    decoder = StreamDecoder()
+    decoder = ReceiveBuffer()
     with pytest.raises(MalformedPacket, match=r"QoS 3.*3\.3\.1\.2"):
         decoder.feed(h("36 80 01 00"))  # 128-byte frame, only its first bytes here
 
@@ -224,7 +224,7 @@ def test_reserved_flag_bits_on_3_1(data: bytes) -> None:
 
 
 def test_3_1_1_rejects_what_3_1_accepts() -> None:
-    assert StreamDecoder(V3).feed(h("6A 02 00 01")) == [Pubrel(1)]
+    assert ReceiveBuffer(V3).feed(h("6A 02 00 01")) == [Pubrel(1)]
     assert_malformed(h("6A 02 00 01"), r"2\.2\.2", level=V4)
 
 
@@ -236,7 +236,7 @@ def test_reserved_packet_types(data: bytes, level: int) -> None:
 
 def test_reserved_packet_type_rejected_before_the_body_arrives() -> None:
     with pytest.raises(MalformedPacket, match=r"2\.2\.1"):
-        StreamDecoder().feed(h("F0 10 00"))
+        ReceiveBuffer().feed(h("F0 10 00"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def test_connack_reserved_flag_bits(flags: int) -> None:
 
 
 def test_connack_reserved_byte_is_ignored_on_3_1() -> None:
-    assert StreamDecoder(V3).feed(h("20 02 FE 00")) == [Connack(False, 0)]
+    assert ReceiveBuffer(V3).feed(h("20 02 FE 00")) == [Connack(False, 0)]
 
 
 @pytest.mark.parametrize("code", [1, 2, 3, 4, 5])

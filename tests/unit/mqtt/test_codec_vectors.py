@@ -8,7 +8,6 @@ from typing import cast
 import pytest
 
 from connector.mqtt.decode import decode_packet
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import MalformedPacket
 from connector.mqtt.fields import (
@@ -36,6 +35,7 @@ from connector.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 
 LEVELS = [ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1]
 
@@ -47,7 +47,7 @@ def h(text: str) -> bytes:
 
 def decode_frame(frame: bytes, level: int = ProtocolLevel.MQTT_3_1_1) -> Packet:
     """Decode exactly one complete frame through the stream decoder and ``decode_packet``."""
-    packets = StreamDecoder(level).feed(frame)
+    packets = ReceiveBuffer(level).feed(frame)
     assert len(packets) == 1, packets
     parsed = decode_remaining_length(frame, 1)
     assert parsed is not None
@@ -109,7 +109,7 @@ def test_remaining_length_of_five_bytes_is_malformed(encoded: str) -> None:
     with pytest.raises(MalformedPacket, match=r"more than 4 bytes.*2\.2\.3"):
         decode_remaining_length(h(encoded), 0)
     with pytest.raises(MalformedPacket, match=r"2\.2\.3"):
-        StreamDecoder().feed(b"\x30" + h(encoded))
+        ReceiveBuffer().feed(b"\x30" + h(encoded))
 
 
 def test_publish_qos1_fixed_header_byte_is_0x32() -> None:

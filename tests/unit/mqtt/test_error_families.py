@@ -11,7 +11,6 @@ import pytest
 
 from connector.mqtt.address import BrokerAddress
 from connector.mqtt.config import SessionConfig
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import (
     InvalidArgument,
@@ -26,6 +25,7 @@ from connector.mqtt.errors import (
 )
 from connector.mqtt.fields import encode_remaining_length
 from connector.mqtt.packets import Connack, ProtocolLevel, Subscribe
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession
 from connector.mqtt.topics import validate_topic_name
 
@@ -66,7 +66,7 @@ def caller_only(error: MqttError) -> None:
     ids=["reserved-type", "qos-3", "wildcard-topic", "bad-filter-in-subscribe"],
 )
 def test_bytes_from_the_peer_raise_a_peer_violation(data: bytes) -> None:
-    decoder = StreamDecoder()
+    decoder = ReceiveBuffer()
     error = raised(lambda: decoder.feed(data))
     assert isinstance(error, MalformedFrame) and isinstance(error, MalformedPacket)
     peer_only(error)
@@ -74,7 +74,7 @@ def test_bytes_from_the_peer_raise_a_peer_violation(data: bytes) -> None:
 
 
 def test_a_packet_above_the_limit_is_a_peer_violation() -> None:
-    error = raised(lambda: StreamDecoder(max_packet_size=2).feed(b"\x30\x05"))
+    error = raised(lambda: ReceiveBuffer(max_packet_size=2).feed(b"\x30\x05"))
     assert isinstance(error, PacketTooLarge)
     peer_only(error)
 
@@ -94,12 +94,12 @@ def test_a_topic_is_checked_with_one_message_whichever_side_gave_it() -> None:
     assert isinstance(caller, InvalidTopic)
     caller_only(caller)
     assert isinstance(caller, ValueError) and isinstance(caller, MalformedPacket)
-    peer = raised(lambda: StreamDecoder().feed(encode_publish(b"a/#", b"")))
+    peer = raised(lambda: ReceiveBuffer().feed(encode_publish(b"a/#", b"")))
     peer_only(peer)
     assert str(peer) == str(caller)
     caller_filter = raised(lambda: encode(Subscribe(1, [("a/#/b", 0)])))
     assert isinstance(caller_filter, InvalidTopic)
-    read = raised(lambda: StreamDecoder().feed(b"\x82\x0a\x00\x01\x00\x05a/#/b\x00"))
+    read = raised(lambda: ReceiveBuffer().feed(b"\x82\x0a\x00\x01\x00\x05a/#/b\x00"))
     peer_only(read)
     assert str(read) == f"SUBSCRIBE/UNSUBSCRIBE: {caller_filter}"
 
@@ -116,7 +116,7 @@ def test_a_topic_is_checked_with_one_message_whichever_side_gave_it() -> None:
         lambda: ClientSession(SessionConfig("c")).restore_qos2_pending([0]),
         lambda: BrokerAddress.parse("http://broker"),
         lambda: ProtocolLevel.parse("6"),
-        lambda: StreamDecoder(max_packet_size=0),
+        lambda: ReceiveBuffer(max_packet_size=0),
         lambda: encode_remaining_length(-1),
         lambda: encode_publish("t", b"", 1, None),
     ],

@@ -12,7 +12,6 @@ import re
 import pytest
 
 from connector.mqtt.config import SessionConfig
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode, encode_publish
 from connector.mqtt.errors import InvalidArgument, RepeatedProtocolViolation
 from connector.mqtt.events import Connected, ProtocolViolation
@@ -31,6 +30,7 @@ from connector.mqtt.packets import (
     Publish,
     Pubrec,
 )
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession, State
 
 V4 = ProtocolLevel.MQTT_3_1_1
@@ -43,7 +43,7 @@ def h(text: str) -> bytes:
 
 
 def sent(session: ClientSession) -> list[Packet]:
-    return StreamDecoder(session.config.level).feed(session.data_to_send())
+    return ReceiveBuffer(session.config.level).feed(session.data_to_send())
 
 
 def connecting(level: int, **config: object) -> ClientSession:

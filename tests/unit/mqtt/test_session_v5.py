@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from connector.mqtt.config import DEFAULT_TOPIC_ALIAS_MAXIMUM, SessionConfig
-from connector.mqtt.decoder import StreamDecoder
 from connector.mqtt.encode import encode
 from connector.mqtt.errors import (
     BadUsernameOrPassword,
@@ -42,6 +41,7 @@ from connector.mqtt.packets import (
     subscription_options,
 )
 from connector.mqtt.properties import Properties
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession, State
 
 V5 = ProtocolLevel.MQTT_5
@@ -52,7 +52,7 @@ def wire(*packets: Packet) -> bytes:
 
 
 def sent(session: ClientSession) -> list[Packet]:
-    return StreamDecoder(V5).feed(session.data_to_send())
+    return ReceiveBuffer(V5).feed(session.data_to_send())
 
 
 def config(**kwargs: object) -> SessionConfig:

@@ -47,3 +47,22 @@ def test_every_flag_the_readme_names_is_a_flag_of_the_job() -> None:
     named = set(re.findall(r"`(--[a-z][a-z-]*)", (ROOT / "README.md").read_text()))
     assert named, "the README names no flag"
     assert named <= known, f"not flags of the ingest job: {sorted(named - known)}"
+
+
+def _product_modules() -> list[Path]:
+    return sorted(
+        path
+        for package in ("connector", "streaming_jobs")
+        for path in (ROOT / package).rglob("*.py")
+        if path.name not in ("__init__.py", "__main__.py")
+        and not {"notebooks", "mqtt_ingest"} & set(path.parts)  # examples, not modules
+    )
+
+
+@pytest.mark.parametrize("page", ["CONTRIBUTING.md", "docs/architecture.md"])
+def test_the_layout_names_every_module(page: str) -> None:
+    """Every module of the product is named (``name.py``) on the page, so a newcomer finds it."""
+    text = (ROOT / page).read_text()
+    modules = _product_modules()
+    assert any(p.name == "receive_buffer.py" for p in modules)
+    assert [p.relative_to(ROOT).as_posix() for p in modules if p.name not in text] == []

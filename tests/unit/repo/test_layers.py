@@ -1,7 +1,11 @@
 """The import rules of the product (CONTRIBUTING.md, docs/architecture.md): layers import one
-way, ``connector.mqtt``, ``connector.wal`` and ``connector.sparkplug`` below
-``connector.source``, below ``streaming_jobs``, the three lowest knowing nothing of each other;
-``connector.mqtt.errors`` is a leaf; and no module of ``connector`` is in an import cycle.
+way, ``connector.mqtt``, ``connector.wal`` and ``connector.sparkplug`` (the three lowest,
+knowing nothing of each other) below ``connector.options``, below ``connector.receiver``, below
+``connector.spark``, below ``connector.source`` (the names a user imports), below
+``streaming_jobs``; the receiver imports neither PySpark nor pyarrow; the Spark reader and
+writer import each other never and share only the schema and the one-line errors of
+``connector.spark`` (and the options below); ``connector.mqtt.errors`` is a leaf; and no module
+of ``connector`` is in an import cycle.
 Every import counts, those inside functions too; only those under ``if TYPE_CHECKING:``
 (annotations, never run) do not."""
 
@@ -14,14 +18,29 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("connector", "streaming_jobs")
 
-_ABOVE = ("connector.source", "streaming_jobs")
+_ABOVE_SPARK = ("connector.source", "streaming_jobs")
+_ABOVE_RECEIVER = ("connector.spark", *_ABOVE_SPARK)
+_ABOVE = ("connector.options", "connector.receiver", *_ABOVE_RECEIVER)
 FORBIDDEN = {
     "connector.mqtt": ("connector.wal", "connector.sparkplug", *_ABOVE),
     "connector.wal": ("connector.mqtt", "connector.sparkplug", *_ABOVE),
     "connector.sparkplug": ("connector.mqtt", "connector.wal", *_ABOVE),
+    "connector.options": ("connector.receiver", *_ABOVE_RECEIVER),
+    "connector.receiver": _ABOVE_RECEIVER,
+    "connector.spark.reader": ("connector.spark.writer", "connector.spark.datasource"),
+    "connector.spark.writer": (
+        "connector.spark.reader",
+        "connector.spark.datasource",
+        "connector.receiver",
+    ),
+    "connector.spark": _ABOVE_SPARK,
     "connector.source": ("streaming_jobs",),
 }
 """Layer -> what it must not import."""
+SPARK_FREE = ("connector.mqtt", "connector.wal", "connector.options", "connector.receiver")
+"""Layers that never import PySpark, and pyarrow only inside the functions of a WAL on shared
+storage (``pyarrow.fs``): a shard process runs on them alone."""
+SHARED_BY_READER_AND_WRITER = {"connector.spark.schema", "connector.spark.user_errors"}
 
 
 def module_name(path: Path) -> str:
@@ -74,6 +93,20 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             if target and target != name:
                 found.add(target)
                 break
+    return found
+
+
+def outside_imports(path: Path, *, module_level: bool = False) -> set[str]:
+    """The top-level names of the absolute imports of ``path`` at run time (only the module's
+    own statements' with ``module_level``)."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(), str(path))
+    nodes = tree.body if module_level else _runtime_nodes(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
     return found
 
 
@@ -133,6 +166,37 @@ def test_layers_import_one_way() -> None:
         if any(_in(target, f) for f in forbidden)
     )
     assert wrong == []
+
+
+def test_the_receiver_and_what_it_stands_on_import_no_spark() -> None:
+    known = modules()
+    spark_free = [m for m in known if any(_in(m, layer) for layer in SPARK_FREE)]
+    assert "connector.receiver.shard_worker" in spark_free
+    wrong = sorted(
+        f"{module} imports {name}"
+        for module in spark_free
+        for name in (outside_imports(known[module]) & {"pyspark"})
+        | (outside_imports(known[module], module_level=True) & {"pyarrow"})
+    )
+    assert wrong == []
+
+
+def test_the_reader_and_the_writer_share_only_the_schema_and_errors() -> None:
+    edges = graph()
+
+    def spark_modules_imported_by(room: str) -> set[str]:
+        return {
+            target
+            for module, targets in edges.items()
+            if _in(module, room)
+            for target in targets
+            if _in(target, "connector.spark") and not _in(target, room)
+        }
+
+    reader = spark_modules_imported_by("connector.spark.reader")
+    writer = spark_modules_imported_by("connector.spark.writer")
+    assert "connector.spark.user_errors" in reader & writer
+    assert reader & writer <= SHARED_BY_READER_AND_WRITER
 
 
 def test_no_import_cycle_in_connector() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from connector.source.progress_report import progress_report
-from connector.source.shard_handles import ShardStatus
+from connector.receiver.shard_handles import ShardStatus
+from connector.spark.reader.progress_report import progress_report
 from streaming_jobs.ingest import StopRequest, finish_checkpoints, root_cause
 from streaming_jobs.ingest_config import (
     UsageError,
@@ -85,7 +85,7 @@ def test_table_checkpoint_interval_from_flag_or_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["0", "-1"])
 def test_max_messages_per_trigger_is_checked_against_the_option_table(bad: str) -> None:
-    """The range is the option's (connector/source/option_table.py), checked once there: 0 is
+    """The range is the option's (connector/options/table.py), checked once there: 0 is
     refused, not taken for "no limit"."""
     with pytest.raises(UsageError, match=f"--max-messages-per-trigger must be >= 1, got {bad}"):
         parse_config([*BASE, "--max-messages-per-trigger", bad], environ={})
@@ -127,7 +127,7 @@ SOURCE_FAILURE = """[STREAM_FAILED] Query [id = 1f, runId = 2e] terminated with 
 latestOffset: Traceback (most recent call last):
   File "/x/pyspark/sql/streaming/python_streaming_source_runner.py", line 80, in main
     offset = reader.latestOffset()
-  File "/x/connector/source/reader.py", line 60, in receiver
+  File "/x/connector/spark/reader/stream_reader.py", line 60, in receiver
     receiver.start()
 connector.mqtt.errors.NotAuthorized: not authorized (CONNACK return code 5)
  SQLSTATE: 38000
@@ -155,10 +155,10 @@ to merge fields 'temp' and 'temp'. SQLSTATE: 22005
         (SOURCE_FAILURE, "NotAuthorized: not authorized (CONNACK return code 5)"),
         (ONE_LINE_SOURCE_FAILURE, "BrokerUnreachable: cannot connect to tcp://h:1: refused"),
         ("[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
-         "connector.source.options.InvalidOptionError: option 'qos' must be 0..2, got 3\n"
+         "connector.options.source.InvalidOptionError: option 'qos' must be 0..2, got 3\n"
          " SQLSTATE: 38000", "InvalidOptionError: option 'qos' must be 0..2, got 3"),
         ("[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
-         "perform latestOffset: connector.source.receiver.ReceiverFailed: the MQTT receiver "
+         "perform latestOffset: connector.receiver.receiver.ReceiverFailed: the MQTT receiver "
          "failed: lost", "MQTT receiver: lost"),
         (WRITER_FAILURE, "AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge "
          "fields 'temp' and 'temp'. SQLSTATE: 22005"),

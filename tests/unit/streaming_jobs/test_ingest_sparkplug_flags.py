@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from connector.source.option_table import requiring
+from connector.options.table import requiring
 from streaming_jobs.ingest_config import (
     SPARKPLUG_ONLY,
     UsageError,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from connector.source.progress_report import progress_report
-from connector.source.shard_handles import ShardStatus
+from connector.receiver.shard_handles import ShardStatus
+from connector.spark.reader.progress_report import progress_report
 from streaming_jobs.metrics_server import IngestMetrics, MetricsServer, MetricsUnavailable, listener
 from streaming_jobs.progress import BatchStats, RunStats
 

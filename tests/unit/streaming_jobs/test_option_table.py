@@ -11,9 +11,9 @@ from typing import cast
 
 import pytest
 
-from connector.source.option_table import KNOWN_OPTIONS, OPTIONS, Option
-from connector.source.options import InvalidOptionError, SourceOptions
-from connector.source.sink_options import SinkOptions
+from connector.options.source import InvalidOptionError, SourceOptions
+from connector.options.table import KNOWN_OPTIONS, OPTIONS, Option
+from connector.spark.writer.options import SinkOptions
 from streaming_jobs import ingest_flags
 from streaming_jobs.ingest_config import (
     CLI_ONLY,

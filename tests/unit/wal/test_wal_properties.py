@@ -112,7 +112,7 @@ def meta_version(path: Path) -> int:
 
 
 def fixed_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("connector.wal.writer.uuid.uuid4", lambda: uuid.UUID(IDENTITY))
+    monkeypatch.setattr("connector.wal.file_writer.uuid.uuid4", lambda: uuid.UUID(IDENTITY))
 
 
 def test_a_kind_6_block_is_these_bytes_and_decodes_back() -> None:

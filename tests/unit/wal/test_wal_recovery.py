@@ -17,7 +17,7 @@ from connector.wal import (
     WalWriteError,
     WalWriter,
 )
-from connector.wal import writer as writer_module
+from connector.wal import file_writer as writer_module
 from connector.wal.segment import HEADER_SIZE, TEMP_SUFFIX, segment_name
 
 RECORDS = [

@@ -43,7 +43,7 @@ def test_fsync_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     writer = WalWriter.open(path)
     assert writer.append(records(0, 3)) == 3
     durable_size = (path / segment_name(0)).stat().st_size
-    monkeypatch.setattr("connector.wal.writer.os.fsync", enospc)
+    monkeypatch.setattr("connector.wal.file_writer.os.fsync", enospc)
     with pytest.raises(WalWriteError, match="not durable") as raised:
         writer.append(records(3, 4))
     assert isinstance(raised.value.__cause__, OSError)
@@ -72,7 +72,7 @@ def test_short_write_then_enospc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         calls.append(len(data))
         return real_write(fd, bytes(data[: len(data) // 2]))
 
-    monkeypatch.setattr("connector.wal.writer.os.write", half_then_fail)
+    monkeypatch.setattr("connector.wal.file_writer.os.write", half_then_fail)
     with pytest.raises(WalWriteError):
         writer.append(records(2, 10))
     monkeypatch.undo()
@@ -86,7 +86,7 @@ def test_failure_during_rollover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with WalWriter.open(path, segment_max_bytes=300) as writer:
         writer.append(records(0, 3))
         segments = writer.segments
-        monkeypatch.setattr("connector.wal.writer.os.fsync", enospc)
+        monkeypatch.setattr("connector.wal.file_writer.os.fsync", enospc)
         with pytest.raises(WalWriteError):
             writer.append(records(3, 20))
         monkeypatch.undo()
