@@ -155,7 +155,18 @@ class ObjectWalWriter(WriterState):
             )
         first = firsts[-1]
         data, parts, walk = _recover_last(store, first, ident)
-        if walk is None:  # the last segment's first part was torn: the previous one is sealed
+        if walk is None and len(firsts) == 1:  # the only segment's first part was torn
+            if first != 0:
+                raise WalCorruptError(
+                    store.where(segment_dir(first)),
+                    0,
+                    "the only segment's first part is torn and the segments before it, which "
+                    "held the QoS state, were deleted by truncation",
+                )
+            log.warning("WAL %s: its first part was torn: made anew", store.where(segment_dir(0)))
+            store.write_part(0, 0, 0, segment_prefix(ident, 0, QosState()))
+            data, parts, walk = _recover_last(store, first, ident)
+        elif walk is None:  # the last segment's first part was torn: the previous one is sealed
             firsts.pop()
             first = firsts[-1]
             data, parts, walk = _recover_last(store, first, ident)

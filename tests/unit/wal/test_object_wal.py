@@ -115,6 +115,36 @@ def test_a_torn_last_part_is_deleted_and_its_offsets_reused(tmp_path: Path) -> N
     assert payloads(open_reader(uri(root)), 8, 13) == [b"%08d" % i for i in (8, 9, 100, 101, 102)]
 
 
+def test_a_torn_first_part_of_a_new_wal_is_made_anew(tmp_path: Path) -> None:
+    """Segment 0's first part holds no records: torn, it is written again and the WAL opens."""
+    root = tmp_path / "wal"
+    with open_writer(uri(root)) as writer:
+        identity = writer.identity
+    (only,) = parts_of(root)
+    only.write_bytes(only.read_bytes()[:9])
+    with open_writer(uri(root)) as writer:
+        assert (writer.identity, writer.next_offset) == (identity, 0)
+        writer.append(records(0, 3))
+    assert payloads(open_reader(uri(root)), 0, 3) == [b"%08d" % i for i in range(3)]
+
+
+def test_a_torn_only_segment_after_truncation_is_corruption(tmp_path: Path) -> None:
+    """Its QoS state went with the truncated segments: a clear error, not a crash."""
+    root = tmp_path / "wal"
+    with ObjectWalWriter.open(open_writer_location(root), segment_max_parts=2) as writer:
+        for first in range(0, 40, 4):
+            writer.append(records(first, 4))
+        last = writer.segments[-1]
+        writer.truncate_before(last)
+        wait_until(lambda: sorted(root.glob("*.seg")) == [root / segment_dir(last)], timeout=10)
+    head, *rest = parts_of(root, last)
+    for part in rest:
+        part.unlink()
+    head.write_bytes(head.read_bytes()[:9])
+    with pytest.raises(WalCorruptError, match="deleted by truncation"):
+        open_writer(uri(root))
+
+
 def test_damage_before_the_last_part_is_corruption(tmp_path: Path) -> None:
     root = tmp_path / "wal"
     with open_writer(uri(root)) as writer:
