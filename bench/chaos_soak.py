@@ -1,7 +1,5 @@
 """Loop chaos tests and add up what they did: ``bench/results/chaos_soak.json``.
 
-``python -m bench.chaos_soak [--runs N] [--test NODE[@RUNS] ...] [--loops K] [--output FILE]``
-
 Each run is a pytest process of its own on one chaos test (a fresh seed each time; the seed is
 kept with the run), writing its tally (``CHAOS_RESULTS``, see ``tests/chaos/tally.py``).
 ``--loops`` runs that many loops side by side, as two soaks on a 2-core machine do, which

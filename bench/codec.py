@@ -1,7 +1,5 @@
 """PUBLISH decode rate: our stream decoder against paho-mqtt's packet reader on the same bytes.
 
-``python -m bench.codec [--messages N] [--repeat R] [--size BYTES] [--chunk BYTES] [--output FILE]``
-
 One stream of QoS 1 PUBLISH frames (100-byte payloads, topics like
 ``plant/line-3/sensor-17/telemetry``) is cut into socket-sized reads at arbitrary byte
 positions. Peers, all in one process and one run:

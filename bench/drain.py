@@ -1,8 +1,5 @@
 """Backlog drain rate: a persistent session's queued QoS 1 (or 2) messages, read and acknowledged.
 
-``python -m bench.drain [--qos {1,2}] [--messages N] [--repeat R] [--inflight K] [--peers ...]
-[--output FILE]``
-
 For every peer and repetition a fresh Mosquitto gets a fresh backlog (``bench.drainer``): a
 ``clean_session=False`` client connects, subscribes and leaves; ``python -m connector.mqtt pub``
 publishes N numbered 100-byte messages and exits once every one is acknowledged, i.e. queued

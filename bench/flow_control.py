@@ -1,9 +1,6 @@
 """Flow control over a long round trip: a backlog drained over MQTT 3.1.1 and MQTT 5 through a
 proxy that adds 10 ms each way, against a broker that enforces its in-flight limit.
 
-``python -m bench.flow_control [--messages N] [--repeat R] [--delay-ms 10] [--window 20]
-[--receive-maximum 65535] [--arms a b c d] [--output FILE]``
-
 Why: a broker sends a client at most a fixed number of unacknowledged QoS 1/2 messages (the
 in-flight window), so over a link with round-trip time RTT a drain reaches at most window / RTT
 messages per second whatever the client does: Mosquitto 2.0.12+ keeps 20 per 3.1.1 client

@@ -1,71 +1,33 @@
 """Backlog into Delta: queued QoS 1 and QoS 2 messages landed by the ingest query, in msg/s.
 
-``python -m bench.ingest [--messages N] [--repeat R] [--modes wal inline] [--qos 1 2]
-[--s3-modes wal inline] [--inflight K [K ...]] [--trigger T] [--source-option KEY=VALUE]
-[--no-synthetic] [--no-paho] [--no-warmup] [--warmup-rows N] [--append-profile]
-[--output FILE]``
-
-For every repetition, QoS and peer a fresh Mosquitto gets a fresh backlog (``bench.drainer``):
-a ``clean_session=False`` session is created for the peer's client id (subscribe with that QoS,
-leave), then N numbered 100-byte JSON payloads (``bench.payloads.json_payload``) are published
-with that QoS (at most 20 in flight) and acknowledged, i.e. queued for the offline session.
-Peers of the QoS 2 backlogs carry a ``-qos2`` suffix (``ours-wal-qos2``, ``paho-qos2``). Goals:
-80,000 msg/s (QoS 1) and 60,000 msg/s (QoS 2) into Delta. Peers:
+For every repetition, QoS and peer a fresh Mosquitto holds a fresh backlog (``bench.drainer``):
+N numbered 100-byte JSON payloads queued with that QoS for the peer's persistent session(s).
+Peers of QoS 2 backlogs carry ``-qos2`` (``ours-wal-qos2``, ``paho-qos2``); off Mosquitto's
+default window (``--inflight``, the broker's ``max_inflight_messages``: how many messages one
+socket read, one append, can hold; 0 is unbounded) ``-inflight<K>``. Goals: 80,000 msg/s (QoS 1)
+and 60,000 msg/s (QoS 2) into Delta. Peers:
 
 * ``ours-wal`` / ``ours-inline``: the ingest job's query (``format("mqtt")`` with the options
   ``streaming_jobs.ingest`` derives from its flags, written by the job's own ``foreachBatch``
-  writer; processing-time trigger, default 0 seconds) run inside this process on
-  ``streaming_jobs.spark_session.local_spark`` (local[2]), with ``partitionData`` wal or inline;
-* ``synthetic``: the same write path and trigger fed by Spark's file source reading Parquet
-  files of the same rows (the source's schema, the same 100-byte JSON payloads) made
-  beforehand, as many files (tasks) per batch as ours split such a batch into
-  (``synthetic_files_per_batch``: one up to 100,000 rows, decision 30),
-  as many rows per batch as ``ours-wal`` had in that repetition: Spark + Delta's own ceiling;
-* ``paho``: ``bench.drainer``'s paho-mqtt 2.x worker draining the backlog: the raw rate of a
-  plain MQTT client, nothing written;
-* ``ours-s3`` / ``ours-s3-inline`` (``--s3-modes``): the same query with ``walPath`` on an
-  S3-compatible server (``bench.ingest_s3``).
+  writer, the table created before the query as the job does, outside the clocks) in this
+  process on local[2], ``partitionData`` wal or inline;
+* ``synthetic``: the same write path fed by Spark's file source from Parquet files of the same
+  rows, as many files (tasks) per batch as ours split such a batch into (decision 30) and as
+  many rows per batch as ``ours-wal`` had in that repetition: Spark + Delta's own ceiling;
+* ``paho``: ``bench.drainer``'s paho-mqtt worker: the raw rate of a plain client, nothing written;
+* ``ours-s3`` / ``ours-s3-inline`` (``--s3-modes``): the WAL on an S3 server (``bench.ingest_s3``).
 
-``--inflight`` sets the brokers' ``max_inflight_messages`` for our peers' backlogs (default
-20, Mosquitto's; 0 is unbounded): how many QoS 1/2 messages the broker sends before it waits
-for acknowledgements, so how many one socket read, one append, can hold. Several values take
-turns in one run; off the default, peers carry ``-inflight<K>`` (``-inflight-unbounded``).
-The publisher keeps at most 20 in flight whatever the window.
-
-The headline clock of the Spark peers, from the query's progress events: start of the first
-batch with input rows -> end (start + batchDuration) of the batch that completes the N rows.
-The table is created empty before the query starts, as the job does at start-up: that one-off
-step is outside every clock and recorded per run (``table_creation_seconds``).
-Every Spark run is like the others: before the measured repetitions, unmeasured warm-up
-rounds (every Spark peer once, at the measured size) until at least ``WARMUP_ROWS`` rows have
-landed (JIT compilation, class loading, the data source lookup; one round for the default
-peers), and before every run, ahead of making its backlog, a full GC of the driver JVM.
-The warm-up runs' rates are printed and kept (``warmup_rates``): the first is the JVM's first
-query. Spark's ContextCleaner removes what earlier queries left (their broadcasts, shuffles and
-state) only after a GC found it unreachable; without one a run could pay inside its clock
-for its predecessors' cleanup (QoS 2, same sitting: 43.9k and 47.3k msg/s without, 53.2k and
-59.6k with).
-Also shown: first message received (the earliest WAL receive timestamp in the table) -> that
-end, which includes the receive that overlaps the query's first (empty) batch; the receiver's
-own rate (first -> last WAL receive timestamp); ``query start -> done``. paho: CONNACK -> last
-message, inside its process. Ratios pair the runs of one repetition.
-
-``make bench`` also runs a 1,000,000-message QoS 1 backlog (``bench/results/ingest_long.json``):
-about ten seconds of draining, where what every new query pays once (the first batch, and the
-driver JVM's JIT compiling more of Spark's planning code) weighs less than in a two-second run.
-
-Checks: every Delta table holds exactly N rows with N distinct sequence numbers 0..N-1 (a
-Spark read after the query stopped); paho saw N distinct sequence numbers.
-
-Profile: every Spark run samples, from /proc, the CPU time of this process's descendants by
-component (JVM threads by name, the streaming source runner that hosts the receiver, the
-Python task workers, this process as the driver's Python side that runs the job's
-``foreachBatch`` function, Mosquitto; the S3 server is among "other descendants") and of
-the other processes on the machine, around the measured batches (``bench.cpu_sampler``). The
-observers share the two cores with the pipeline, so they read little: a sample reads the
-JVM's named thread groups only (about 1.5 ms of CPU, where reading all of its several
-hundred threads took about 11), and the wait for the rows asks for the query's last progress,
-reading the whole list only after a new batch (a tenth of the driver JVM's CPU per call).
+The headline clock, from the query's progress events: start of the first batch with input rows
+-> end of the batch that completes the N rows. Unmeasured warm-up rounds (every Spark peer once)
+land at least ``WARMUP_ROWS`` rows first (JIT compilation, class loading, the data source
+lookup), and every run starts with a full GC of the driver JVM: Spark's ContextCleaner removes
+what earlier queries left only after a GC found it unreachable, which a run would otherwise pay
+inside its clock (QoS 2, same sitting: 43.9k and 47.3k msg/s without, 53.2k and 59.6k with).
+Ratios pair the runs of one repetition. Checks: every table holds exactly N rows with N distinct
+sequence numbers 0..N-1; paho saw N distinct numbers. Every Spark run samples the CPU time of
+the pipeline by component, and of the other processes, around the measured batches
+(``bench.cpu_sampler``); the wait for the rows reads the query's whole progress list only after
+a new batch (a tenth of the driver JVM's CPU per call).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Send -> visible latency into Delta: ``python -m bench.latency``.
 
-``python -m bench.latency [--rates 1000 10000] [--triggers "500 milliseconds" "2 seconds"]
-[--duration 60] [--warmup 5] [--size 100] [--quick] [--output FILE]``
-
 For every (rate, trigger interval) pair: a fresh Mosquitto (``devtools.mosquitto``),
 the ingest job's query (``format("mqtt")`` with the options ``streaming_jobs.ingest`` derives
 from its flags, written by the job's ``foreachBatch`` writer into a fresh Delta table, on

@@ -1,7 +1,5 @@
 """The small costs behind choices the code makes, measured: ``bench/results/micro.json``.
 
-``python -m bench.micro [--repeat R] [--no-spark]``
-
 The code says why it does something ("a module name: faster than the member read through its
 class"); the figures live here, each measured against its alternative in the same run:
 

@@ -1,8 +1,5 @@
 """Duplicates from one dropped connection: ``python -m bench.reconnect``.
 
-``python -m bench.reconnect [--messages N] [--cut-at K] [--repeat R] [--qos 1 2]
-[--inflight 20 0] [--size BYTES] [--timeout S] [--output FILE]``
-
 The question: how many duplicate rows does a reconnect with messages in flight produce at
 QoS 1 on Mosquitto 2.0.11 (docs/delivery.md, last section)? Each run, for one setting
 (QoS, the broker's ``max_inflight_messages``):

@@ -9,10 +9,7 @@ table (read from the Delta log, without Spark). One job and ``--jobs`` jobs alte
 ``--rounds`` rounds and the ratio is taken per round (paired). Every job runs on this machine,
 so they share its cores: the figure is what running them side by side costs or gains here, not
 how they scale over machines of their own. The publisher's own rate is printed too: when it is
-near the ingest rate, the publisher is the limit. Usage::
-
-    .venv/bin/python -m bench.shared_subscription [--messages 50000] [--jobs 2] [--rounds 1]
-        [--trigger T] [--output FILE]
+near the ingest rate, the publisher is the limit.
 """
 
 from __future__ import annotations

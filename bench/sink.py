@@ -1,9 +1,6 @@
 """Writing to MQTT: rows per second published from Spark, against paho publishing the same
 messages in the same run.
 
-``python -m bench.sink [--messages N] [--size S] [--qos Q ...] [--repeat R] [--partitions P]
-[--output FILE]``
-
 Peers, in turns in every repetition (the order rotates), each on a fresh Mosquitto, each
 publishing N messages of S bytes (default 20,000 of 100) on 4 topics at QoS Q, done when the
 broker has acknowledged every one (QoS 0: when the last byte is written and the connection

@@ -1,9 +1,5 @@
 """Sparkplug B into Delta: metrics per second, against raw MQTT rows of the same messages.
 
-``python -m bench.sparkplug [--messages N] [--metrics M] [--nodes K] [--repeat R]
-[--warmup-rounds W] [--trigger T] [--source-option KEY=VALUE]
-[--decoder-repeat D] [--profile] [--output FILE]``
-
 The backlog: K edge nodes (default 1) of group ``bench``, each first an NBIRTH (seq 0, bdSeq 0)
 defining M metrics (default 10: Int32, Int64, Double, Boolean and String in turns, aliases 1..M),
 then N NDATA messages (default 20,000, round robin over the nodes) carrying those M metrics by

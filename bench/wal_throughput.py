@@ -1,9 +1,5 @@
 """WAL appends per layout: the cost of one append (a group commit) of N records, same run.
 
-    python -m bench.wal_throughput [--records N] [--batch N [N ...]] [--max-appends K]
-        [--layouts files objects-file objects-s3] [--repeat R] [--no-fsync]
-        [--properties BYTES] [--output FILE]
-
 Layouts (docs/wal-storage.md), each a fresh WAL per measurement:
 
 * ``files``: a local directory, the file layout (append + fsync per append, unless
