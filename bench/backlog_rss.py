@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.backlog_rss", description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--bound", type=int, default=10_000, help="maxBacklogMessages")
+    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
     from connector.source.options import SourceOptions
     from connector.source.receiver import Receiver
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_growth_kib": peak - baseline,
         "samples": samples[:: max(1, len(samples) // 20)],
     }
-    return finish("backlog_rss", result, None, section)
+    return finish("backlog_rss", result, args.output, section)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:

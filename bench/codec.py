@@ -46,7 +46,7 @@ from connector.mqtt.packets import Packet, ProtocolLevel, Publish
 from connector.mqtt.properties import Properties
 from connector.mqtt.session import ClientSession
 
-from .common import Stats, finish, machine_info, paired_ratio
+from .common import Stats, finish, machine_info, paired_ratio, turn
 from .payloads import numbered
 from .render import Charts, Lines, goals_table, md_table, num, ratios_table, stats_cells, times
 
@@ -369,7 +369,7 @@ def measure_decode(
     keys = list(works)
     rates: dict[Any, list[float]] = {key: [] for key in keys}
     for rep in range(repeat):
-        for key in keys[rep % len(keys) :] + keys[: rep % len(keys)]:
+        for key in turn(keys, rep):
             seconds, count = run_ours_decode(works[key], levels[key])
             _expect(count == works[key].messages, f"{key} counted {count}")
             rates[key].append(count / seconds)
@@ -389,7 +389,7 @@ def measure(work: Workload, repeat: int) -> dict[str, list[float]]:
     }
     rates: dict[str, list[float]] = {peer: [] for peer in PEERS}
     for rep in range(repeat):
-        order = PEERS[rep % len(PEERS) :] + PEERS[: rep % len(PEERS)]
+        order = turn(PEERS, rep)
         for peer in order:
             seconds, count = runners[peer]()
             _expect(count == work.messages, f"{peer} counted {count} of {work.messages}")

@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin")
+T = TypeVar("T")
 
 
 class BenchError(RuntimeError):
@@ -49,6 +50,13 @@ class Stats:
             key: [round(v, digits) for v in value] if key == "runs" else round(value, digits)
             for key, value in data.items()
         }
+
+
+def turn(items: Sequence[T], repetition: int) -> list[T]:
+    """``items`` in the order of a repetition: rotated by one more each time, so that peers
+    measured in turns meet a drift in machine load alike."""
+    at = repetition % len(items)
+    return [*items[at:], *items[:at]]
 
 
 def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> Stats:

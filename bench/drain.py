@@ -36,12 +36,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
 from . import drainer
-from .common import RESULTS_DIR, BenchError, Stats, finish, machine_info, paired_ratio
+from .common import RESULTS_DIR, BenchError, Stats, finish, machine_info, paired_ratio, turn
 from .drainer import TOPIC, TOPIC_FILTER
 from .render import Charts, Lines, clock_notes, goals_table, num, peer_clock_table, ratios_table
 
@@ -128,13 +127,7 @@ def _connections_ended(broker: Any, client_id: str) -> int:
 
 
 def _drain_mosquitto_sub(url: str, client_id: str, count: int, timeout: float, qos: int) -> float:
-    from devtools.system_tools import find_tool
-
-    parts = urlsplit(url)
-    command = [
-        find_tool("mosquitto_sub"), "-h", str(parts.hostname), "-p", str(parts.port),
-        "-c", "-i", client_id, "-q", str(qos), "-t", TOPIC_FILTER, "-C", str(count),
-    ]  # fmt: skip
+    command = drainer.command("mosquitto_sub", url, client_id, count, timeout, qos=qos)
     start = time.perf_counter()
     done = subprocess.run(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout
@@ -345,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: dict[str, list[Drain]] = {peer: [] for peer in peers}
     try:
         for rep in range(args.repeat):
-            for peer in peers[rep % len(peers) :] + peers[: rep % len(peers)]:
+            for peer in turn(peers, rep):
                 drain = drain_once(
                     peer, args.messages, args.size, args.inflight, args.timeout, args.qos
                 )

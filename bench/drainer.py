@@ -380,7 +380,17 @@ def command(
     seq_at: int = 0,
     options: Sequence[str] = (),
 ) -> list[str]:
-    """The command line of a drain worker."""
+    """The command line of a drain worker; for ``mosquitto_sub``, its own (``-C N``: it exits
+    0 only after N messages, which go to stdout)."""
+    if peer == "mosquitto_sub":
+        from devtools.system_tools import find_tool
+
+        parts = urlsplit(url)
+        return [
+            find_tool("mosquitto_sub"), "-h", str(parts.hostname), "-p", str(parts.port), "-c",
+            "-i", client_id, "-q", str(qos), "-t", TOPIC_FILTER, "-C", str(count),
+            "-W", str(int(timeout)),
+        ]  # fmt: skip
     return [
         sys.executable, "-m", "bench.drainer", peer, url, client_id, str(count),
         "--timeout", str(timeout), "--stall", str(stall), "--qos", str(qos),

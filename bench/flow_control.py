@@ -76,6 +76,7 @@ from .common import (
     finish,
     machine_info,
     paired_ratio,
+    turn,
 )
 from .drainer import TOPIC, TOPIC_FILTER
 from .render import Charts, Lines, clock_notes, goals_table, md_table, num, ratio_rows, stats_cells
@@ -434,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workroot = Path(tempfile.mkdtemp(prefix="bench-flow-control-"))
     try:
         for rep in range(args.repeat):
-            for key in args.arms[rep % len(args.arms) :] + args.arms[: rep % len(args.arms)]:
+            for key in turn(args.arms, rep):
                 run = drain_once(ARM_BY_KEY[key], args, workroot / f"rep{rep}-{key}")
                 check_run(run, args.messages, args.window, args.receive_maximum)
                 runs[key].append(run)

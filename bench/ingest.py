@@ -57,6 +57,7 @@ from .common import (
     machine,
     paired_ratio,
     publish_windowed,
+    turn,
 )
 from .cpu_sampler import COMPONENTS, CpuSampler
 from .drainer import TOPIC, TOPIC_FILTER
@@ -596,7 +597,7 @@ class IngestRun:
         ours had (the same per-batch overheads); paho at each QoS."""
         combos = self.combos
         for rep in range(self.args.repeat):
-            for peer in combos[rep % len(combos) :] + combos[: rep % len(combos)]:
+            for peer in turn(combos, rep):
                 run_dir = self.work / f"rep{rep}"
                 where = self.wal(peer, f"rep{rep}")
                 landing = run_ours(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, BenchError, Stats, pub_command
+from .common import REPO_ROOT, BenchError, Stats, pub_command, turn
 from .cpu_sampler import NOT_THE_PIPELINE
 from .drainer import TOPIC, TOPIC_FILTER, backlog
 from .ingest import IngestRun, OursPeer, json_backlog
@@ -234,7 +234,7 @@ def append_profile(run: IngestRun) -> dict[str, Any]:
         turns += [(peer, True) for peer in peers]
     found: dict[str, list[Appends]] = {}
     for rep in range(run.args.repeat):
-        for peer, live in turns[rep % len(turns) :] + turns[: rep % len(turns)]:
+        for peer, live in turn(turns, rep):
             local_dir = run.work / f"appends-{peer.name}-{int(live)}-{rep}"
             kind = "live" if live else "backlog"
             where = (

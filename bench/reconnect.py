@@ -50,7 +50,7 @@ from typing import Any
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
-from .common import RESULTS_DIR, BenchError, Stats, finish, machine
+from .common import RESULTS_DIR, BenchError, Stats, finish, machine, turn
 from .drainer import publish_numbered
 from .payloads import Tally
 from .render import (
@@ -441,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-reconnect-"))
     try:
         for rep in range(args.repeat):
-            order = settings[rep % len(settings) :] + settings[: rep % len(settings)]
+            order = turn(settings, rep)
             for setting in order:
                 record = one_run(
                     setting, args.messages, args.cut_at, args.size, args.timeout, workdir,

@@ -41,7 +41,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from . import drainer
 from .common import REPO_ROOT, BenchError, Stats, create_session, finish, machine, publish_windowed
@@ -124,17 +123,7 @@ def run_measured(
 
 def drain(peer: str, url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
     """One peer drains the session's ``count`` queued messages."""
-    from devtools.system_tools import find_tool
-
-    if peer == "mosquitto_sub":
-        parts = urlsplit(url)
-        command = [
-            find_tool("mosquitto_sub"), "-h", str(parts.hostname), "-p", str(parts.port),
-            "-c", "-i", client_id, "-q", "1", "-t", TOPIC_FILTER, "-C", str(count),
-        ]  # fmt: skip
-        command += ["-W", str(int(timeout))]
-    else:
-        command = drainer.command(peer, url, client_id, count, timeout)
+    command = drainer.command(peer, url, client_id, count, timeout)
     wall, code, rss, out, err = run_measured(command, timeout + 30, peer != "mosquitto_sub")
     if peer == "mosquitto_sub":
         # -C N: exits 0 only after N messages (written to /dev/null, as bench.drain does).

@@ -30,7 +30,7 @@ from typing import Any
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
-from .common import BenchError, Stats, finish, machine_info, paired_ratio
+from .common import BenchError, Stats, finish, machine_info, paired_ratio, turn
 from .payloads import numbered as payload
 from .render import Charts, Lines, md_table, num, times
 
@@ -129,7 +129,7 @@ def measure(args: argparse.Namespace, qos: int, spark: SparkPeer) -> dict[str, A
 
     rates: dict[str, list[float]] = {peer: [] for peer in PEERS}
     for rep in range(args.repeat):
-        order = PEERS[rep % len(PEERS) :] + PEERS[: rep % len(PEERS)]
+        order = turn(PEERS, rep)
         for peer in order:
             with tempfile.TemporaryDirectory(prefix="bench-sink-") as tmp:
                 broker = MosquittoBroker(Path(tmp), log_types=())

@@ -65,6 +65,7 @@ from .common import (
     machine,
     paired_ratio,
     publish_windowed,
+    turn,
 )
 from .cpu_sampler import NOT_THE_PIPELINE
 from .ingest import (
@@ -458,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 warmups.setdefault(peer, []).append(landing)
             shutil.rmtree(work / "warmup", ignore_errors=True)
         for rep in range(args.repeat):
-            order = list(PEERS[rep % len(PEERS) :] + PEERS[: rep % len(PEERS)])
+            order = turn(PEERS, rep)
             orders.append(order)
             for peer in order:
                 run_dir = work / f"rep{rep}"

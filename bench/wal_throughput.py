@@ -41,7 +41,7 @@ from typing import Any
 
 from connector.wal import RecordTuple
 
-from .common import Stats, finish, machine, paired_ratio
+from .common import Stats, finish, machine, paired_ratio, turn
 from .render import Charts, Lines, md_table, num, per_repetition, stats_cells, times
 
 LAYOUTS = ("files", "objects-file", "objects-s3")
@@ -214,7 +214,7 @@ def run(
             for size in sizes:
                 appends = min(max(1, math.ceil(records / size)), max_appends)
                 batches = make_batches(appends * size, size, properties)
-                order = list(layouts[rep % len(layouts) :]) + list(layouts[: rep % len(layouts)])
+                order = turn(layouts, rep)
                 for layout in order:
                     results.append(measure(stores, layout, batches, fsync, rep))
     return results
