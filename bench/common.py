@@ -160,22 +160,6 @@ def finish(name: str, data: Mapping[str, Any], output: Path | None, render: Any)
     return 0
 
 
-def spawn_worker(
-    command: Sequence[str], timeout: float, name: str
-) -> tuple[float, dict[str, Any], subprocess.CompletedProcess[str]]:
-    """Run a benchmark worker process in ``REPO_ROOT``; return its wall time, the JSON object
-    on its last stdout line, and the finished process (BenchError when it printed nothing)."""
-    start = time.perf_counter()
-    done = subprocess.run(
-        list(command), capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
-    )
-    wall = time.perf_counter() - start
-    lines = done.stdout.strip().splitlines()
-    if not lines:
-        raise BenchError(f"{name} worker printed nothing ({done.returncode}): {done.stderr}")
-    return wall, json.loads(lines[-1]), done
-
-
 MOSQUITTO_INFLIGHT = 20
 """Mosquitto's default ``max_inflight_messages``: a publisher keeps at most this many QoS 1/2
 messages unacknowledged (beyond it Mosquitto acknowledges but drops incoming QoS 2)."""
