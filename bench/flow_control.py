@@ -3,50 +3,30 @@ proxy that adds 10 ms each way, against a broker that enforces its in-flight lim
 
 Why: a broker sends a client at most a fixed number of unacknowledged QoS 1/2 messages (the
 in-flight window), so over a link with round-trip time RTT a drain reaches at most window / RTT
-messages per second whatever the client does: Mosquitto 2.0.12+ keeps 20 per 3.1.1 client
-(``max_inflight_messages``), EMQX 32, so a 3.1.1 subscriber 20 ms away gets about 1,000 msg/s.
-With MQTT 5 the client sets the window itself (Receive Maximum in CONNECT).
+messages per second: Mosquitto 2.0.12+ keeps 20 per 3.1.1 client, EMQX 32, so a 3.1.1
+subscriber 20 ms away gets about 1,000 msg/s. With MQTT 5 the client sets the window itself
+(Receive Maximum in CONNECT; the default, 65,535, is the largest: a window W over a round trip
+T allows at most W / T msg/s).
 
-Each repetition drains four fresh backlogs, one per arm, in a rotated order:
+Each repetition drains four fresh backlogs, one per arm, in a rotated order: (a) MQTT 3.1.1 on
+loopback; (b) MQTT 3.1.1 through the delay proxy (``devtools.delay_proxy``, a separate process
+adding ``--delay-ms`` to every byte each way); (c) MQTT 5 through the proxy; (d) MQTT 5 on
+loopback. The broker: mochi-mqtt 2.7.9 (``tools/mochi-broker``, built by ``make setup``) with
+``-inflight-v311 --window``, a fresh one per drain: at most that many unacknowledged messages
+per 3.1.1 client and at most the Receive Maximum per MQTT 5 client, a resumed session's backlog
+included (tools/mochi-broker/window.go). Debian's Mosquitto 2.0.11 cannot serve here: it sends
+a deep queue at once whatever ``max_inflight_messages`` says (eclipse-mosquitto/mosquitto#2306).
 
-* (a) MQTT 3.1.1 on loopback, straight to the broker;
-* (b) MQTT 3.1.1 through the delay proxy (``devtools.delay_proxy``, a separate process adding
-  ``--delay-ms`` to every byte each way: 20 ms round trip by default);
-* (c) MQTT 5 through the proxy, Receive Maximum ``--receive-maximum``;
-* (d) MQTT 5 on loopback, the same Receive Maximum.
-
-The broker: mochi-mqtt 2.7.9 (``tools/mochi-broker``, built by ``make setup``) with
-``-inflight-v311 --window`` (default 20, Mosquitto's), a fresh one per drain. With that flag it
-keeps at most that many unacknowledged QoS 1/2 messages per 3.1.1 client and at most the
-Receive Maximum per MQTT 5 client, a resumed session's backlog included (mochi's own quota
-gates neither: tools/mochi-broker/window.go). Debian's Mosquitto 2.0.11 cannot serve here: it
-sends a deep queue at once whatever ``max_inflight_messages`` says (eclipse-mosquitto/mosquitto
-#2306, fixed in 2.0.12).
-
-Receive Maximum: a window W over a round trip T allows at most W / T msg/s, so W must exceed
-the drain rate times T (at 50,000 msg/s and 20 ms, 1,000). The default, 65,535, is MQTT 5's
-largest and what a client gets that sends none; ``--receive-maximum`` shows a smaller window's
-cap.
-
-Per drain: a persistent session is created with the arm's protocol (MQTT 5: a Session Expiry
-Interval that never ends), ``python -m connector.mqtt pub --qos 1`` publishes N numbered
-100-byte messages into it (it exits once the broker acknowledged each), then the source's
-receiver (``bench.drainer``'s ``ours-wal``; source options ``mqttVersion`` 5 and
-``receiveMaximum`` for the MQTT 5 arms) resumes the session in a worker process and drains it
-into a fresh write-ahead log: every socket read is appended with one fsync, then acknowledged.
-
-Clock: ``connect -> last message durable``, inside the worker, from just before the connect to
-the append of the N-th message (the connect's round trip included). Checks after each drain:
-the WAL holds N distinct sequence numbers, nothing else; the broker logged the end of the
-drain's connection with nothing in flight and nothing queued, and the largest number of
-messages it had in flight at once (``peak in flight``: the window for 3.1.1); a bare client
-resuming the session gets nothing. Before each proxied drain one MQTT round trip (CONNECT ->
-CONNACK of a throwaway client) through the proxy is timed: ``window / RTT`` is the 3.1.1 cap
-(b) should sit at.
-
-Ratios, paired by repetition: (c)/(d) and (c)/(a), MQTT 5 over the long round trip against our
-own loopback drain (goal: >= 0.5 for both); (b)/(a), what the 3.1.1 window costs there; (c)/(b),
-what flow control gains. Results go to ``bench/results/flow_control.json``.
+Per drain: a persistent session of the arm's protocol, N numbered 100-byte messages published
+into it by ``python -m connector.mqtt pub``, then the source's receiver (``bench.drainer``'s
+``ours-wal``; ``mqttVersion`` 5 and ``receiveMaximum`` for the MQTT 5 arms) resumes it in a
+worker process and drains it into a fresh write-ahead log (one append with one fsync per socket
+read, then its acknowledgements). Clock: from just before the connect to the append of the
+N-th message. Checks: the WAL holds N distinct sequence numbers; the broker logged the end of
+the connection with nothing in flight or queued, and its peak in flight; a bare client resuming
+the session gets nothing. Before each proxied drain one CONNECT -> CONNACK through the proxy is
+timed: ``window / RTT`` is the 3.1.1 cap (b) should sit at. Ratios, paired by repetition:
+(c)/(d) and (c)/(a) (goal: >= 0.5 for both), (b)/(a), (c)/(b), (d)/(a).
 """
 
 from __future__ import annotations

@@ -1,37 +1,23 @@
-"""Send -> visible latency into Delta: ``python -m bench.latency``.
+"""Send -> visible latency into Delta.
 
-For every (rate, trigger interval) pair: a fresh Mosquitto (``devtools.mosquitto``),
-the ingest job's query (``format("mqtt")`` with the options ``streaming_jobs.ingest`` derives
-from its flags, written by the job's ``foreachBatch`` writer into a fresh Delta table, on
-``streaming_jobs.spark_session.local_spark``, local[2]) with a processing-time trigger of that
-interval, and a publisher subprocess (our client, QoS 1, at most 100 in flight) that sends
-``rate`` messages per second for ``--duration`` seconds on a token-bucket schedule (message
-``i`` is due at ``start + i / rate``). Each payload starts with its sequence number and its
-send time (``time.time_ns()`` taken just before the PUBLISH is queued and written).
+For every (rate, trigger interval) pair: a fresh Mosquitto, the ingest job's query (written by
+the job's ``foreachBatch`` writer into a fresh table, local[2]) with a processing-time trigger of
+that interval, and a publisher subprocess (our client, QoS 1, at most 100 in flight) sending
+``rate`` messages per second for ``--duration`` seconds on a token-bucket schedule. Each payload
+carries its sequence number and its send time (``time.time_ns()`` just before the PUBLISH).
 
-Visible: a thread of this process watches the table's ``_delta_log`` for the next commit file
-every ``POLL_SECONDS`` (``bench.drainer.TableTail``), and notes the wall-clock time it first
-saw each version. After the run, the Parquet files added by each commit are read with pyarrow;
-every row's latency is (time its commit was seen) - (send time in its payload). Resolution:
-the poll interval (5 ms), which errs on the late side.
+Visible: a thread watches the table's ``_delta_log`` every ``POLL_SECONDS``
+(``bench.drainer.TableTail``) and notes when it first saw each commit; a row's latency is
+(time its commit was seen) - (send time in its payload), to the poll interval (5 ms), on the
+late side. Every published number must be in the table exactly once. Messages of the first
+``--warmup`` seconds (the new query's first batches) are left out of the percentiles.
 
-A throwaway run first warms up the JVM, Delta and the Python workers (skip it with
-``--no-warmup-run``). It publishes for ``WARMUP_RUN_SECONDS`` (30 s), long enough for its table
-to reach its first checkpoint (version 10, written in the background; the first batch alone
-takes several seconds on a cold JVM). That checkpoint is the JVM's first reconstruction of a
-table state; with a 4-second warm-up run and Delta's interval that cold start landed in the
-measured run as a 6 s batch (measured twice). In every run, messages sent during the first
-``--warmup`` seconds (the new query's first batches) are published and checked but left out of
-the percentiles.
-Checks: every published sequence number is in the table exactly once. Writes
-``bench/results/latency.json``.
-
-Every table is created as the job creates it (``BatchWriter.create_tables``), with the job's
-``delta.checkpointInterval`` of 1000 (decision 23): Delta computes no table state inside the
-stream's commits, and the job writes a checkpoint every 10 versions in the background. After
-the pairs, one more run at the goal's rate and trigger writes a table created with Delta's own
-default interval, 10 (``--no-delta-interval-run`` skips it): Delta then computes the table's
-full state inside every 10th commit, about 1 s in the stream's path (docs/operations.md, "Latency").
+A throwaway 30-second run warms the JVM, Delta and the Python workers up first, long enough for
+its table to reach its first checkpoint (with a 4-second one, that cold start landed in the
+measured run as a 6 s batch). Tables are created as the job creates them, with its
+``delta.checkpointInterval`` of 1000 (decision 23); one more run at the goal's rate and trigger
+uses Delta's default, 10, where Delta computes the table's full state inside every 10th commit,
+about 1 s in the stream's path (docs/operations.md, "Latency").
 """
 
 from __future__ import annotations

@@ -1,36 +1,21 @@
-"""Duplicates from one dropped connection: ``python -m bench.reconnect``.
+"""Duplicates from one dropped connection: how many duplicate rows does a reconnect with
+messages in flight produce on Mosquitto 2.0.11 (docs/delivery.md, last section)?
 
-The question: how many duplicate rows does a reconnect with messages in flight produce at
-QoS 1 on Mosquitto 2.0.11 (docs/delivery.md, last section)? Each run, for one setting
-(QoS, the broker's ``max_inflight_messages``):
+Each run, for one setting (QoS, the broker's ``max_inflight_messages``): a fresh Mosquitto; the
+persistent session created by a receiver with the run's WAL; N numbered messages published by
+``python -m connector.mqtt pub`` and queued for it; then ``connector.source.receiver.Receiver``
+drains the backlog through a ``tests.chaos.proxy.ChaosProxy``, which cuts the link (reset both
+ways) once ``--cut-at`` messages are stored. The receiver reconnects on its own; the run waits
+(woken by each acknowledgement the receiver writes) until it connected again, every number
+0..N-1 is in its WAL, at QoS 2 every exchange is complete, and it is idle for ``IDLE_SECONDS``.
 
-1. a fresh Mosquitto (``devtools.mosquitto.MosquittoBroker``, its own config);
-2. the persistent session is created first: a receiver with the run's WAL connects
-   (``clean_session=False``), subscribes with the run's QoS and stops;
-3. ``python -m connector.mqtt pub`` publishes N numbered messages (10-digit sequence number
-   first) at that QoS and exits once each is acknowledged, i.e. queued for the session;
-4. ``connector.source.receiver.Receiver`` drains the backlog through a
-   ``tests.chaos.proxy.ChaosProxy`` in front of the broker; once ``--cut-at`` messages are
-   stored the proxy cuts the link (``cut()``: reset both ways, a dropped connection);
-5. the receiver reconnects on its own; the run waits (condition waits with a deadline,
-   woken by each acknowledgement the receiver writes) until it connected a second time,
-   every number 0..N-1 is in its WAL (read incrementally), at QoS 2 every exchange is
-   complete (no id pending in the WAL), and it is idle (``wait_idle``: nothing arrived for
-   ``IDLE_SECONDS``).
-
-Recorded per run: messages stored when the cut came (``stored_at_cut``, the WAL's end read
-right after ``cut()`` returned; ``stored_before_cut`` right before it); messages the first
-connection delivered (``stored_on_first_connection``: the read in progress at the cut, up to 1
-MiB, and what was already in the receiver's socket buffer are stored after it; taken from the
-WAL's end after each acknowledgement of a first-connection read); messages stored in total;
-duplicates (the total minus N, which equals the extra copies summed over the numbers, each
-being present); duplicates counted by the receiver (``stats.possible_duplicates``); resends the
-session withheld (``stats.duplicates_dropped``); records stored with DUP=1 (resends, some of
-them first deliveries of messages lost in transit at the cut); the numbers missing, which must
-be none. A loss fails the benchmark (exit status 1, no results written), as do an unfinished
-drain and a duplicate at QoS 2 (a resend of a stored QoS 2 message carries a pending id and is
-withheld: the pending-id rule). Settings alternate within each repetition (the order rotates),
-so a drift in machine load hits them alike. Results go to ``bench/results/reconnect.json``.
+Recorded per run: messages stored at the cut (the WAL's end right after ``cut()``) and on the
+first connection (the read in progress at the cut, up to 1 MiB, and what was in the socket
+buffer are stored after it); stored in total; duplicates (the total minus N); duplicates the
+receiver counted (``possible_duplicates``); resends the session withheld
+(``duplicates_dropped``); records stored with DUP=1; the numbers missing, which must be none. A
+loss, an unfinished drain or a duplicate at QoS 2 (the pending-id rule withholds every resend of
+a stored QoS 2 message) fails the benchmark. Settings alternate within each repetition.
 """
 
 from __future__ import annotations

@@ -1,40 +1,25 @@
 """Sparkplug B into Delta: metrics per second, against raw MQTT rows of the same messages.
 
-The backlog: K edge nodes (default 1) of group ``bench``, each first an NBIRTH (seq 0, bdSeq 0)
-defining M metrics (default 10: Int32, Int64, Double, Boolean and String in turns, aliases 1..M),
-then N NDATA messages (default 20,000, round robin over the nodes) carrying those M metrics by
-alias only, the seq of each node counting 1, 2, ... and wrapping at 255. The payloads are made
-with pysparkplug's protobuf classes (``tests/sparkplug_payloads.py``), never the product's code.
-Sparkplug sends DATA at QoS 0, which a broker does not queue for an offline client: to make a
-backlog, every message is published (at most 20 in flight) and subscribed at QoS 1, so the
-broker queues it for the peer's persistent session, as ``bench.ingest`` does.
+The backlog: K edge nodes of group ``bench``, each first an NBIRTH (seq 0, bdSeq 0) defining M
+metrics (Int32, Int64, Double, Boolean and String in turns, aliases 1..M), then N NDATA messages
+(round robin over the nodes) carrying those M metrics by alias only, each node's seq counting
+1, 2, ... and wrapping at 255; made with pysparkplug's protobuf classes
+(``tests/sparkplug_payloads.py``), never the product's code. Sparkplug sends DATA at QoS 0,
+which a broker does not queue: every message is published and subscribed at QoS 1 instead.
 
-Peers, in turns in every repetition (the order rotates), each on a fresh Mosquitto holding a
-fresh backlog of the same bytes:
+Peers, in turns in every repetition, each on a fresh Mosquitto holding the same bytes, written
+as ``bench.ingest`` writes (the job's ``foreachBatch`` writer, ``partitionData`` wal, local[2])
+and timed by its headline clock: ``sparkplug``, the job's query with ``--payload-format
+sparkplug`` (a row per metric, names and datatypes resolved from the births), and ``raw``, the
+default format (a row per message). Reported: messages/s and rows/s per peer, the ratio
+sparkplug/raw in messages/s paired per repetition. Every table is checked after its query:
+raw, one row per message, every offset once, the payload bytes in full; sparkplug, the expected
+metric rows, each (offset, metric index) once, every name resolved, no reason.
 
-* ``sparkplug``: the ingest job's query with ``--payload-format sparkplug`` (the source's
-  ``payloadFormat`` ``sparkplug``): a row per metric, the births' bdSeq included, names and
-  datatypes resolved from the births;
-* ``raw``: the same query with the default ``payloadFormat``: a row per message, the payload
-  as bytes.
-
-Both are written as ``bench.ingest`` writes: by the job's own ``foreachBatch`` writer (table
-created before the query, outside the clock); ``partitionData`` wal (the job's default on a
-local master), local[2], trigger 0 seconds.
-The clock is ``bench.ingest``'s headline: from the start of the first batch with input rows to
-the end of the batch that completes the rows (the query's progress events). Before the
-measured repetitions, ``--warmup-rounds`` unmeasured rounds (every peer once); before every run
-a full GC of the driver JVM. Reported: messages/s and rows/s (metrics/s) per peer, and the
-ratio sparkplug/raw in messages/s paired per repetition. Every table is checked after its query
-stopped: raw, one row per message with every offset once and the payload bytes in full;
-sparkplug, the expected metric rows, each (offset, metric index) once, every name resolved and
-no reason.
-
-The decoder alone (no Spark, in this process, before the Spark JVM starts): the source's
-decoding of a partition, ``connector.sparkplug.messages.decode_messages`` over the same
-messages, then ``to_record_batch`` (the rows as Arrow), and ``fold``, the planner's pass that
-only advances the state; medians of ``--decoder-repeat`` runs. ``--profile`` adds cProfile's top
-functions by cumulative time of decode + Arrow on the same messages.
+The decoder alone (no Spark, before the JVM starts): ``decode_messages`` (a task's decoding of
+its partition), ``to_record_batch`` (its conversion to Arrow) and ``fold`` (the planner's pass),
+medians of ``--decoder-repeat`` runs; ``--profile`` adds cProfile's top functions of decode +
+Arrow by cumulative time.
 """
 
 from __future__ import annotations
