@@ -248,13 +248,13 @@ else
 	$(VENV_PY) -m pytest -q $(PYTEST_ARGS)
 endif
 
-## unit: the default goal. The fast tests, which need neither Spark nor a broker: tests/unit
-## and tests/fuzz's bounded runs, without the few tests there marked integration, spark or
-## interop (tests/conftest.py marks a test that uses the mosquitto or broker_factory fixture
-## integration). Well under a minute; needs only the virtualenv, not the rest of `make setup`.
-## Extra pytest arguments via PYTEST_ARGS="..."
+## unit: the default goal. The fast tests, which need neither Spark nor a broker: tests/unit,
+## tests/fuzz's bounded runs and bench/tests (the benchmarks' own), without the few tests
+## there marked integration, spark or interop (tests/conftest.py marks a test that uses the
+## mosquitto or broker_factory fixture integration). Well under a minute; needs only the
+## virtualenv, not the rest of `make setup`. Extra pytest arguments via PYTEST_ARGS="..."
 .PHONY: unit
-UNIT_PATHS := tests/unit tests/fuzz
+UNIT_PATHS := tests/unit tests/fuzz bench/tests
 UNIT_MARKERS := not integration and not spark and not interop
 unit: $(VENV_STAMP)
 	$(VENV_PY) -m pytest -q -m "$(UNIT_MARKERS)" $(UNIT_PATHS) $(PYTEST_ARGS)

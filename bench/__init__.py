@@ -1,5 +1,5 @@
-"""Benchmarks for the MQTT client: ``python -m bench.codec`` and ``python -m bench.drain``.
-
-Each benchmark measures the project against peers in the same run and reports ratios, so the
-noise of a shared machine mostly cancels. Results go to ``bench/results/<name>.json``.
+"""Benchmarks: each module measures against peers in the same run, writes
+``bench/results/<name>.json`` and renders its own section of ``bench/REPORT.md``
+(``python -m bench.report`` collects them). Shared by all: ``common`` (statistics, the machine,
+results files), ``payloads``, ``drainer`` (backlogs, drain workers, tables read back), ``render``.
 """

@@ -12,27 +12,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from bench.common import REPO_ROOT, machine_info, pub_command, write_results
-from connector.options.source import SourceOptions
-from connector.receiver.receiver import Receiver
-from devtools.mosquitto import MosquittoBroker
-
-
-def rss_kib() -> int:
-    """Resident set size of this process in KiB (Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
+from bench.common import REPO_ROOT, finish, machine_info, pub_command
+from bench.render import Charts, Lines, md_table, mib, num
+from bench.scale import rss_kib
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.backlog_rss", description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--bound", type=int, default=10_000, help="maxBacklogMessages")
+    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
+    from devtools.mosquitto import MosquittoBroker
+
     with (
         tempfile.TemporaryDirectory() as tmp,
         MosquittoBroker(
@@ -77,16 +75,26 @@ def main(argv: list[str] | None = None) -> int:
         "rss_growth_kib": peak - baseline,
         "samples": samples[:: max(1, len(samples) // 20)],
     }
-    write_results("backlog_rss", result)
-    print(
-        f"published {args.messages:,} QoS 1 messages; the receiver stored {in_wal:,} "
-        f"(bound {args.bound:,}) and left {args.messages - in_wal:,} waiting at the broker"
-    )
-    print(
-        f"receiver process RSS: {baseline:,} KiB after start, peak {peak:,} KiB "
-        f"(growth {peak - baseline:,} KiB)"
-    )
-    return 0
+    return finish("backlog_rss", result, args.output, section)
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    return [
+        f"{num(data['messages_published'])} QoS 1 messages published to a receiver bounded "
+        f"by `maxBacklogMessages` {num(data['max_backlog_messages'])}.",
+        "",
+        *md_table(
+            ["stored in the WAL", "waiting at the broker", "RSS after start MiB", "peak MiB",
+             "growth MiB"],
+            [[
+                num(data["records_in_wal_at_end"]),
+                num(data["waiting_at_broker_at_end"]),
+                mib(data["rss_kib_after_start"]),
+                mib(data["rss_kib_peak"]),
+                mib(data["rss_growth_kib"]),
+            ]],
+        ),
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

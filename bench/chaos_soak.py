@@ -1,14 +1,12 @@
 """Loop chaos tests and add up what they did: ``bench/results/chaos_soak.json``.
 
-``python -m bench.chaos_soak [--runs N] [--test NODE[@RUNS] ...] [--loops K] [--output FILE]``
-
 Each run is a pytest process of its own on one chaos test (a fresh seed each time; the seed is
 kept with the run), writing its tally (``CHAOS_RESULTS``, see ``tests/chaos/tally.py``).
 ``--loops`` runs that many loops side by side, as two soaks on a 2-core machine do, which
 makes timing faults likelier. The result, per test: runs, runs passed, the seeds of the runs
 that failed, and the sum of every counter (faults applied, messages published per QoS, lost,
-extra rows). The report renders it in its Chaos section. Run it from a worktree of its own when
-the code under test is being edited.
+extra rows). Run it from a worktree of its own when the code under test is being edited.
+This module also renders the chaos tests' own counters (``make chaos``: ``chaos.json``).
 """
 
 from __future__ import annotations
@@ -20,11 +18,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, machine_info
+from .common import REPO_ROOT, machine_info, write_results
+from .render import Charts, Lines, md_table
 
 DEFAULT_TESTS = (
     "tests/chaos/test_network_faults.py::test_cuts_stalls_fragments_and_malformed_frames_during_ingest",
@@ -107,11 +106,11 @@ def soak(tests: Sequence[str], runs: int, loops: int, workdir: Path) -> dict[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos_soak", description=__doc__)
     parser.add_argument("--runs", type=int, default=20, help="runs per test (unless @RUNS)")
     parser.add_argument("--loops", type=int, default=1, help="runs side by side")
     parser.add_argument("--test", action="append", help="a chaos test (repeatable)")
-    parser.add_argument("--output", default=str(REPO_ROOT / "bench/results/chaos_soak.json"))
+    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="chaos-soak-") as tmp:
         tests = args.test or list(DEFAULT_TESTS)
@@ -120,10 +119,82 @@ def main(argv: Sequence[str] | None = None) -> int:
             "loops": args.loops,
             "machine": machine_info(),
         }
-    Path(args.output).write_text(json.dumps(data, indent=2) + "\n")
+    path = write_results("chaos_soak", data, args.output)
     failed = sum(t["runs"] - t["passed"] for t in data["tests"].values())
-    print(f"wrote {args.output}; {failed} run(s) failed")
+    print(f"wrote {path}; {failed} run(s) failed")
     return 1 if failed else 0
+
+
+SOAK_FAULTS = (
+    ("connection_cuts", "cuts"),
+    ("stalls", "stalls"),
+    ("malformed_frames_sent", "malformed frames"),
+    ("no_connack_connections", "no-CONNACK connections"),
+    ("source_process_kills", "source kill -9"),
+    ("driver_kills", "driver kills"),
+    ("broker_restarts", "broker restarts"),
+)
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """Per test: runs, messages per QoS, faults, lost and extra rows (QoS 2 must have none;
+    QoS 1 extra rows are counted resends)."""
+    rows = []
+    for test, entry in data["tests"].items():
+        c = entry["counters"]
+        faults = ", ".join(f"{c[k]:,} {label}" for k, label in SOAK_FAULTS if c.get(k))
+        rows.append(
+            [
+                f"`{test.split('::')[-1]}`",
+                f"{entry['passed']}/{entry['runs']}",
+                f"{c.get('qos1_published', 0):,} / {c.get('qos2_published', 0):,}",
+                faults or "—",
+                f"{c.get('qos1_lost', 0) + c.get('qos2_lost', 0):,}",
+                f"{c.get('qos2_extra_rows', 0):,}",
+                f"{c.get('qos1_extra_rows', 0):,}",
+            ]
+        )
+    out = md_table(
+        [
+            "test",
+            "runs passed",
+            "published QoS 1 / 2",
+            "faults",
+            "lost",
+            "QoS 2 extra rows",
+            "QoS 1 extra rows",
+        ],
+        rows,
+    )
+    failed = {t: e["failed_seeds"] for t, e in data["tests"].items() if e["failed_seeds"]}
+    notes = [
+        f"{data.get('loops', 1)} loop(s) side by side. QoS 1 extra rows are broker resends "
+        "(DUP=1) of messages whose PUBACK a fault kept from the broker: at least once, each "
+        "counted by the receiver (docs/delivery.md); QoS 2 must have none.",
+    ]
+    if failed:
+        notes.append(f"Failed runs (replay with CHAOS_SEED): {json.dumps(failed)}")
+    return [*out, "", *notes]
+
+
+def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts as (dotted key, value) pairs."""
+    if isinstance(data, Mapping):
+        items: list[tuple[str, Any]] = []
+        for key, value in data.items():
+            items += _flatten(value, f"{prefix}{key}.")
+        return items
+    return [(prefix.rstrip("."), data)]
+
+
+def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """``bench/results/chaos.json``, written by the chaos tests (``make chaos``): whatever
+    counters they recorded (any dict, nested dicts flattened)."""
+    counters = _flatten({k: v for k, v in data.items() if k != "machine"})
+    rows = [
+        [f"`{k}`", json.dumps(v) if isinstance(v, list | dict) else str(v)] for k, v in counters
+    ]
+    return md_table(["counter", "value"], rows)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
 """PUBLISH decode rate: our stream decoder against paho-mqtt's packet reader on the same bytes.
 
-``python -m bench.codec [--messages N] [--repeat R] [--chunk BYTES] [--profile] [--only-extra]``
-
 One stream of QoS 1 PUBLISH frames (100-byte payloads, topics like
 ``plant/line-3/sensor-17/telemetry``) is cut into socket-sized reads at arbitrary byte
 positions. Peers, all in one process and one run:
@@ -32,35 +30,25 @@ Two more tables, decode only (``ReceiveBuffer.feed``), same messages and reads:
 from __future__ import annotations
 
 import argparse
-import cProfile
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from connector.mqtt.cli import SEQUENCE_DIGITS
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.decode import TOPIC_CACHE_SIZE
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Packet, ProtocolLevel, Publish
 from connector.mqtt.properties import Properties
-from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession
 
-from .common import (
-    Stats,
-    describe_machine,
-    format_table,
-    machine_info,
-    paired_ratio,
-    profile_report,
-    rate,
-    ratio,
-    write_results,
-)
+from .common import Stats, finish, machine_info, paired_ratio, turn
+from .payloads import numbered
+from .render import Charts, Lines, goals_table, md_table, num, ratios_table, stats_cells, times
 
 GOAL_VS_PAHO = 10.0
 CONNACK = b"\x20\x02\x00\x00"
@@ -107,11 +95,6 @@ def topic_of(index: int) -> str:
     return f"plant/line-{index % 8}/sensor-{index % 64}/telemetry"
 
 
-def payload_of(index: int, size: int) -> bytes:
-    """A ``size``-byte payload starting with the message's 10-digit sequence number."""
-    return (b"%0*d" % (SEQUENCE_DIGITS, index) + b"x" * size)[:size]
-
-
 def build_workload(
     messages: int,
     payload_size: int,
@@ -123,7 +106,7 @@ def build_workload(
 ) -> Workload:
     """QoS 1 PUBLISH frames cut into reads of chunk/2..chunk bytes at random positions."""
     topics = [topic(i) for i in range(messages)]
-    payloads = [payload_of(i, payload_size) for i in range(messages)]
+    payloads = [numbered(i, payload_size) for i in range(messages)]
     packet_ids = [i % 0xFFFF + 1 for i in range(messages)]
     stream = b"".join(
         encode_publish(t, p, 1, pid, properties=properties, level=level)
@@ -386,7 +369,7 @@ def measure_decode(
     keys = list(works)
     rates: dict[Any, list[float]] = {key: [] for key in keys}
     for rep in range(repeat):
-        for key in keys[rep % len(keys) :] + keys[: rep % len(keys)]:
+        for key in turn(keys, rep):
             seconds, count = run_ours_decode(works[key], levels[key])
             _expect(count == works[key].messages, f"{key} counted {count}")
             rates[key].append(count / seconds)
@@ -406,7 +389,7 @@ def measure(work: Workload, repeat: int) -> dict[str, list[float]]:
     }
     rates: dict[str, list[float]] = {peer: [] for peer in PEERS}
     for rep in range(repeat):
-        order = PEERS[rep % len(PEERS) :] + PEERS[: rep % len(PEERS)]
+        order = turn(PEERS, rep)
         for peer in order:
             seconds, count = runners[peer]()
             _expect(count == work.messages, f"{peer} counted {count} of {work.messages}")
@@ -414,80 +397,128 @@ def measure(work: Workload, repeat: int) -> dict[str, list[float]]:
     return rates
 
 
-def profile(work: Workload) -> str:
-    """cProfile of the session receive path, sorted by own time."""
-    profiler = cProfile.Profile()
-    profiler.runcall(run_ours_session, work)
-    return profile_report(profiler)
+def measure_extra(args: argparse.Namespace) -> dict[str, Any]:
+    """The MQTT 5.0 and topic cache tables' figures."""
+    v5_works = build_v5_workloads(args.messages, args.size, args.chunk, args.seed)
+    for case, work in v5_works.items():
+        verify_decode(
+            work, _level_of(case), V5_PROPERTIES if case == V5_PROPS else None, f"v5 {case}"
+        )
+    v5_rates = measure_decode(v5_works, {c: _level_of(c) for c in v5_works}, args.repeat)
+    v5_stats = {case: Stats.of(values) for case, values in v5_rates.items()}
+    # Cost ratios (time per message), per repetition: above 1 is slower.
+    bare = paired_ratio(v5_rates[V311], v5_rates[V5_BARE])
+    props = paired_ratio(v5_rates[V311_SAME_SIZE], v5_rates[V5_PROPS])
+    cache_works = build_cache_workloads(args.messages, args.size, args.chunk, args.seed)
+    for n, work in cache_works.items():
+        verify_decode(work, ProtocolLevel.MQTT_3_1_1, None, f"{n} topics")
+    cache_rates = measure_decode(
+        cache_works, dict.fromkeys(cache_works, ProtocolLevel.MQTT_3_1_1), args.repeat
+    )
+    base = cache_rates[CACHE_TOPICS[0]]
+    return {
+        "mqtt5": {
+            "unit": "messages/s",
+            "properties": repr(V5_PROPERTIES),
+            "streams": {
+                case: {
+                    **v5_stats[case].as_dict(1),
+                    "frame_bytes": round(v5_works[case].size / v5_works[case].messages, 1),
+                    "us_per_message": round(1e6 / v5_stats[case].median, 3),
+                }
+                for case in V5_CASES
+            },
+            "cost_ratio_v5_bare_vs_3_1_1": bare.as_dict(3),
+            "cost_ratio_v5_properties_vs_3_1_1_same_size": props.as_dict(3),
+            "goal": {
+                "ratio": "cost of 5.0 with properties / 3.1.1 of the same size (at most)",
+                "target": GOAL_V5_PROPERTIES,
+                "measured": round(props.median, 3),
+                "met": props.median <= GOAL_V5_PROPERTIES,
+            },
+        },
+        "topic_cache": {
+            "cache_size": TOPIC_CACHE_SIZE,
+            "unit": "messages/s",
+            "by_topics": {
+                str(n): {
+                    **Stats.of(rates).as_dict(1),
+                    "messages": cache_works[n].messages,
+                    "ratio_to_first": round(paired_ratio(rates, base).median, 3),
+                }
+                for n, rates in cache_rates.items()
+            },
+        },
+    }
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    params = data.get("parameters", {})
+    out = [
+        f"PUBLISH decoding in process: {num(params.get('messages'))} QoS {params.get('qos')} "
+        f"frames of {params.get('payload_bytes')}-byte payloads, the same bytes for every "
+        "parser; median of "
+        f"{params.get('repeat')} runs.",
+        "",
+    ]
+    rows = [
+        [peer, *stats_cells(st), num(st.get("us_per_message"), 3)]
+        for peer, st in data["peers"].items()
+    ]
+    out += [*md_table(["parser", "msg/s median", "min", "max", "µs/msg"], rows), ""]
+    out += ratios_table(data.get("ratios_vs_paho"), "ratio vs paho-mqtt")
+    out += ["", *goals_table(data.get("goal"))]
+    v5, cache = data.get("mqtt5"), data.get("topic_cache")
+    if isinstance(v5, Mapping):
+        rows = [
+            [case, num(st["frame_bytes"]), *stats_cells(st), num(st["us_per_message"], 3)]
+            for case, st in v5["streams"].items()
+        ]
+        out += [
+            "",
+            "MQTT 5.0 PUBLISH, decode only (`ReceiveBuffer.feed`), the same messages: cost of 5.0 "
+            f"without properties / 3.1.1 {times(v5['cost_ratio_v5_bare_vs_3_1_1']['median'])}.",
+            "",
+            *md_table(["stream", "bytes/frame", "msg/s median", "min", "max", "µs/msg"], rows),
+            "",
+            *goals_table(v5["goal"]),
+        ]
+    if isinstance(cache, Mapping):
+        rows = [
+            [num(int(n)), num(st["messages"]), *stats_cells(st), times(st["ratio_to_first"])]
+            for n, st in cache["by_topics"].items()
+        ]
+        out += [
+            "",
+            f"Topic cache ({num(cache['cache_size'])} topics): distinct topics cycling, decode "
+            "only, 3.1.1 QoS 1.",
+            "",
+            *md_table(["topics", "messages", "msg/s median", "min", "max", "ratio"], rows),
+        ]
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.codec", description=(__doc__ or "").split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.codec", description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000, help="PUBLISH frames per run")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per peer")
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--chunk", type=int, default=65_536, help="largest read in bytes")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--output", help="results file (default bench/results/codec.json)")
-    parser.add_argument("--profile", action="store_true", help="print a cProfile of ours")
     parser.add_argument(
-        "--only-extra",
-        action="store_true",
-        help="only the MQTT 5.0 and topic cache tables (no paho, no session)",
+        "--output", type=Path, help="results file (default bench/results/codec.json)"
     )
     args = parser.parse_args(argv)
     if args.messages < 1 or args.repeat < 1 or args.size < 10 or args.chunk < 1:
         parser.error("--messages, --repeat and --chunk must be >= 1 and --size >= 10")
-
     info = machine_info()
-    print(f"bench.codec: {describe_machine(info)}")
-    extra = run_extra_tables(args)
-    if args.only_extra:
-        return 0
+    extra = measure_extra(args)
     work = build_workload(args.messages, args.size, args.chunk, args.seed)
     verify(work)
     rates = measure(work, args.repeat)
     stats = {peer: Stats.of(values) for peer, values in rates.items()}
     vs_paho = {peer: paired_ratio(rates[peer], rates[PAHO]) for peer in PEERS if peer != PAHO}
     headline = vs_paho[OURS_CALLBACK]
-
-    rows = []
-    for peer in PEERS:
-        s = stats[peer]
-        rows.append(
-            [
-                peer,
-                rate(s.median),
-                rate(s.min),
-                rate(s.max),
-                f"{1e6 / s.median:.2f}",
-                ratio(vs_paho[peer].median) if peer in vs_paho else "1.00x",
-            ]
-        )
-    print(
-        f"{work.messages:,} QoS 1 PUBLISH frames, {args.size}-byte payloads, "
-        f"{work.size / work.messages:.0f} bytes a frame, {len(work.reads)} reads of "
-        f"{args.chunk // 2:,}..{args.chunk:,} bytes; median of {args.repeat}"
-    )
-    print()
-    print(
-        format_table(
-            ["peer", "msg/s median", "min", "max", "us/msg", "vs paho"],
-            rows,
-        )
-    )
-    print()
-    verdict = "met" if headline.median >= GOAL_VS_PAHO else "NOT met"
-    print(
-        f"goal ours/paho >= {GOAL_VS_PAHO:g}x (decode + callback): {ratio(headline.median)} "
-        f"(range {ratio(headline.min)}..{ratio(headline.max)}) -> {verdict}"
-    )
-    if args.profile:
-        print()
-        print(profile(work))
-
     results = {
         "benchmark": "codec",
         "machine": info,
@@ -516,91 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         **extra,
     }
-    path = write_results("codec", results, None if args.output is None else Path(args.output))
-    print(f"results: {path}")
-    return 0
-
-
-def run_extra_tables(args: argparse.Namespace) -> dict[str, Any]:
-    """The MQTT 5.0 and topic cache tables: printed, and returned for the results file."""
-    v5_works = build_v5_workloads(args.messages, args.size, args.chunk, args.seed)
-    for case, work in v5_works.items():
-        verify_decode(
-            work, _level_of(case), V5_PROPERTIES if case == V5_PROPS else None, f"v5 {case}"
-        )
-    v5_rates = measure_decode(v5_works, {c: _level_of(c) for c in v5_works}, args.repeat)
-    v5_stats = {case: Stats.of(values) for case, values in v5_rates.items()}
-    # Cost ratios (time per message), per repetition: above 1 is slower.
-    bare = paired_ratio(v5_rates[V311], v5_rates[V5_BARE])
-    props = paired_ratio(v5_rates[V311_SAME_SIZE], v5_rates[V5_PROPS])
-    rows = [
-        [
-            case,
-            f"{v5_works[case].size / v5_works[case].messages:.0f}",
-            rate(v5_stats[case].median),
-            rate(v5_stats[case].min),
-            rate(v5_stats[case].max),
-            f"{1e6 / v5_stats[case].median:.3f}",
-        ]
-        for case in V5_CASES
-    ]
-    print()
-    print("MQTT 5.0 PUBLISH decode (ReceiveBuffer.feed only), QoS 1")
-    print(format_table(["stream", "bytes/frame", "msg/s median", "min", "max", "us/msg"], rows))
-    print(
-        f"cost of 5.0 without properties / 3.1.1: {ratio(bare.median)}; cost of 5.0 with "
-        f"properties / 3.1.1 of the same size: {ratio(props.median)} (range "
-        f"{ratio(props.min)}..{ratio(props.max)}); goal <= {GOAL_V5_PROPERTIES:g}x "
-        f"-> {'met' if props.median <= GOAL_V5_PROPERTIES else 'NOT met'}"
-    )
-
-    cache_works = build_cache_workloads(args.messages, args.size, args.chunk, args.seed)
-    for n, work in cache_works.items():
-        verify_decode(work, ProtocolLevel.MQTT_3_1_1, None, f"{n} topics")
-    cache_rates = measure_decode(
-        cache_works, dict.fromkeys(cache_works, ProtocolLevel.MQTT_3_1_1), args.repeat
-    )
-    cache_stats = {n: Stats.of(values) for n, values in cache_rates.items()}
-    base = CACHE_TOPICS[0]
-    rows = [
-        [
-            f"{n:,}",
-            f"{cache_works[n].messages:,}",
-            rate(cache_stats[n].median),
-            rate(cache_stats[n].min),
-            rate(cache_stats[n].max),
-            ratio(paired_ratio(cache_rates[n], cache_rates[base]).median),
-        ]
-        for n in CACHE_TOPICS
-    ]
-    print()
-    print(f"Topic cache ({TOPIC_CACHE_SIZE:,} topics): distinct topics cycling, 3.1.1 QoS 1")
-    print(format_table(["topics", "messages", "msg/s median", "min", "max", f"vs {base:,}"], rows))
-    return {
-        "mqtt5": {
-            "unit": "messages/s",
-            "properties": repr(V5_PROPERTIES),
-            "streams": {
-                case: {
-                    **v5_stats[case].as_dict(1),
-                    "frame_bytes": round(v5_works[case].size / v5_works[case].messages, 1),
-                    "us_per_message": round(1e6 / v5_stats[case].median, 3),
-                }
-                for case in V5_CASES
-            },
-            "cost_ratio_v5_bare_vs_3_1_1": bare.as_dict(3),
-            "cost_ratio_v5_properties_vs_3_1_1_same_size": props.as_dict(3),
-            "goal": {"target": GOAL_V5_PROPERTIES, "measured": round(props.median, 3)},
-        },
-        "topic_cache": {
-            "cache_size": TOPIC_CACHE_SIZE,
-            "unit": "messages/s",
-            "by_topics": {
-                str(n): {**cache_stats[n].as_dict(1), "messages": cache_works[n].messages}
-                for n in CACHE_TOPICS
-            },
-        },
-    }
+    return finish("codec", results, args.output, section)
 
 
 if __name__ == "__main__":

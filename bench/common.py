@@ -1,16 +1,13 @@
-"""Shared helpers of the benchmarks: machine description, statistics, tables, JSON results."""
+"""What every benchmark shares: statistics, the machine a run was measured on, its results
+file, and the broker sessions and publishers that make its backlogs."""
 
 from __future__ import annotations
 
-import cProfile
 import datetime
-import io
 import json
 import os
 import platform
-import pstats
 import re
-import select
 import statistics
 import subprocess
 import sys
@@ -19,11 +16,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin")
+T = TypeVar("T")
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not prepare its input, a peer failed or a check did not hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,13 @@ class Stats:
             key: [round(v, digits) for v in value] if key == "runs" else round(value, digits)
             for key, value in data.items()
         }
+
+
+def turn(items: Sequence[T], repetition: int) -> list[T]:
+    """``items`` in the order of a repetition: rotated by one more each time, so that peers
+    measured in turns meet a drift in machine load alike."""
+    at = repetition % len(items)
+    return [*items[at:], *items[:at]]
 
 
 def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> Stats:
@@ -121,36 +130,14 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain text table: first column left-aligned, the others right-aligned."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
-
-
-def rate(value: float) -> str:
-    """Messages per second with thousands separators."""
-    return f"{value:,.0f}"
-
-
-def ratio(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-def describe_machine(info: Mapping[str, Any]) -> str:
-    """One line naming the machine, for the top of a printed report."""
-    return (
-        f"{info['cpu_model']}, {info['cores']} cores, {info['python']}, "
-        f"mosquitto {info['mosquitto']}, paho-mqtt {info['paho_mqtt']}, {info['date']}"
-    )
+def machine(*packages: str) -> dict[str, Any]:
+    """:func:`machine_info` with the versions of ``packages`` (``delta-spark`` as
+    ``delta_spark``) and the load average at start."""
+    info = machine_info()
+    for name in packages:
+        info[name.replace("-", "_")] = package_version(name)
+    info["load_average_at_start"] = [round(v, 2) for v in os.getloadavg()]
+    return info
 
 
 def write_results(name: str, data: Mapping[str, Any], path: Path | None = None) -> Path:
@@ -163,79 +150,14 @@ def write_results(name: str, data: Mapping[str, Any], path: Path | None = None) 
     return target
 
 
-def profile_report(profile: cProfile.Profile | str, limit: int = 20) -> str:
-    """The ``limit`` functions with the most own time in a profile (or a saved profile file)."""
-    out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(limit)
-    return out.getvalue()
+def finish(name: str, data: Mapping[str, Any], output: Path | None, render: Any) -> int:
+    """Write a run's results, then print its section of the report (``render``)."""
+    from .render import print_section
 
-
-def paho_loop(
-    client: Any,
-    done: Callable[[], bool],
-    last: Callable[[], float | None],
-    start: float,
-    timeout: float,
-    stall: float,
-) -> None:
-    """Drive a connected paho-mqtt client until ``done()``, ``timeout`` seconds after ``start``,
-    or ``stall`` seconds without a message (``last()`` is the newest message's time).
-
-    It is loop_forever's cycle through paho's external-loop API, so the caller can stop right
-    after the PUBACK of the last message was written (before DISCONNECT)."""
-    import paho.mqtt.client as paho
-
-    sock = client.socket()
-    deadline = start + timeout
-    while not done():
-        now = time.perf_counter()
-        if now > deadline or now - (last() or start) > stall:
-            break
-        writable = [sock] if client.want_write() else []
-        readable, _, _ = select.select([sock], writable, [], 1.0)
-        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
-            break
-        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
-            break
-        client.loop_misc()
-
-
-# ------------------------------------------------------------------------- backlogs
-
-
-class BenchError(RuntimeError):
-    """A benchmark could not prepare its input, a peer failed or a check did not hold."""
-
-
-def wait_stored(receiver: Any, count: int, deadline: float, stall: float) -> float:
-    """Watch a started receiver's WAL until it holds ``count`` records, ``deadline`` (a
-    ``time.perf_counter()`` time) passes, nothing new is stored for ``stall`` seconds, or the
-    receiver fails; returns the time it stopped watching."""
-    last, stored = time.perf_counter(), 0
-    while receiver.wal.next_offset < count:
-        now = time.perf_counter()
-        if now > deadline or now - last > stall or receiver.error is not None:
-            break
-        if receiver.wal.next_offset != stored:
-            stored, last = receiver.wal.next_offset, now
-        time.sleep(0.0005)
-    return time.perf_counter()
-
-
-def spawn_worker(
-    command: Sequence[str], timeout: float, name: str
-) -> tuple[float, dict[str, Any], subprocess.CompletedProcess[str]]:
-    """Run a benchmark worker process in ``REPO_ROOT``; return its wall time, the JSON object
-    on its last stdout line, and the finished process (BenchError when it printed nothing)."""
-    start = time.perf_counter()
-    done = subprocess.run(
-        list(command), capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
-    )
-    wall = time.perf_counter() - start
-    lines = done.stdout.strip().splitlines()
-    if not lines:
-        raise BenchError(f"{name} worker printed nothing ({done.returncode}): {done.stderr}")
-    return wall, json.loads(lines[-1]), done
+    path = write_results(name, data, output)
+    print_section(data, render)
+    print(f"results: {path}")
+    return 0
 
 
 MOSQUITTO_INFLIGHT = 20
@@ -252,13 +174,19 @@ def pub_command(url: str, topic: str, qos: int, count: int, size: int) -> list[s
     ]  # fmt: skip
 
 
-def create_session(url: str, client_id: str, topic_filter: str, qos: int = 1) -> None:
-    """Connect with clean_session=False, subscribe ``topic_filter`` with ``qos``, leave: the
-    broker keeps the session and queues what matches until the client comes back."""
+def create_session(
+    url: str, client_id: str, topic_filter: str, qos: int = 1, *, mqtt5: bool = False
+) -> None:
+    """Connect with clean_session=False (MQTT 5: a session that never expires), subscribe
+    ``topic_filter`` with ``qos``, leave: the broker keeps the session and queues what matches
+    until the client comes back."""
     from connector.mqtt.config import SessionConfig
     from connector.mqtt.driver import MqttClient
+    from connector.mqtt.packets import ProtocolLevel
 
-    client = MqttClient(url, SessionConfig(client_id, clean_session=False), [(topic_filter, qos)])
+    level = ProtocolLevel.MQTT_5 if mqtt5 else ProtocolLevel.MQTT_3_1_1
+    config = SessionConfig(client_id, clean_session=False, level=level)
+    client = MqttClient(url, config, [(topic_filter, qos)])
     if client.connect().session_present:
         raise BenchError(f"the broker already had a session for {client_id!r}")
     client.disconnect()

@@ -1,81 +1,45 @@
 """Flow control over a long round trip: a backlog drained over MQTT 3.1.1 and MQTT 5 through a
 proxy that adds 10 ms each way, against a broker that enforces its in-flight limit.
 
-``python -m bench.flow_control [--messages N] [--repeat R] [--delay-ms 10] [--window 20]
-[--receive-maximum 65535] [--arms a b c d] [--drainer auto|receiver|client-wal]
-[--output FILE]``
-
 Why: a broker sends a client at most a fixed number of unacknowledged QoS 1/2 messages (the
 in-flight window), so over a link with round-trip time RTT a drain reaches at most window / RTT
-messages per second whatever the client does: Mosquitto 2.0.12+ keeps 20 per 3.1.1 client
-(``max_inflight_messages``), EMQX 32, so a 3.1.1 subscriber 20 ms away gets about 1,000 msg/s.
-With MQTT 5 the client sets the window itself (Receive Maximum in CONNECT).
+messages per second: Mosquitto 2.0.12+ keeps 20 per 3.1.1 client, EMQX 32, so a 3.1.1
+subscriber 20 ms away gets about 1,000 msg/s. With MQTT 5 the client sets the window itself
+(Receive Maximum in CONNECT; the default, 65,535, is the largest: a window W over a round trip
+T allows at most W / T msg/s).
 
-Each repetition drains four fresh backlogs, one per arm, in a rotated order:
+Each repetition drains four fresh backlogs, one per arm, in a rotated order: (a) MQTT 3.1.1 on
+loopback; (b) MQTT 3.1.1 through the delay proxy (``devtools.delay_proxy``, a separate process
+adding ``--delay-ms`` to every byte each way); (c) MQTT 5 through the proxy; (d) MQTT 5 on
+loopback. The broker: mochi-mqtt 2.7.9 (``tools/mochi-broker``, built by ``make setup``) with
+``-inflight-v311 --window``, a fresh one per drain: at most that many unacknowledged messages
+per 3.1.1 client and at most the Receive Maximum per MQTT 5 client, a resumed session's backlog
+included (tools/mochi-broker/window.go). Debian's Mosquitto 2.0.11 cannot serve here: it sends
+a deep queue at once whatever ``max_inflight_messages`` says (eclipse-mosquitto/mosquitto#2306).
 
-* (a) MQTT 3.1.1 on loopback, straight to the broker;
-* (b) MQTT 3.1.1 through the delay proxy (``devtools.delay_proxy``, a separate process adding
-  ``--delay-ms`` to every byte each way: 20 ms round trip by default);
-* (c) MQTT 5 through the proxy, Receive Maximum ``--receive-maximum``;
-* (d) MQTT 5 on loopback, the same Receive Maximum.
-
-The broker: mochi-mqtt 2.7.9 (``tools/mochi-broker``, built by ``make setup``) with
-``-inflight-v311 --window`` (default 20, Mosquitto's), a fresh one per drain. With that flag it
-keeps at most that many unacknowledged QoS 1/2 messages per 3.1.1 client and at most the
-Receive Maximum per MQTT 5 client, a resumed session's backlog included (mochi's own quota
-gates neither: tools/mochi-broker/window.go). Debian's Mosquitto 2.0.11 cannot serve here: it
-sends a deep queue at once whatever ``max_inflight_messages`` says (eclipse-mosquitto/mosquitto
-#2306, fixed in 2.0.12).
-
-Receive Maximum: a window W over a round trip T allows at most W / T msg/s, so W must exceed
-the drain rate times T (at 50,000 msg/s and 20 ms, 1,000). The default, 65,535, is MQTT 5's
-largest and what a client gets that sends none; ``--receive-maximum`` shows a smaller window's
-cap.
-
-Per drain: a persistent session is created with the arm's protocol (MQTT 5: a Session Expiry
-Interval that never ends), ``python -m connector.mqtt pub --qos 1`` publishes N numbered
-100-byte messages into it (it exits once the broker acknowledged each), then a worker process
-resumes the session and drains it into a fresh write-ahead log: every socket read is appended
-with one fsync (``WalWriter.append``), then acknowledged in one write
-(``MqttClient.acknowledge``). Drainers:
-
-* ``receiver``: the source's receiver itself (``connector.receiver.receiver.Receiver``, source
-  options ``mqttVersion`` 5 and ``receiveMaximum`` for the MQTT 5 arms), as bench.drain's
-  ``ours-wal`` peer runs it; the worker refuses to run when the receiver's session does not
-  carry those settings;
-* ``client-wal``: the receiver's pipeline (``Receiver._persist_then_ack``) run by the worker
-  with ``MqttClient`` and the WAL writer, for a receiver that does not take the MQTT 5 settings;
-* ``auto`` (the default): ``receiver`` when the source options take ``mqttVersion`` 5 and
-  ``receiveMaximum``, else ``client-wal``.
-
-Every arm of a run uses the same drainer; the results name it.
-
-Clock: ``connect -> last message durable``, inside the worker, from just before the connect to
-the append of the N-th message (the connect's round trip included). Checks after each drain:
-the WAL holds N distinct sequence numbers, nothing else; the broker logged the end of the
-drain's connection with nothing in flight and nothing queued, and the largest number of
-messages it had in flight at once (``peak in flight``: the window for 3.1.1); a bare client
-resuming the session gets nothing. Before each proxied drain one MQTT round trip (CONNECT ->
-CONNACK of a throwaway client) through the proxy is timed: ``window / RTT`` is the 3.1.1 cap
-(b) should sit at.
-
-Ratios, paired by repetition: (c)/(d) and (c)/(a), MQTT 5 over the long round trip against our
-own loopback drain (goal: >= 0.5 for both); (b)/(a), what the 3.1.1 window costs there; (c)/(b),
-what flow control gains. Results go to ``bench/results/flow_control.json``.
+Per drain: a persistent session of the arm's protocol, N numbered 100-byte messages published
+into it by ``python -m connector.mqtt pub``, then the source's receiver (``bench.drainer``'s
+``ours-wal``; ``mqttVersion`` 5 and ``receiveMaximum`` for the MQTT 5 arms) resumes it in a
+worker process and drains it into a fresh write-ahead log (one append with one fsync per socket
+read, then its acknowledgements). Clock: from just before the connect to the append of the
+N-th message. Checks: the WAL holds N distinct sequence numbers; the broker logged the end of
+the connection with nothing in flight or queued, and its peak in flight; a bare client resuming
+the session gets nothing. Before each proxied drain one CONNECT -> CONNACK through the proxy is
+timed: ``window / RTT`` is the 3.1.1 cap (b) should sit at. Ratios, paired by repetition:
+(c)/(d) and (c)/(a) (goal: >= 0.5 for both), (b)/(a), (c)/(b), (d)/(a).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,37 +47,24 @@ from urllib.parse import urlsplit
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
+from . import drainer
 from .common import (
     RESULTS_DIR,
     BenchError,
     Stats,
-    describe_machine,
-    format_table,
+    create_session,
+    finish,
     machine_info,
     paired_ratio,
-    rate,
-    ratio,
-    spawn_worker,
-    wait_stored,
-    write_results,
+    turn,
 )
-from .drain import (
-    TOPIC,
-    TOPIC_FILTER,
-    _left_in_session,
-    _note,
-    _sequence_checker,
-    _worker_result,
-    publish_backlog,
-)
+from .drainer import TOPIC, TOPIC_FILTER
+from .render import Charts, Lines, clock_notes, goals_table, md_table, num, ratio_rows, stats_cells
 
-DEFAULT_MESSAGES = 20_000
-DEFAULT_DELAY_MS = 10.0
 DEFAULT_WINDOW = 20
 """Mosquitto 2.0.12+'s default ``max_inflight_messages`` for 3.1.1 clients."""
 DEFAULT_RECEIVE_MAXIMUM = 0xFFFF
 GOAL = 0.5
-DRAINERS = ("receiver", "client-wal")
 CLOCK = "connect -> last message durable"
 CLOCK_AFTER_CONNACK = "CONNACK -> last message durable"
 RESULTS_FILE = RESULTS_DIR / "flow_control.json"
@@ -155,159 +106,6 @@ def ratio_name(top: str, bottom: str) -> str:
     return f"({top})/({bottom})"
 
 
-# ------------------------------------------------------------------------------ worker side
-
-
-def _session_config(client_id: str, mqtt5: bool, receive_maximum: int) -> Any:
-    from connector.mqtt.config import SessionConfig
-    from connector.mqtt.packets import ProtocolLevel
-
-    if not mqtt5:
-        return SessionConfig(client_id, clean_session=False)
-    return SessionConfig(
-        client_id, clean_session=False, level=ProtocolLevel.MQTT_5, receive_maximum=receive_maximum
-    )
-
-
-def drain_client_wal(
-    url: str,
-    client_id: str,
-    count: int,
-    mqtt5: bool,
-    receive_maximum: int,
-    timeout: float,
-    stall: float,
-) -> dict[str, Any]:
-    """The receiver's pipeline without the receiver: per socket read, one WAL append (one
-    fsync), then the read's acknowledgements in one write; stops once ``count`` records are
-    durable, then reads the WAL back."""
-    from connector.mqtt.driver import MqttClient
-    from connector.wal import RecordTuple, WalReader
-    from connector.wal.opening import open_writer
-
-    root = Path(tempfile.mkdtemp(prefix="bench-flow-wal-"))
-    wal_dir = root / "wal"
-    seen, counters = _sequence_checker(count)
-    appends = 0
-    try:
-        wal = open_writer(str(wal_dir))
-        client = MqttClient(
-            url, _session_config(client_id, mqtt5, receive_maximum), [(TOPIC_FILTER, 1)]
-        )
-        start = time.perf_counter()
-        connected_event = client.connect()
-        connected = last = time.perf_counter()
-        if not connected_event.session_present:
-            raise BenchError(f"the broker had no session for {client_id}")
-        deadline = start + timeout
-        while wal.next_offset < count:
-            now = time.perf_counter()
-            if now > deadline or now - last > stall:
-                break
-            read = client.poll(0.2)
-            if not read.messages and not read.released:
-                continue
-            now_us = time.time_ns() // 1000
-            records: list[RecordTuple] = [
-                (m.topic, m.payload, m.qos, m.retain, m.dup, m.packet_id, now_us)
-                for m in read.messages
-            ]
-            wal.append(records, released_qos2=read.released)
-            client.acknowledge(read.messages, read.released)
-            appends += 1
-            last = time.perf_counter()
-        stored = wal.next_offset
-        client.disconnect()
-        wal.close()
-        for payload in WalReader(wal_dir).read(0, stored).payloads:
-            _note(seen, counters, payload)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    result = _worker_result(counters, start, connected, last, client.connections)
-    result.update(wal_records=stored, appends=appends)
-    return result
-
-
-def drain_receiver(
-    url: str,
-    client_id: str,
-    count: int,
-    mqtt5: bool,
-    receive_maximum: int,
-    timeout: float,
-    stall: float,
-) -> dict[str, Any]:
-    """The source's receiver itself (``mqttVersion``, ``receiveMaximum``), as bench.drain's
-    ``ours-wal`` peer runs it; refuses when its session lacks the arm's settings."""
-    from connector.mqtt.packets import ProtocolLevel
-    from connector.options.source import SourceOptions
-    from connector.receiver.receiver import Receiver
-    from connector.wal import WalReader
-
-    root = Path(tempfile.mkdtemp(prefix="bench-flow-wal-"))
-    wal_dir = root / "wal"
-    raw = {
-        "brokerUrl": url, "topic": TOPIC_FILTER, "qos": "1", "clientId": client_id,
-        "walPath": str(wal_dir), "maxBacklogMessages": str(max(count, 10_000) * 2),
-    }  # fmt: skip
-    if mqtt5:
-        raw.update(mqttVersion="5", receiveMaximum=str(receive_maximum))
-    seen, counters = _sequence_checker(count)
-    try:
-        receiver = Receiver(SourceOptions.parse(raw))
-        config = receiver.client.session.config
-        wanted = (ProtocolLevel.MQTT_5, receive_maximum) if mqtt5 else (config.level, None)
-        if (config.level, config.receive_maximum) != wanted:
-            receiver.stop()
-            raise BenchError(
-                f"the receiver's session has level {config.level} and Receive Maximum "
-                f"{config.receive_maximum}, not {wanted}: it does not take the MQTT 5 source "
-                "options yet; use --drainer client-wal"
-            )
-        start = time.perf_counter()
-        receiver.start()
-        connected = time.perf_counter()
-        try:
-            last = wait_stored(receiver, count, start + timeout, stall)
-        finally:
-            receiver.stop()
-        stored = receiver.wal.next_offset
-        for payload in WalReader(wal_dir).read(0, stored).payloads:
-            _note(seen, counters, payload)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    result = _worker_result(counters, start, connected, last, receiver.stats.connections)
-    result.update(wal_records=stored, appends=None)
-    return result
-
-
-WORKERS = {"client-wal": drain_client_wal, "receiver": drain_receiver}
-
-
-def run_worker(argv: Sequence[str]) -> int:
-    """``python -m bench.flow_control worker DRAINER URL CLIENT_ID COUNT [--mqtt5
-    --receive-maximum N]``: one JSON line out."""
-    parser = argparse.ArgumentParser(prog="python -m bench.flow_control worker")
-    parser.add_argument("drainer", choices=DRAINERS)
-    parser.add_argument("url")
-    parser.add_argument("client_id")
-    parser.add_argument("count", type=int)
-    parser.add_argument("--mqtt5", action="store_true")
-    parser.add_argument("--receive-maximum", type=int, default=DEFAULT_RECEIVE_MAXIMUM)
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--stall", type=float, default=10.0, help="give up after a silence")
-    args = parser.parse_args(argv)
-    result = WORKERS[args.drainer](
-        args.url, args.client_id, args.count, args.mqtt5, args.receive_maximum, args.timeout,
-        args.stall,
-    )  # fmt: skip
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0 if result["distinct"] == args.count and not result["out_of_range"] else 1
-
-
-# ------------------------------------------------------------------------------ parent side
-
-
 @dataclass(slots=True)
 class Run:
     """One drain of one backlog by one arm."""
@@ -342,31 +140,19 @@ class Run:
         }
         if self.rtt_seconds is not None:
             out["rtt_ms"] = round(self.rtt_seconds * 1000, 3)
-        for key in ("connect_seconds", "appends", "duplicates", "connections"):
+        for key in ("connect_seconds", "duplicates", "connections"):
             value = self.details.get(key)
             if value is not None:
                 out[key] = round(value, 4) if isinstance(value, float) else value
         return out
 
 
-def create_session(url: str, client_id: str, mqtt5: bool, receive_maximum: int) -> None:
-    """A persistent session subscribed to the backlog's filter with QoS 1 (MQTT 5: a Session
-    Expiry Interval that never ends), left at once."""
-    from connector.mqtt.driver import MqttClient
-
-    session = _session_config(client_id, mqtt5, receive_maximum)
-    client = MqttClient(url, session, [(TOPIC_FILTER, 1)])
-    if client.connect().session_present:
-        raise BenchError(f"the broker already had a session for {client_id!r}")
-    client.disconnect()
-
-
 def mqtt_round_trip(url: str, attempts: int = 3) -> float:
     """The shortest of ``attempts`` CONNECT -> CONNACK exchanges of a throwaway clean client at
     ``url`` (the TCP handshake excluded): one MQTT round trip."""
+    from connector.mqtt.receive_buffer import ReceiveBuffer
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Disconnect
-    from connector.mqtt.receive_buffer import ReceiveBuffer
 
     parts = urlsplit(url)
     address = (parts.hostname or "127.0.0.1", parts.port or 1883)
@@ -388,25 +174,6 @@ def mqtt_round_trip(url: str, attempts: int = 3) -> float:
     return best
 
 
-def _run_worker(
-    drainer: str, arm: Arm, url: str, client_id: str, count: int, receive_maximum: int,
-    timeout: float,
-) -> tuple[float, dict[str, Any]]:  # fmt: skip
-    command = [
-        sys.executable, "-m", "bench.flow_control", "worker", drainer, url, client_id,
-        str(count), "--timeout", str(timeout),
-    ]  # fmt: skip
-    if arm.mqtt5:
-        command += ["--mqtt5", "--receive-maximum", str(receive_maximum)]
-    wall, details, done = spawn_worker(command, timeout + 60, f"arm {arm.key}")
-    if done.returncode != 0:
-        raise BenchError(
-            f"arm {arm.key} got {details['distinct']} of {count} distinct messages before it "
-            f"stalled or timed out (exit {done.returncode}): {details}\n{done.stderr}"
-        )
-    return wall, details
-
-
 @contextlib.contextmanager
 def _maybe_proxy(arm: Arm, broker_port: int, delay_ms: float, log: Path) -> Iterator[Any]:
     if not arm.proxied:
@@ -418,32 +185,24 @@ def _maybe_proxy(arm: Arm, broker_port: int, delay_ms: float, log: Path) -> Iter
         yield proxy
 
 
-def drain_once(
-    arm: Arm,
-    count: int,
-    size: int,
-    window: int,
-    receive_maximum: int,
-    delay_ms: float,
-    timeout: float,
-    drainer: str,
-    workdir: Path,
-) -> Run:
+def drain_once(arm: Arm, args: argparse.Namespace, workdir: Path) -> Run:
     """Fresh mochi with the in-flight window, fresh backlog in a persistent session of the
     arm's protocol, drained by a worker straight or through the delay proxy."""
     from tests.interop_brokers import mochi_broker
 
+    count, timeout = args.messages, args.timeout
     client_id = f"bench-flow-{arm.key}"
-    broker = mochi_broker(workdir / "mochi", trace=False, inflight_v311=window)
+    broker = mochi_broker(workdir / "mochi", trace=False, inflight_v311=args.window)
+    options = ["mqttVersion=5", f"receiveMaximum={args.receive_maximum}"] if arm.mqtt5 else []
     with broker:
-        create_session(broker.url, client_id, arm.mqtt5, receive_maximum)
-        publish_rate = publish_backlog(broker.url, count, size, timeout, topic=TOPIC)
-        with _maybe_proxy(arm, broker.port, delay_ms, workdir / "delay-proxy.log") as proxy:
+        create_session(broker.url, client_id, TOPIC_FILTER, mqtt5=arm.mqtt5)
+        publish_rate = drainer.publish_numbered(broker.url, count, args.size, timeout)
+        with _maybe_proxy(arm, broker.port, args.delay_ms, workdir / "delay-proxy.log") as proxy:
             url = broker.url if proxy is None else proxy.url
             rtt = None if proxy is None else mqtt_round_trip(proxy.url)
             ended_before = len(broker.windows_closed(client_id))
-            wall, details = _run_worker(
-                drainer, arm, url, client_id, count, receive_maximum, timeout
+            wall, details = drainer.run(
+                "ours-wal", url, client_id, count, timeout, stall=10.0, options=options
             )
             # The proxy stays up until the broker has read the DISCONNECT (and so every
             # acknowledgement before it): a resume before that would take the session over.
@@ -456,7 +215,7 @@ def drain_once(
         last = closed[-1]
         if last.in_flight or last.queued:
             raise BenchError(f"arm {arm.key}: the broker ended the drain with {last}")
-        left, _ = _left_in_session(broker.url, client_id)
+        left, _ = drainer.left_in_session(broker.url, client_id)
         if broker.crashed:
             raise BenchError(f"mochi crashed:\n{broker.log_text()[-4000:]}")
     return Run(
@@ -480,10 +239,6 @@ def check_run(run: Run, count: int, window: int, receive_maximum: int) -> None:
         )
 
 
-def arm_rates(runs: Sequence[Run], count: int) -> list[float]:
-    return [run.rate(count) for run in runs]
-
-
 def compute_ratios(rates: dict[str, list[float]]) -> dict[str, Stats]:
     """The ratios of ``RATIOS`` whose arms both ran, paired by repetition."""
     return {
@@ -494,18 +249,17 @@ def compute_ratios(rates: dict[str, list[float]]) -> dict[str, Stats]:
 
 
 def goals(ratios: dict[str, Stats]) -> dict[str, dict[str, Any]]:
-    out = {}
-    for top, bottom in GOALS:
-        name = ratio_name(top, bottom)
-        if name in ratios:
-            measured = ratios[name].median
-            out[name] = {
-                "ratio": name,
-                "target": GOAL,
-                "measured": round(measured, 3),
-                "met": measured >= GOAL,
-            }
-    return out
+    names = (ratio_name(top, bottom) for top, bottom in GOALS)
+    return {
+        name: {
+            "ratio": name,
+            "target": GOAL,
+            "measured": round(ratios[name].median, 3),
+            "met": ratios[name].median >= GOAL,
+        }
+        for name in names
+        if name in ratios
+    }
 
 
 def cap(window: int, rtt_seconds: float) -> float:
@@ -513,32 +267,12 @@ def cap(window: int, rtt_seconds: float) -> float:
     return window / rtt_seconds
 
 
-def receiver_takes_mqtt5() -> bool:
-    """Whether the source options carry ``mqttVersion`` 5 and ``receiveMaximum`` (the receiver
-    then drains the MQTT 5 arms itself)."""
-    from connector.mqtt.packets import ProtocolLevel
-    from connector.options.source import SourceOptions
-
-    raw = {"brokerUrl": "tcp://127.0.0.1:1883", "topic": TOPIC_FILTER, "clientId": "probe",
-           "walPath": "/nonexistent/wal", "mqttVersion": "5", "receiveMaximum": "1234"}  # fmt: skip
-    try:
-        options = SourceOptions.parse(raw)
-    except ValueError:
-        return False
-    taken = (getattr(options, "mqtt_version", None), getattr(options, "receive_maximum", None))
-    return taken == (ProtocolLevel.MQTT_5, 1234)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.flow_control", description=(__doc__ or "").split("\n")[0]
-    )
-    parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES, help="backlog size")
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.flow_control", description=__doc__)
+    parser.add_argument("--messages", type=int, default=20_000, help="backlog size")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions of the four arms")
     parser.add_argument("--size", type=int, default=100, help="payload bytes (>= 10)")
-    parser.add_argument(
-        "--delay-ms", type=float, default=DEFAULT_DELAY_MS, help="proxy delay each way (ms)"
-    )
+    parser.add_argument("--delay-ms", type=float, default=10.0, help="proxy delay each way (ms)")
     parser.add_argument(
         "--window", type=int, default=DEFAULT_WINDOW,
         help="the broker's in-flight window for 3.1.1 clients (mochi -inflight-v311)",
@@ -550,17 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--arms", nargs="+", choices=sorted(ARM_BY_KEY), default=[arm.key for arm in ARMS]
     )
-    parser.add_argument(
-        "--drainer", choices=("auto", *DRAINERS), default="auto",
-        help="receiver, client-wal, or auto: the receiver when it takes the MQTT 5 settings",
-    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=300.0, help="per step, in seconds")
     parser.add_argument("--output", type=Path, default=RESULTS_FILE, help="results file")
-    return parser
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = build_parser()
     args = parser.parse_args(argv)
     if args.messages < 1 or args.repeat < 1 or args.size < SEQUENCE_DIGITS:
         parser.error("--messages and --repeat must be >= 1, --size >= 10")
@@ -569,8 +294,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not args.delay_ms > 0:
         parser.error("--delay-ms must be > 0")
     args.arms = [arm.key for arm in ARMS if arm.key in args.arms]
-    if args.drainer == "auto":
-        args.drainer = "receiver" if receiver_takes_mqtt5() else "client-wal"
     return args
 
 
@@ -580,27 +303,24 @@ def results_data(
     """What goes into the results file."""
     n = args.messages
     rtt_ms = 2 * args.delay_ms
-    rates = {key: arm_rates(arm_runs, n) for key, arm_runs in runs.items()}
+    rates = {key: [run.rate(n) for run in arm_runs] for key, arm_runs in runs.items()}
     ratios = compute_ratios(rates)
-    measured_rtts = [r.rtt_seconds for arm_runs in runs.values() for r in arm_runs if r.rtt_seconds]
-    arms = {}
-    for key, arm_runs in runs.items():
-        arm = ARM_BY_KEY[key]
-        appends = [r.details["appends"] for r in arm_runs if r.details.get("appends")]
-        arms[key] = {
-            "title": arm.title(rtt_ms),
-            "protocol": "5" if arm.mqtt5 else "3.1.1",
-            "path": "proxy" if arm.proxied else "loopback",
-            "window": args.receive_maximum if arm.mqtt5 else args.window,
+    measured = [r.rtt_seconds for arm_runs in runs.values() for r in arm_runs if r.rtt_seconds]
+    rtt = Stats.of(measured).median if measured else None
+    arms = {
+        key: {
+            "title": ARM_BY_KEY[key].title(rtt_ms),
+            "protocol": "5" if ARM_BY_KEY[key].mqtt5 else "3.1.1",
+            "path": "proxy" if ARM_BY_KEY[key].proxied else "loopback",
+            "window": args.receive_maximum if ARM_BY_KEY[key].mqtt5 else args.window,
             "rates": Stats.of(rates[key]).as_dict(1),
             "rates_after_connack": Stats.of(r.rate_after_connack(n) for r in arm_runs).as_dict(1),
-            "messages_per_append_median": (
-                round(Stats.of(n / a for a in appends).median, 1) if appends else None
-            ),
             "broker_peak_in_flight": max(r.peak_in_flight for r in arm_runs),
             "runs": [r.record(n) for r in arm_runs],
         }
-    data: dict[str, Any] = {
+        for key, arm_runs in runs.items()
+    }
+    return {
         "benchmark": "flow_control",
         "machine": info,
         "parameters": {
@@ -612,7 +332,7 @@ def results_data(
             "rtt_ms": rtt_ms,
             "window_v311": args.window,
             "receive_maximum": args.receive_maximum,
-            "drainer": args.drainer,
+            "drainer": "receiver",
             "broker": f"mochi-mqtt 2.7.9 (tools/mochi-broker -inflight-v311 {args.window})",
             "proxy": f"python -m devtools.delay_proxy --delay-ms {args.delay_ms:g}",
             "topic": TOPIC,
@@ -637,97 +357,76 @@ def results_data(
         "goals": goals(ratios),
         "v311_cap": {
             "nominal": round(cap(args.window, rtt_ms / 1000), 1),
-            "measured_rtt_ms": (
-                round(Stats.of(measured_rtts).median * 1000, 3) if measured_rtts else None
-            ),
-            "at_measured_rtt": (
-                round(cap(args.window, Stats.of(measured_rtts).median), 1)
-                if measured_rtts
-                else None
-            ),
+            "measured_rtt_ms": None if rtt is None else round(rtt * 1000, 3),
+            "at_measured_rtt": None if rtt is None else round(cap(args.window, rtt), 1),
         },
     }
-    return data
 
 
-def print_summary(data: dict[str, Any]) -> None:
-    params = data["parameters"]
-    print(f"bench.flow_control: {describe_machine(data['machine'])}")
-    print(
-        f"backlog of {params['messages']:,} QoS 1 messages ({params['payload_bytes']}-byte "
-        f"payloads) per drain, {params['broker']}, proxy {params['delay_ms_each_way']:g} ms "
-        f"each way, MQTT 5 Receive Maximum {params['receive_maximum']}, drainer "
-        f"{params['drainer']}, median of {params['repeat']}; every drain verified (N distinct "
-        "messages in the WAL, nothing left in the session, the broker within its window)"
-    )
-    print()
-    arms = list(data["arms"].values())
-    per_append = any(item["messages_per_append_median"] for item in arms)
-    rows = []
-    for item in arms:
-        st = item["rates"]
-        row = [
-            item["title"], rate(st["median"]), rate(st["min"]), rate(st["max"]),
-            rate(item["rates_after_connack"]["median"]),
-        ]  # fmt: skip
-        if per_append:
-            row.append(f"{item['messages_per_append_median'] or 0:,.1f}")
-        rows.append([*row, str(item["broker_peak_in_flight"])])
-    headers = [f"arm ({CLOCK})", "msg/s median", "min", "max", "from CONNACK"]
-    headers += ["msgs/append"] if per_append else []
-    print(format_table([*headers, "peak in flight"], rows))
-    print()
-    if data["ratios"]:
-        print(format_table(
-            ["ratio (paired by repetition)", "median", "min", "max", "meaning"],
-            [[name, ratio(r["median"]), ratio(r["min"]), ratio(r["max"]),
-              data["ratio_meanings"][name]] for name, r in data["ratios"].items()],
-        ))  # fmt: skip
-        print()
-    v311 = data["v311_cap"]
-    if v311["measured_rtt_ms"] is not None:
-        print(
-            f"3.1.1 cap: window {params['window_v311']} / RTT: {rate(v311['nominal'])} msg/s at "
-            f"{params['rtt_ms']:g} ms, {rate(v311['at_measured_rtt'])} msg/s at the measured "
-            f"{v311['measured_rtt_ms']:.2f} ms"
-        )
-    for name, goal in data["goals"].items():
-        verdict = "met" if goal["met"] else "NOT met"
-        print(f"goal {name} >= {goal['target']:g}x: {goal['measured']:.2f}x -> {verdict}")
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """A backlog drained over MQTT 3.1.1 and 5, on loopback and through the delay proxy, from
+    a broker that keeps an in-flight window."""
+    params = data.get("parameters", {})
+    rtt = params.get("rtt_ms")
+    out = [
+        f"A persistent session's backlog of {num(params.get('messages'))} QoS 1 messages "
+        f"({params.get('payload_bytes')}-byte payloads), drained into a write-ahead log (one "
+        "append with one fsync per socket read, then that read's acknowledgements; drainer "
+        f"`{params.get('drainer')}`) from {params.get('broker')}: at most "
+        f"{params.get('window_v311')} unacknowledged messages to a 3.1.1 client, at most its "
+        f"Receive Maximum ({num(params.get('receive_maximum'))} here) to an MQTT 5 client. "
+        "Straight on loopback, or through `devtools.delay_proxy` (a separate process) adding "
+        f"{params.get('delay_ms_each_way'):g} ms each way ({rtt:g} ms round trip). The four "
+        "arms alternate within each repetition, each with a fresh broker and backlog; median "
+        f"of {params.get('repeat')}.",
+        "",
+        *clock_notes(data),
+    ]
+    rows = [
+        [
+            item["title"],
+            *stats_cells(item["rates"]),
+            num(item.get("rates_after_connack", {}).get("median")),
+            num(item.get("broker_peak_in_flight")),
+        ]
+        for item in data["arms"].values()
+    ]
+    headers = ["arm", "msg/s median", "min", "max", "from CONNACK, median"]
+    out += md_table([*headers, "broker's peak in flight"], rows)
+    meanings = data.get("ratio_meanings", {})
+    ratio_lines = [[*row, str(meanings.get(row[0], ""))] for row in ratio_rows(data.get("ratios"))]
+    out += ["", *md_table(["ratio", "median", "min", "max", "what it compares"], ratio_lines)]
+    cap = data.get("v311_cap", {})
+    if cap.get("measured_rtt_ms") is not None:
+        out += [
+            "",
+            f"The 3.1.1 window over the proxy allows at most {params.get('window_v311')} "
+            f"messages per round trip: {num(cap.get('nominal'))} msg/s at {rtt:g} ms, "
+            f"{num(cap.get('at_measured_rtt'))} msg/s at the {cap['measured_rtt_ms']:.2f} ms "
+            "measured (median CONNECT -> CONNACK through the proxy before each drain).",
+        ]
+    return [*out, "", *goals_table(data.get("goals"))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["worker"]:
-        return run_worker(argv[1:])
-    args = parse_args(argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     info = machine_info()
     runs: dict[str, list[Run]] = {key: [] for key in args.arms}
     workroot = Path(tempfile.mkdtemp(prefix="bench-flow-control-"))
     try:
         for rep in range(args.repeat):
-            order = args.arms[rep % len(args.arms) :] + args.arms[: rep % len(args.arms)]
-            for key in order:
-                workdir = workroot / f"rep{rep}-{key}"
-                run = drain_once(
-                    ARM_BY_KEY[key], args.messages, args.size, args.window,
-                    args.receive_maximum, args.delay_ms, args.timeout, args.drainer, workdir,
-                )  # fmt: skip
+            for key in turn(args.arms, rep):
+                run = drain_once(ARM_BY_KEY[key], args, workroot / f"rep{rep}-{key}")
                 check_run(run, args.messages, args.window, args.receive_maximum)
                 runs[key].append(run)
-                sys.stderr.write(
-                    f"repetition {rep + 1}, arm {key}: {rate(run.rate(args.messages))} msg/s\n"
-                )
+                rate = num(run.rate(args.messages))
+                sys.stderr.write(f"repetition {rep + 1}, arm {key}: {rate} msg/s\n")
     except (BenchError, subprocess.TimeoutExpired, RuntimeError, OSError) as exc:
         # RuntimeError covers the broker and proxy helpers' errors (e.g. mochi not built).
         sys.stderr.write(f"bench.flow_control: {exc}\n(work files kept in {workroot})\n")
         return 1
     shutil.rmtree(workroot, ignore_errors=True)
-    data = results_data(args, info, runs)
-    print_summary(data)
-    path = write_results("flow_control", data, args.output)
-    print(f"results: {path}")
-    return 0
+    return finish("flow_control", results_data(args, info, runs), args.output, section)
 
 
 if __name__ == "__main__":

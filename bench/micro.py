@@ -1,7 +1,5 @@
 """The small costs behind choices the code makes, measured: ``bench/results/micro.json``.
 
-``python -m bench.micro [--repeat R] [--no-spark]``
-
 The code says why it does something ("a module name: faster than the member read through its
 class"); the figures live here, each measured against its alternative in the same run:
 
@@ -27,7 +25,7 @@ import tempfile
 import time
 import timeit
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,8 @@ from connector.receiver.figures import ARRIVAL_RESOLUTION_US, ArrivalIndex, Rate
 from connector.wal import WalWriter
 from connector.wal.records import NewRecord
 
-from .common import Stats, describe_machine, format_table, machine_info, write_results
+from .common import Stats, finish, machine_info
+from .render import Charts, Lines, md_table
 
 _PUBLISH = PacketType.PUBLISH
 
@@ -142,13 +141,12 @@ def py4j_column(repeat: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-spark", action="store_true", help="skip the Py4J measurement")
-    parser.add_argument("--output", help="results file (default bench/results/micro.json)")
+    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
     info = machine_info()
-    print(describe_machine(info))
     data: dict[str, Any] = {
         "machine": info,
         "params": {"repeat": args.repeat},
@@ -160,20 +158,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         data["append figures"] = append_figures(args.repeat, Path(directory))
     if not args.no_spark:
         data["py4j column"] = py4j_column(args.repeat)
+    return finish("micro", data, args.output, section)
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """The small costs the code's comments refer to, each beside its alternative."""
+    enum, record, crc = data["enum member"], data["record build"], data["crc32"]
     rows = [
-        ["enum member through its class, ns", data["enum member"]["through the class"]["median"]],
-        ["enum member as a module name, ns", data["enum member"]["module name"]["median"]],
-        ["NewRecord (NamedTuple) / plain tuple", data["record build"]["ratio"]],
-        ["CRC32, GB/s", data["crc32"]["GB/s"]["median"]],
-        ["receiver figures per append, ns", data["append figures"]["figures"]["median"]],
-        ["WAL append of 64 messages (no fsync), ns", data["append figures"]["append"]["median"]],
+        [
+            "an enum member read through its class / as a module name (per-message paths of "
+            "`connector.mqtt.decode`, `properties`)",
+            f"{enum['through the class']['median']} ns / {enum['module name']['median']} ns",
+        ],
+        [
+            "a WAL record built as `NewRecord` (NamedTuple) / as a plain tuple "
+            "(`connector.receiver.receiver`, per message)",
+            f"{record['NewRecord (NamedTuple)']['median']} ns / "
+            f"{record['plain tuple']['median']} ns ({record['ratio']}x)",
+        ],
+        [
+            "CRC32 over segment bytes, what bounds WAL recovery's read (`connector.wal.recovery`)",
+            f"{crc['GB/s']['median']} GB/s",
+        ],
     ]
+    figures = data.get("append figures")
+    if figures is not None:
+        rows.append(
+            [
+                "the receiver's figures kept per WAL append (`connector.receiver.figures`) "
+                "/ the append of 64 messages of 100 bytes without fsync",
+                f"{figures['figures']['median']} ns / {figures['append']['median']} ns "
+                f"({figures['share'] * 100:.2f}%)",
+            ]
+        )
     if "py4j column" in data:
-        rows.append(["PySpark Column, ms", data["py4j column"]["ms per column"]["median"]])
-    print(format_table(["what", "median"], rows))
-    path = write_results("micro", data, None if args.output is None else Path(args.output))
-    print(f"wrote {path}")
-    return 0
+        rows.append(
+            [
+                "one PySpark `Column` built (`F.col(...).alias(...)`, Py4J round trips), why "
+                "the job builds its projections once (`streaming_jobs.projections`)",
+                f"{data['py4j column']['ms per column']['median']} ms",
+            ]
+        )
+    return md_table(["what", "median"], rows)
 
 
 if __name__ == "__main__":

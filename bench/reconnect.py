@@ -1,69 +1,52 @@
-"""Duplicates from one dropped connection: ``python -m bench.reconnect``.
+"""Duplicates from one dropped connection: how many duplicate rows does a reconnect with
+messages in flight produce on Mosquitto 2.0.11 (docs/delivery.md, last section)?
 
-``python -m bench.reconnect [--messages N] [--cut-at K] [--repeat R] [--qos 1 2]
-[--inflight 20 0] [--size BYTES] [--timeout S] [--output FILE]``
+Each run, for one setting (QoS, the broker's ``max_inflight_messages``): a fresh Mosquitto; the
+persistent session created by a receiver with the run's WAL; N numbered messages published by
+``python -m connector.mqtt pub`` and queued for it; then ``connector.receiver.receiver.Receiver``
+drains the backlog through a ``tests.chaos.proxy.ChaosProxy``, which cuts the link (reset both
+ways) once ``--cut-at`` messages are stored. The receiver reconnects on its own; the run waits
+(woken by each acknowledgement the receiver writes) until it connected again, every number
+0..N-1 is in its WAL, at QoS 2 every exchange is complete, and it is idle for ``IDLE_SECONDS``.
 
-The question: how many duplicate rows does a reconnect with messages in flight produce at
-QoS 1 on Mosquitto 2.0.11 (docs/delivery.md, last section)? Each run, for one setting
-(QoS, the broker's ``max_inflight_messages``):
-
-1. a fresh Mosquitto (``devtools.mosquitto.MosquittoBroker``, its own config);
-2. the persistent session is created first: a receiver with the run's WAL connects
-   (``clean_session=False``), subscribes with the run's QoS and stops;
-3. ``python -m connector.mqtt pub`` publishes N numbered messages (10-digit sequence number
-   first) at that QoS and exits once each is acknowledged, i.e. queued for the session;
-4. ``connector.receiver.receiver.Receiver`` drains the backlog through a
-   ``tests.chaos.proxy.ChaosProxy`` in front of the broker; once ``--cut-at`` messages are
-   stored the proxy cuts the link (``cut()``: reset both ways, a dropped connection);
-5. the receiver reconnects on its own; the run waits (condition waits with a deadline,
-   woken by each acknowledgement the receiver writes) until it connected a second time,
-   every number 0..N-1 is in its WAL (read incrementally), at QoS 2 every exchange is
-   complete (no id pending in the WAL), and it is idle (``wait_idle``: nothing arrived for
-   ``IDLE_SECONDS``).
-
-Recorded per run: messages stored when the cut came (``stored_at_cut``, the WAL's end read
-right after ``cut()`` returned; ``stored_before_cut`` right before it); messages the first
-connection delivered (``stored_on_first_connection``: the read in progress at the cut, up to 1
-MiB, and what was already in the receiver's socket buffer are stored after it; taken from the
-WAL's end after each acknowledgement of a first-connection read); messages stored in total;
-duplicates (the total minus N, which equals the extra copies summed over the numbers, each
-being present); duplicates counted by the receiver (``stats.possible_duplicates``); resends the
-session withheld (``stats.duplicates_dropped``); records stored with DUP=1 (resends, some of
-them first deliveries of messages lost in transit at the cut); the numbers missing, which must
-be none. A loss fails the benchmark (exit status 1, no results written), as do an unfinished
-drain and a duplicate at QoS 2 (a resend of a stored QoS 2 message carries a pending id and is
-withheld: the pending-id rule). Settings alternate within each repetition (the order rotates),
-so a drift in machine load hits them alike. Results go to ``bench/results/reconnect.json``.
+Recorded per run: messages stored at the cut (the WAL's end right after ``cut()``) and on the
+first connection (the read in progress at the cut, up to 1 MiB, and what was in the socket
+buffer are stored after it); stored in total; duplicates (the total minus N); duplicates the
+receiver counted (``possible_duplicates``); resends the session withheld
+(``duplicates_dropped``); records stored with DUP=1; the numbers missing, which must be none. A
+loss, an unfinished drain or a duplicate at QoS 2 (the pending-id rule withholds every resend of
+a stored QoS 2 message) fails the benchmark. Settings alternate within each repetition.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
-from .common import (
-    RESULTS_DIR,
-    BenchError,
-    Stats,
-    describe_machine,
-    format_table,
-    machine_info,
-    write_results,
+from .common import RESULTS_DIR, BenchError, Stats, finish, machine, turn
+from .drainer import publish_numbered
+from .payloads import Tally
+from .render import (
+    Charts,
+    Lines,
+    inflight_label,
+    md_table,
+    median_range,
+    num,
+    stats_cells,
 )
-from .drain import publish_backlog
 
 TOPIC = "bench/reconnect/t"
 TOPIC_FILTER = "bench/reconnect/#"
@@ -134,16 +117,16 @@ class AckWatch:
                     self.cond.wait(min(left, 1.0))
 
 
-class NumberTally:
+class NumberTally(Tally):
     """Which sequence numbers the WAL holds, read incrementally up to its ``next_offset``."""
+
+    __slots__ = ("dup_flagged", "read_to", "reader")
 
     def __init__(self, wal_path: Path, count: int) -> None:
         from connector.wal import WalReader
 
+        super().__init__(count)
         self.reader = WalReader(str(wal_path))
-        self.copies = [0] * count
-        self.distinct = 0
-        self.out_of_range = 0
         self.dup_flagged = 0
         """Records stored with DUP=1: resends, whether or not a copy was stored before."""
         self.read_to = 0
@@ -151,30 +134,11 @@ class NumberTally:
     def update(self, end: int) -> None:
         if end <= self.read_to:
             return
-        copies = self.copies
         columns = self.reader.read(self.read_to, end)
         self.dup_flagged += sum(columns.dup)
         for payload in columns.payloads:
-            try:
-                seq = int(bytes(payload[:SEQUENCE_DIGITS]))
-            except ValueError:
-                self.out_of_range += 1
-                continue
-            if 0 <= seq < len(copies):
-                if not copies[seq]:
-                    self.distinct += 1
-                copies[seq] += 1
-            else:
-                self.out_of_range += 1
+            self.note(bytes(payload[:SEQUENCE_DIGITS]))
         self.read_to = end
-
-    @property
-    def missing(self) -> list[int]:
-        return [seq for seq, n in enumerate(self.copies) if not n]
-
-    @property
-    def extra_copies(self) -> int:
-        return sum(n - 1 for n in self.copies if n > 1)
 
 
 def _options(url: str, wal: Path, client_id: str, qos: int) -> Any:
@@ -213,7 +177,7 @@ def one_run(
         setup = Receiver(_options(broker.url, wal, client_id, setting.qos))
         setup.start()  # the persistent session and its subscription
         setup.stop()
-        publish_rate = publish_backlog(
+        publish_rate = publish_numbered(
             broker.url, count, size, timeout, setting.qos, setting.inflight, TOPIC
         )
         with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
@@ -319,10 +283,6 @@ def _check(record: dict[str, Any], tally: NumberTally, count: int, quiet_for: fl
         raise BenchError(f"{name}: the receiver did not finish; run: {json.dumps(record)}")
     if tally.out_of_range:
         raise BenchError(f"{name}: {tally.out_of_range} stored payloads are not the backlog's")
-    if tally.extra_copies != record["duplicates"]:
-        raise BenchError(
-            f"{name}: {tally.extra_copies} extra copies but {record['duplicates']} extra rows"
-        )
     if record["qos"] == 2 and record["duplicates"]:
         raise BenchError(
             f"{name}: {record['duplicates']} duplicates at QoS 2 (the pending-id rule withholds "
@@ -341,10 +301,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reconnect", description=__doc__.splitlines()[0]
-    )
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.reconnect", description=__doc__)
     parser.add_argument("--messages", type=int, default=20_000, help="backlog N (default 20,000)")
     parser.add_argument(
         "--cut-at", type=int, default=5_000, help="cut the link once this many are stored"
@@ -358,11 +316,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per phase")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "reconnect.json")
-    return parser
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = build_parser()
     args = parser.parse_args(argv)
     if not 0 < args.cut_at < args.messages:
         parser.error("--cut-at must be between 0 and --messages")
@@ -377,6 +330,89 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """Duplicates from one dropped connection, per QoS and ``max_inflight_messages``."""
+    params = data.get("parameters", {})
+    settings = data["settings"]
+    out = [
+        f"A persistent session's backlog of {num(params.get('messages'))} numbered messages "
+        f"({params.get('payload_bytes')}-byte payloads) drained by the source's receiver "
+        "through a TCP proxy on a fresh Mosquitto per run; the proxy cuts the link (reset both "
+        f"ways) once {num(params.get('cut_at'))} messages are stored, the receiver reconnects "
+        "and drains the rest. *Stored at the cut*: the WAL's end right after the cut; "
+        "*on connection 1*: every message the first connection delivered (the read in "
+        "progress at the cut, up to 1 MiB, and what was already in the receiver's socket "
+        "buffer are stored after it); *duplicates*: rows stored minus N, every number "
+        "0..N-1 checked present; *counted*: the receiver's `possibleDuplicates`; "
+        "*withheld*: resends the session answered without storing (`duplicatesDropped`). "
+        f"{params.get('repeat')} runs per setting, settings alternating.",
+        "",
+    ]
+    rows = []
+    for name, item in settings.items():
+        summary = item["summary"]
+        duplicates = summary["duplicates"]
+        rows.append(
+            [
+                str(item.get("qos", name)),
+                inflight_label(item.get("max_inflight_messages")),
+                num(summary.get("runs")),
+                *stats_cells(duplicates),
+                median_range(summary.get("stored_at_cut")),
+                median_range(summary.get("stored_on_first_connection")),
+                median_range(summary.get("possible_duplicates")),
+                median_range(summary.get("duplicates_dropped")),
+                num(summary.get("lost")),
+            ]
+        )
+    out += md_table(
+        ["QoS", "max_inflight_messages", "runs", "duplicates median", "min", "max",
+         "stored at the cut", "stored on connection 1", "counted", "withheld", "lost"],
+        rows,
+    )  # fmt: skip
+    exact = [
+        (item["summary"].get("counted_exactly"), item["summary"].get("runs"))
+        for item in settings.values()
+        if item.get("qos") == 1
+    ]
+    if exact and all(isinstance(c, int) for c, _ in exact):
+        counted, runs = sum(c for c, _ in exact), sum(r for _, r in exact)
+        out += [
+            "",
+            f"At QoS 1 the receiver's count equalled the duplicates in {counted} of {runs} "
+            "runs (no packet id is reused below 65,536 messages).",
+        ]
+    runs = sorted(
+        (r for item in settings.values() for r in item.get("runs", [])),
+        key=lambda r: (r.get("repetition", 0), r.get("sequence", 0), str(r.get("setting"))),
+    )
+    if runs:
+        out += [
+            "",
+            "Per run, in the order measured:",
+            "",
+            *md_table(
+                ["repetition", "QoS", "max_inflight_messages", "stored at the cut",
+                 "on connection 1", "stored in total", "duplicates", "counted", "withheld"],
+                [
+                    [
+                        str(r.get("repetition")),
+                        str(r.get("qos")),
+                        inflight_label(r.get("max_inflight_messages")),
+                        num(r.get("stored_at_cut")),
+                        num(r.get("stored_on_first_connection")),
+                        num(r.get("stored_total")),
+                        num(r.get("duplicates")),
+                        num(r.get("possible_duplicates")),
+                        num(r.get("duplicates_dropped")),
+                    ]
+                    for r in runs
+                ],
+            ),
+        ]  # fmt: skip
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -385,13 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for qos in dict.fromkeys(args.qos)
         for inflight in dict.fromkeys(args.inflight)
     ]
-    info = machine_info()
-    info["load_average_at_start"] = list(os.getloadavg())
+    info = machine()
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in settings}
     workdir = Path(tempfile.mkdtemp(prefix="bench-reconnect-"))
     try:
         for rep in range(args.repeat):
-            order = settings[rep % len(settings) :] + settings[: rep % len(settings)]
+            order = turn(settings, rep)
             for setting in order:
                 record = one_run(
                     setting, args.messages, args.cut_at, args.size, args.timeout, workdir,
@@ -400,14 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record["repetition"] = rep
                 record["sequence"] = sum(len(r) for r in runs.values())  # the order measured
                 runs[setting.name].append(record)
-                print(
-                    f"rep {rep} {setting.name}: cut with {record['stored_at_cut']:,} stored "
-                    f"({record['stored_on_first_connection']:,} on connection 1), "
-                    f"{record['stored_total']:,} stored in total, {record['duplicates']:,} "
-                    f"duplicates ({record['possible_duplicates']:,} counted, "
-                    f"{record['duplicates_dropped']:,} resends withheld), nothing lost",
-                    flush=True,
-                )
+                print(f"rep {rep} {setting.name}: {record['duplicates']:,} duplicates", flush=True)
     except (BenchError, subprocess.TimeoutExpired, RuntimeError) as exc:
         # RuntimeError covers the broker helpers' errors and a failed receiver (check()).
         sys.stderr.write(f"bench.reconnect: {exc}\n")
@@ -416,32 +444,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     summaries = {name: summarize(r) for name, r in runs.items()}
-    print(f"bench.reconnect: {describe_machine(info)}")
-    print(
-        f"backlog of {args.messages:,} messages ({args.size}-byte payloads), link cut once "
-        f"{args.cut_at:,} were stored; {args.repeat} runs per setting; nothing lost"
-    )
-    print()
-    rows = []
-    for name, s in summaries.items():
-        d, cut, first = s["duplicates"], s["stored_at_cut"], s["stored_on_first_connection"]
-        rows.append(
-            [
-                name,
-                f"{d['median']:,.0f}", f"{d['min']:,.0f}", f"{d['max']:,.0f}",
-                f"{cut['median']:,.0f}", f"{cut['min']:,.0f}", f"{cut['max']:,.0f}",
-                f"{first['median']:,.0f}",
-                f"{s['possible_duplicates']['median']:,.0f}",
-                f"{s['duplicates_dropped']['median']:,.0f}",
-            ]
-        )  # fmt: skip
-    print(
-        format_table(
-            ["setting", "duplicates median", "min", "max", "stored at cut median", "min", "max",
-             "on connection 1 median", "counted median", "withheld median"],
-            rows,
-        )
-    )  # fmt: skip
     results: dict[str, Any] = {
         "benchmark": "reconnect",
         "command": " ".join(["python -m bench.reconnect", *argv]),
@@ -469,9 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for s in settings
         },
     }
-    path = write_results("reconnect", results, args.output)
-    print(f"results: {path}")
-    return 0
+    return finish("reconnect", results, args.output, section)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,12 @@ Three sweeps, each point on a fresh Mosquitto (``devtools.mosquitto``, unlimited
 bytes, a message limit above the backlog), QoS 1 throughout:
 
 * ``payload``: a persistent session's backlog of numbered messages of 10 B .. 64 KiB (as many as
-  ``--messages``, at most ``--payload-budget`` bytes, at least 2,000), drained by ``ours``
-  (``python -m bench.drain worker ours``: our client), ``paho`` (``... worker paho``:
-  paho-mqtt 2.x) and ``mosquitto_sub -c -q 1 -C N``. Messages/s and MB/s over each drain
-  process's wall time (start -> exit, the same clock for the three), plus the process's peak
-  RSS (its ``VmHWM``, read every 10 ms). Ours and paho also report connect -> last message
-  inside the process, and check every sequence number arrived.
+  ``--messages``, at most ``--payload-budget`` bytes, at least 2,000), drained by
+  ``bench.drainer``'s ``ours`` (our client) and ``paho`` (paho-mqtt 2.x) workers and
+  ``mosquitto_sub -c -q 1 -C N``. Messages/s and MB/s over each drain process's wall time
+  (start -> exit, the same clock for the three), plus the process's peak RSS (its ``VmHWM``,
+  read every 10 ms). Ours and paho also report connect -> last message inside the process,
+  and check every sequence number arrived.
 * ``topics``: the same three peers, 100-byte payloads spread round-robin over 1 .. 100,000
   distinct topic names (``plant/line-<k / 1000>/sensor-<k>/telemetry``, at least one message
   per topic): the decoder's per-connection topic cache must not make memory grow with it.
@@ -38,30 +38,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from connector.mqtt.cli import SEQUENCE_DIGITS
-
-from .common import (
-    REPO_ROOT,
-    BenchError,
-    Stats,
-    create_session,
-    describe_machine,
-    format_table,
-    machine_info,
-    publish_windowed,
-    rate,
-    ratio,
-    write_results,
-)
+from . import drainer
+from .common import REPO_ROOT, BenchError, Stats, create_session, finish, machine, publish_windowed
+from .payloads import numbered
+from .render import Charts, Lines, md_table, mib, num, times
 
 SWEEPS = ("payload", "topics", "backlog")
-PEERS = ("ours", "paho", "mosquitto_sub")
-TOPIC_FILTER = "plant/+/+/telemetry"
+PEER_COLOURS = {"ours": "tab:blue", "paho": "tab:orange", "mosquitto_sub": "tab:green"}
+PEERS = tuple(PEER_COLOURS)
+TOPIC_FILTER = drainer.TOPIC_FILTER
 PAYLOAD_SIZES = (10, 100, 1024, 16 * 1024, 64 * 1024)
 TOPIC_COUNTS = (1, 100, 10_000, 100_000)
 BACKLOG_SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
@@ -74,10 +63,6 @@ def topic_name(k: int) -> str:
     return f"plant/line-{k // 1000}/sensor-{k}/telemetry"
 
 
-def _load() -> list[float]:
-    return [round(v, 2) for v in os.getloadavg()]
-
-
 # ------------------------------------------------------------------------------ backlogs
 
 
@@ -85,12 +70,8 @@ def publish(url: str, count: int, size: int, topics: int, timeout: float) -> flo
     """Publish ``count`` QoS 1 messages (payload: 10-digit sequence number, filler to ``size``
     bytes) round-robin over ``topics`` topic names; returns the rate."""
     names = [topic_name(k) for k in range(topics)]
-    filler = b"x" * max(0, size - SEQUENCE_DIGITS)
     return publish_windowed(
-        url,
-        count,
-        lambda seq: (names[seq % topics], (b"%0*d" % (SEQUENCE_DIGITS, seq) + filler)[:size]),
-        timeout,
+        url, count, lambda seq: (names[seq % topics], numbered(seq, size)), timeout
     )
 
 
@@ -142,20 +123,7 @@ def run_measured(
 
 def drain(peer: str, url: str, client_id: str, count: int, timeout: float) -> dict[str, Any]:
     """One peer drains the session's ``count`` queued messages."""
-    from devtools.system_tools import find_tool
-
-    if peer == "mosquitto_sub":
-        parts = urlsplit(url)
-        command = [
-            find_tool("mosquitto_sub"), "-h", str(parts.hostname), "-p", str(parts.port),
-            "-c", "-i", client_id, "-q", "1", "-t", TOPIC_FILTER, "-C", str(count),
-        ]  # fmt: skip
-        command += ["-W", str(int(timeout))]
-    else:
-        command = [
-            sys.executable, "-m", "bench.drain", "worker", peer, url, client_id, str(count),
-            "--timeout", str(timeout),
-        ]  # fmt: skip
+    command = drainer.command(peer, url, client_id, count, timeout)
     wall, code, rss, out, err = run_measured(command, timeout + 30, peer != "mosquitto_sub")
     if peer == "mosquitto_sub":
         # -C N: exits 0 only after N messages (written to /dev/null, as bench.drain does).
@@ -176,12 +144,15 @@ def drain(peer: str, url: str, client_id: str, count: int, timeout: float) -> di
 
 def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -> dict[str, Any]:
     """Fresh broker, backlog of ``count`` messages, drained by ``peer``."""
-    from devtools.mosquitto import MosquittoBroker
-
     client_id = f"bench-scale-{peer}"
-    with MosquittoBroker(max_queued_messages=max(1_000_000, 2 * count)) as broker:
-        create_session(broker.url, client_id, TOPIC_FILTER)
-        publish_rate = publish(broker.url, count, size, topics, timeout)
+    queued = drainer.backlog(
+        count,
+        [(client_id, TOPIC_FILTER)],
+        lambda url: publish(url, count, size, topics, timeout),
+        inflight=20,
+    )
+    publish_rate = queued.publish_rate
+    with queued.broker as broker:
         result = drain(peer, broker.url, client_id, count, timeout)
         if broker.crashed:
             raise BenchError(f"mosquitto crashed:\n{broker.log_text()[-2000:]}")
@@ -245,12 +216,7 @@ def sweep_drains(
             for peer in args.peers:
                 point = drain_point(peer, count_of(x), size_of(x), topics_of(x), args.timeout)
                 points.append(point)
-                print(
-                    f"  {key} {x:>7,}: {peer:<13} {point['messages']:>8,} msgs "
-                    f"{rate(point['rate']):>9} msg/s {point['mb_per_s']:>8.1f} MB/s "
-                    f"RSS {point['peak_rss_kib'] / 1024:>6.1f} MiB",
-                    flush=True,
-                )
+                print(f"  {key} {x:,}: {peer} {num(point['rate'])} msg/s", flush=True)
     return {"points": points, "by_" + key: _with_ratios(points, key)}
 
 
@@ -332,16 +298,9 @@ def backlog_point(count: int, where: str, timeout: float) -> dict[str, Any]:
         ) as broker,
     ):
         create_session(broker.url, RECEIVER_ID, "rss/#")
-        published = subprocess.run(
-            [
-                sys.executable, "-m", "connector.mqtt", "pub", "--broker", broker.url,
-                "--topic", BACKLOG_TOPIC, "--qos", "1", "--count", str(count), "--size", "100",
-            ],
-            capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
-        )  # fmt: skip
-        if published.returncode != 0:
-            raise BenchError(f"publishing failed: {published.stderr[-2000:]}")
-        publish_report = json.loads(published.stdout.strip().splitlines()[-1])
+        publish_rate = drainer.publish_numbered(
+            broker.url, count, 100, timeout, topic=BACKLOG_TOPIC
+        )
         done = subprocess.run(
             [
                 sys.executable, "-m", "bench.scale", "receiver", broker.url,
@@ -364,7 +323,7 @@ def backlog_point(count: int, where: str, timeout: float) -> dict[str, Any]:
         "max_backlog_messages": bound,
         "stored_in_wal": result["stored"],
         "waiting_at_broker": count - result["stored"],
-        "publish_rate": publish_report["rate"],
+        "publish_rate": publish_rate,
         "store_rate": round(result["stored"] / store) if where == "wal" and store else None,
         "baseline_rss_kib": result["baseline_rss_kib"],
         "peak_rss_kib": result["peak_rss_kib"],
@@ -387,28 +346,194 @@ def sweep_backlog(args: Any) -> dict[str, Any]:
             skipped.append(
                 {"backlog": count, "reason": f"estimated {estimate:.0f} s > {left:.0f} s left"}
             )
-            print(
-                f"  backlog {count:>10,}: skipped (estimated {estimate:.0f} s, {left:.0f} s left)"
-            )
             continue
         spent = 0.0
         for where in args.backlog_where:
             point = backlog_point(count, where, args.timeout + count / 5_000)
             points.append(point)
             spent += point["seconds"]
-            before, peak = point["baseline_rss_kib"] / 1024, point["peak_rss_kib"] / 1024
-            store = f", {rate(point['store_rate'])} msg/s" if point["store_rate"] else ""
-            print(
-                f"  backlog {count:>10,} waiting in the {where:<6}: stored "
-                f"{point['stored_in_wal']:>10,}, RSS {before:.1f} -> {peak:.1f} MiB{store}",
-                flush=True,
-            )
         per_message = spent / count
     reached = max((p["backlog"] for p in points), default=0)
     return {"points": points, "skipped": skipped, "largest_reached": reached}
 
 
 # ------------------------------------------------------------------------------ main
+
+
+def _sweep_table(sweep: Mapping[str, Any], key: str, label: str) -> Lines:
+    rows = []
+    for x, row in sweep[key].items():
+        for peer in PEER_COLOURS:
+            cell = row.get(peer)
+            if not isinstance(cell, Mapping):
+                continue
+            rows.append(
+                [
+                    num(int(x)),
+                    peer,
+                    num(cell.get("messages")),
+                    num(cell["rate"]["median"]),
+                    num(cell.get("in_process_rate")),
+                    num(cell.get("mb_per_s"), 1),
+                    mib(cell.get("peak_rss_kib")),
+                    times(row.get("ours/paho")) if peer == "ours" else "",
+                    times(row.get("ours/mosquitto_sub")) if peer == "ours" else "",
+                ]
+            )
+    return md_table(
+        [label, "peer", "messages", "msg/s (wall)", "msg/s (in process)", "MB/s",
+         "peak RSS MiB", "ours/paho", "ours/mosquitto_sub"],
+        rows,
+    )  # fmt: skip
+
+
+def _sweep_chart(
+    charts: Charts, sweep: Mapping[str, Any], key: str, name: str, title: str, xlabel: str
+) -> Lines:
+    by_x = sweep[key]
+    xs = sorted(int(x) for x in by_x)
+
+    def paint(plt: Any) -> None:
+        left = plt.subplot(1, 2, 1)
+        right = plt.subplot(1, 2, 2)
+        for peer, colour in PEER_COLOURS.items():
+            pts = [(x, by_x[str(x)][peer]) for x in xs if peer in by_x[str(x)]]
+            if not pts:
+                continue
+            left.plot(
+                [x for x, _ in pts], [c["rate"]["median"] for _, c in pts], "o-",
+                color=colour, label=peer,
+            )  # fmt: skip
+            if key == "by_payload_bytes":
+                right.plot(
+                    [x for x, _ in pts], [c["mb_per_s"] for _, c in pts], "o-",
+                    color=colour, label=peer,
+                )  # fmt: skip
+            else:
+                right.plot(
+                    [x for x, _ in pts], [c["peak_rss_kib"] / 1024 for _, c in pts], "o-",
+                    color=colour, label=peer,
+                )  # fmt: skip
+        for axes in (left, right):
+            axes.set_xscale("log")
+            axes.set_xlabel(xlabel)
+            axes.grid(True, alpha=0.3)
+        left.set_yscale("log")
+        left.set_ylabel("messages/s (drain process wall time)")
+        right.set_ylabel("MB/s" if key == "by_payload_bytes" else "peak RSS (MiB)")
+        right.set_ylim(bottom=0)
+        left.legend()
+
+    return charts.draw(name, title, paint)
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    out: Lines = []
+    payload = data.get("payload")
+    if isinstance(payload, Mapping):
+        out += [
+            "### Payload size",
+            "",
+            "A persistent session's backlog (QoS 1, one topic) drained by each peer; rates "
+            "over the drain process's wall time (start → exit, the same clock for the three "
+            "peers); in-process: connect → last message; peak RSS of the drain process.",
+            "",
+            *_sweep_table(payload, "by_payload_bytes", "payload bytes"),
+            "",
+            *_sweep_chart(
+                charts, payload, "by_payload_bytes", "throughput_vs_payload",
+                "Drain throughput vs payload size", "payload size (bytes)",
+            ),
+        ]  # fmt: skip
+    topics = data.get("topics")
+    if isinstance(topics, Mapping):
+        out += [
+            "### Distinct topics",
+            "",
+            "100-byte payloads spread round-robin over N distinct topic names, drained as above.",
+            "",
+            *_sweep_table(topics, "by_topics", "topics"),
+            "",
+            *_sweep_chart(
+                charts, topics, "by_topics", "topics_scale",
+                "Drain rate and memory vs distinct topics", "distinct topics",
+            ),
+        ]  # fmt: skip
+    backlog = data.get("backlog")
+    if isinstance(backlog, Mapping):
+        out += _backlog_section(backlog, charts)
+    return out
+
+
+def _backlog_section(backlog: Mapping[str, Any], charts: Charts) -> Lines:
+    points = backlog["points"]
+    params = backlog.get("parameters", {})
+    out = [
+        "### Backlog",
+        "",
+        "The source's receiver in its own process while N 100-byte QoS 1 messages wait: *at "
+        f"the broker* (`maxBacklogMessages` {num(params.get('bound_when_waiting_at_broker'))}: "
+        "the receiver stops reading and TCP pushes back) or *in the WAL* (the receiver stores "
+        "every message; nothing consumes them). The backlog is queued for the receiver's "
+        "session before it connects; store msg/s is its first → last WAL append. Largest "
+        "backlog reached: "
+        f"**{num(backlog.get('largest_reached'))}** messages.",
+        "",
+    ]
+    rows = [
+        [
+            num(p["backlog"]),
+            p["waiting"],
+            num(p["stored_in_wal"]),
+            num(p["waiting_at_broker"]),
+            num(p.get("store_rate")),
+            mib(p["baseline_rss_kib"]),
+            mib(p["peak_rss_kib"]),
+            mib(p["rss_growth_kib"]),
+        ]
+        for p in points
+    ]
+    out += md_table(
+        ["backlog", "waiting", "in WAL", "at broker", "store msg/s", "RSS before connect MiB",
+         "peak MiB", "growth MiB"],
+        rows,
+    )  # fmt: skip
+    for where, label in (("broker", "at the broker"), ("wal", "in the WAL")):
+        mine = sorted((p["backlog"], p["peak_rss_kib"]) for p in points if p["waiting"] == where)
+        if len(mine) > 1:
+            (low, low_kib), (high, high_kib) = mine[0], mine[-1]
+            out += [
+                "",
+                f"Peak RSS with {num(high)} rather than {num(low)} messages waiting {label}: "
+                f"{(high_kib - low_kib) / 1024:+,.1f} MiB ({high / low:,.0f} times the backlog).",
+            ]
+    for skip in backlog.get("skipped", []):
+        out += ["", f"Skipped {num(skip['backlog'])}: {skip['reason']}."]
+
+    def paint(plt: Any) -> None:
+        axes = plt.gca()
+        for where, colour, label in (
+            ("broker", "tab:blue", "peak RSS, waiting at the broker"),
+            ("wal", "tab:red", "peak RSS, waiting in the WAL"),
+        ):
+            pts = sorted((p["backlog"], p["peak_rss_kib"] / 1024) for p in points
+                         if p["waiting"] == where)  # fmt: skip
+            if pts:
+                axes.plot(
+                    [x for x, _ in pts], [y for _, y in pts], "o-", color=colour,
+                    label=label,
+                )  # fmt: skip
+        base = sorted((p["backlog"], p["baseline_rss_kib"] / 1024) for p in points)
+        if base:
+            axes.plot([x for x, _ in base], [y for _, y in base], "k:", label="RSS before connect")
+        axes.set_xscale("log")
+        axes.set_ylim(bottom=0)
+        axes.set_xlabel("messages waiting")
+        axes.set_ylabel("receiver process RSS (MiB)")
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+
+    return [*out, "", *charts.draw("rss_vs_backlog", "Receiver RSS vs backlog", paint)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -439,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--quick", action="store_true", help="small backlogs, for smoke tests")
-    parser.add_argument("--output", help="results file (default bench/results/scale.json)")
+    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
     args.sweeps = args.sweeps or list(SWEEPS)
     if unknown := set(args.sweeps) - set(SWEEPS):
@@ -449,9 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.topic_counts = [c for c in args.topic_counts if c <= 10_000]
         args.payload_budget = 32 << 20
         args.backlog_max = min(args.backlog_max, 100_000)
-    info = machine_info()
-    info["load_average_at_start"] = _load()
-    print(f"bench.scale: {describe_machine(info)}; load average {info['load_average_at_start']}")
+    info = machine()
     results: dict[str, Any] = {"benchmark": "scale", "machine": info}
     if "payload" in args.sweeps:
         print("payload size sweep (wall clock of each drain process):")
@@ -491,40 +614,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             **sweep_backlog(args),
         }
-    info["load_average_at_end"] = _load()
-    _print_summary(results)
-    path = write_results("scale", results, None if args.output is None else Path(args.output))
-    print(f"results: {path}")
-    return 0
-
-
-def _print_summary(results: dict[str, Any]) -> None:
-    for sweep, key in (("payload", "by_payload_bytes"), ("topics", "by_topics")):
-        if sweep not in results:
-            continue
-        rows = []
-        for x, row in results[sweep][key].items():
-            for peer in PEERS:
-                if peer in row:
-                    cell = row[peer]
-                    vs = [ratio(row[k]) for k in ("ours/paho", "ours/mosquitto_sub") if k in row]
-                    rows.append(
-                        [
-                            f"{int(x):,}",
-                            peer,
-                            rate(cell["rate"]["median"]),
-                            f"{cell['mb_per_s']:.1f}",
-                            f"{cell['peak_rss_kib'] / 1024:.1f}",
-                            " / ".join(vs) if peer == "ours" else "",
-                        ]
-                    )
-        print()
-        print(
-            format_table(
-                [sweep, "peer", "msg/s", "MB/s", "peak RSS MiB", "ours/paho / ours/mosquitto_sub"],
-                rows,
-            )
-        )
+    info["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    return finish("scale", results, args.output, section)
 
 
 if __name__ == "__main__":

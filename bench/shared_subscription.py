@@ -9,9 +9,7 @@ table (read from the Delta log, without Spark). One job and ``--jobs`` jobs alte
 ``--rounds`` rounds and the ratio is taken per round (paired). Every job runs on this machine,
 so they share its cores: the figure is what running them side by side costs or gains here, not
 how they scale over machines of their own. The publisher's own rate is printed too: when it is
-near the ingest rate, the publisher is the limit. Usage::
-
-    .venv/bin/python -m bench.shared_subscription [--messages 50000] [--jobs 2] [--rounds 1]
+near the ingest rate, the publisher is the limit.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,15 +33,13 @@ from bench.common import (
     REPO_ROOT,
     BenchError,
     Stats,
-    describe_machine,
-    format_table,
+    finish,
     machine_info,
     paired_ratio,
     publish_windowed,
-    rate,
-    ratio,
-    write_results,
 )
+from bench.drainer import TableTail
+from bench.render import Charts, Lines, md_table, num, per_repetition, stats_cells, times
 from connector.mqtt.topics import SHARE_PREFIX
 
 GROUP = "bench"
@@ -113,32 +109,6 @@ class IngestJob:
         self.proc.wait(timeout=30)
 
 
-class TableRows:
-    """Rows appended to a Delta table, counted commit by commit from its log."""
-
-    def __init__(self, table: Path) -> None:
-        self.table = table
-        self.version = -1
-        self.rows = 0
-        self.committed_at = 0.0
-        """Wall-clock time (s) of the newest commit that added rows."""
-
-    def poll(self) -> int:
-        from devtools.delta_log import delta_version, file_rows, read_commit
-
-        for version in range(self.version + 1, delta_version(self.table) + 1):
-            actions = read_commit(self.table, version)
-            if actions is None:
-                break
-            added = sum(file_rows(a["add"]) or 0 for a in actions if "add" in a)
-            if added:
-                self.rows += added
-                info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-                self.committed_at = info["timestamp"] / 1000
-            self.version = version
-        return self.rows
-
-
 def wait_subscribed(broker: Any, jobs: Sequence[IngestJob]) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     lines = [f": {job.client_id} 1 {SHARED}\n" for job in jobs]
@@ -170,7 +140,7 @@ def one_run(
         published = publish_windowed(
             broker.url, count, lambda seq: (f"bench/shared/{seq % TOPICS}", PAYLOAD), timeout
         )
-        landed = TableRows(table)
+        landed = TableTail(table)
         deadline = time.monotonic() + timeout
         while landed.poll() < count:
             for job in started:
@@ -186,7 +156,7 @@ def one_run(
             "rate": count / elapsed,
             "publish_rate": published,
             "rows_per_job": per_job,
-            "commits": landed.version + 1,
+            "commits": len(landed.commits),
         }
     finally:
         for job in started:
@@ -197,7 +167,9 @@ def one_run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.shared_subscription", description=__doc__
+    )
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--jobs", type=int, default=2, help="jobs sharing the subscription")
     parser.add_argument("--rounds", type=int, default=1)
@@ -220,51 +192,100 @@ def main(argv: Sequence[str] | None = None) -> int:
                 one_run(workdir, args.messages, args.jobs, args.trigger, f"r{r}b", args.timeout)
             )
             print(
-                f"round {r}: 1 job {rate(one[-1]['rate'])} msg/s, {args.jobs} jobs "
-                f"{rate(many[-1]['rate'])} msg/s (rows per job {many[-1]['rows_per_job']})",
+                f"round {r}: 1 job {num(one[-1]['rate'])} msg/s, {args.jobs} jobs "
+                f"{num(many[-1]['rate'])} msg/s (rows per job {many[-1]['rows_per_job']})",
                 flush=True,
             )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     info = machine_info()
     gain = paired_ratio([m["rate"] for m in many], [o["rate"] for o in one])
-    print(describe_machine(info))
-    print(f"load average (1 min) at each round's start: {', '.join(f'{x:.1f}' for x in loads)}")
-    print(
-        format_table(
-            ["jobs", "median msg/s into Delta", "median publish msg/s", "runs"],
-            [
-                [
-                    str(n),
-                    rate(Stats.of(r["rate"] for r in runs).median),
-                    rate(Stats.of(r["publish_rate"] for r in runs).median),
-                    len(runs),
-                ]
-                for n, runs in ((1, one), (args.jobs, many))
-            ],
+    data = {
+        "machine": info,
+        "load_average_1min": loads,
+        "messages": args.messages,
+        "payload_bytes": len(PAYLOAD),
+        "qos": 1,
+        "jobs": args.jobs,
+        "trigger": args.trigger,
+        "rate_one": Stats.of(r["rate"] for r in one).as_dict(),
+        "rate_many": Stats.of(r["rate"] for r in many).as_dict(),
+        "publish_rate_one": Stats.of(r["publish_rate"] for r in one).as_dict(),
+        "publish_rate_many": Stats.of(r["publish_rate"] for r in many).as_dict(),
+        "rows_per_job_many": [r["rows_per_job"] for r in many],
+        "ratio": gain.as_dict(),
+    }
+    return finish("shared_subscription", data, args.output, section)
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """One ingest job against several on one shared subscription, into one Delta table."""
+    jobs = data["jobs"]
+    machine = data.get("machine", {})
+    ratio = data["ratio"]
+    out = [
+        f"{num(data.get('messages'))} QoS {data.get('qos')} messages of "
+        f"{data.get('payload_bytes')} bytes published (our client, Mosquitto's window of 20 "
+        f"unacknowledged) once the ingest jobs (`spark-submit streaming_jobs/ingest.py`, "
+        "`local[2]` each, each with its own client id, checkpoint and WAL, trigger "
+        f"{data.get('trigger')}) have subscribed to `$share/<group>/<filter>`, all writing one "
+        "Delta table; a fresh Mosquitto per run. Clock: the first publish → the Delta commit "
+        f"that completes the table. One job and {jobs} jobs alternate for "
+        f"{len(ratio.get('runs', []))} rounds; the ratio is paired per round.",
+        "",
+        f"Every job ran on this one machine, so all of them shared its "
+        f"{machine.get('cores', '?')} cores: the ratio is what running {jobs} jobs side by side "
+        "costs or gains here, not how they scale over machines of their own. Load average "
+        "(1 min) at each round's start: "
+        + ", ".join(f"{v:.2f}" for v in data.get("load_average_1min", []))
+        + ".",
+        "",
+    ]
+    rows = [
+        [str(n), *stats_cells(data[rates]), num(data.get(publish, {}).get("median"))]
+        for n, rates, publish in (
+            (1, "rate_one", "publish_rate_one"),
+            (jobs, "rate_many", "publish_rate_many"),
         )
+    ]
+    out += md_table(
+        ["jobs", "msg/s into Delta median", "min", "max", "publisher msg/s median"], rows
     )
-    print(f"{args.jobs} jobs / 1 job: {ratio(gain.median)} (paired median)")
-    write_results(
-        "shared_subscription",
-        {
-            "machine": info,
-            "load_average_1min": loads,
-            "messages": args.messages,
-            "payload_bytes": len(PAYLOAD),
-            "qos": 1,
-            "jobs": args.jobs,
-            "trigger": args.trigger,
-            "rate_one": Stats.of(r["rate"] for r in one).as_dict(),
-            "rate_many": Stats.of(r["rate"] for r in many).as_dict(),
-            "publish_rate_one": Stats.of(r["publish_rate"] for r in one).as_dict(),
-            "publish_rate_many": Stats.of(r["publish_rate"] for r in many).as_dict(),
-            "rows_per_job_many": [r["rows_per_job"] for r in many],
-            "ratio": gain.as_dict(),
-        },
-        args.output,
-    )
-    return 0
+    out += [
+        "",
+        f"{jobs} jobs / 1 job: {times(ratio['median'])} (per round {per_repetition(ratio)}).",
+    ]
+    headrooms = [
+        data[publish]["median"] / data[rates]["median"]
+        for rates, publish in (("rate_one", "publish_rate_one"), ("rate_many", "publish_rate_many"))
+        if isinstance(data.get(publish), Mapping)
+    ]
+    if headrooms:
+        headroom = min(headrooms)
+        out[-1] += (
+            f" The publisher sent at least {headroom:.1f} times as fast as the rows landed, so it "
+            "was not the limit."
+            if headroom >= 2
+            else f" The publisher sent only {headroom:.1f} times as fast as the rows landed: it "
+            "may be the limit."
+        )
+    per_round = data.get("rows_per_job_many")
+    if per_round:
+        out += [
+            "",
+            *md_table(
+                ["round", *(f"rows, job {i}" for i in range(jobs)), "total"],
+                [
+                    [
+                        str(r),
+                        *(num(n) if n >= 0 else "—" for n in counts),
+                        num(sum(counts)) if min(counts) >= 0 else "—",
+                    ]
+                    for r, counts in enumerate(per_round)
+                ],
+            ),
+        ]
+    return out
 
 
 if __name__ == "__main__":

@@ -1,9 +1,6 @@
 """Writing to MQTT: rows per second published from Spark, against paho publishing the same
 messages in the same run.
 
-``python -m bench.sink [--messages N] [--size S] [--qos Q ...] [--repeat R] [--partitions P]
-[--output FILE]``
-
 Peers, in turns in every repetition (the order rotates), each on a fresh Mosquitto, each
 publishing N messages of S bytes (default 20,000 of 100) on 4 topics at QoS Q, done when the
 broker has acknowledged every one (QoS 0: when the last byte is written and the connection
@@ -27,31 +24,19 @@ import argparse
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
-from .common import (
-    BenchError,
-    Stats,
-    describe_machine,
-    format_table,
-    machine_info,
-    paired_ratio,
-    rate,
-    ratio,
-    write_results,
-)
+from .common import BenchError, Stats, finish, machine_info, paired_ratio, turn
+from .payloads import numbered as payload
+from .render import Charts, Lines, md_table, num, times
 
 PEERS = ("spark", "task", "paho")
 TOPICS = 4
 TIMEOUT = 600.0
-
-
-def payload(seq: int, size: int) -> bytes:
-    return (b"%0*d" % (SEQUENCE_DIGITS, seq) + b"x" * max(0, size - SEQUENCE_DIGITS))[:size]
 
 
 def run_paho(url: str, count: int, size: int, qos: int) -> float:
@@ -144,7 +129,7 @@ def measure(args: argparse.Namespace, qos: int, spark: SparkPeer) -> dict[str, A
 
     rates: dict[str, list[float]] = {peer: [] for peer in PEERS}
     for rep in range(args.repeat):
-        order = PEERS[rep % len(PEERS) :] + PEERS[: rep % len(PEERS)]
+        order = turn(PEERS, rep)
         for peer in order:
             with tempfile.TemporaryDirectory(prefix="bench-sink-") as tmp:
                 broker = MosquittoBroker(Path(tmp), log_types=())
@@ -159,7 +144,7 @@ def measure(args: argparse.Namespace, qos: int, spark: SparkPeer) -> dict[str, A
                 finally:
                     broker.stop()
             rates[peer].append(value)
-            print(f"qos {qos} rep {rep + 1} {peer}: {rate(value)} msg/s", flush=True)
+            print(f"qos {qos} rep {rep + 1} {peer}: {num(value)} msg/s", flush=True)
     return {
         "rates": {peer: Stats.of(values).as_dict(1) for peer, values in rates.items()},
         "spark/paho": paired_ratio(rates["spark"], rates["paho"]).as_dict(),
@@ -167,17 +152,42 @@ def measure(args: argparse.Namespace, qos: int, spark: SparkPeer) -> dict[str, A
     }
 
 
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """Writing to MQTT: messages/s per peer and QoS, and the paired ratios against paho."""
+    params = data["params"]
+    peers = ("spark", "task", "paho")
+    rows = [
+        [
+            qos,
+            *(num(result["rates"][peer]["median"]) for peer in peers),
+            times(result["spark/paho"]["median"]),
+            times(result["task/paho"]["median"]),
+        ]
+        for qos, result in data["qos"].items()
+    ]
+    return [
+        f"{params['messages']:,} messages of {params['size']} bytes per run, medians of "
+        f"{params['repeat']} repetitions (peers in turns, each on a fresh Mosquitto); `spark` is "
+        f'`df.write.format("mqtt")` in {params["partitions"]} partitions (local[2]), `task` '
+        "the writer's task publisher alone (one connection, no Spark), `paho` paho-mqtt with "
+        "its window of 20. Done when the broker acknowledged every message.",
+        "",
+        *md_table(
+            ["QoS", "spark msg/s", "task msg/s", "paho msg/s", "spark/paho", "task/paho"], rows
+        ),
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sink", description=__doc__)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--qos", type=int, nargs="+", default=[1, 2], choices=(0, 1, 2))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--output", help="results file (default bench/results/sink.json)")
+    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
     info = machine_info()
-    print(describe_machine(info))
     spark = SparkPeer(args.messages, args.size, args.partitions)
     try:
         from devtools.mosquitto import MosquittoBroker
@@ -202,19 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "qos": by_qos,
     }
-    rows = [
-        [
-            qos,
-            *(rate(result["rates"][peer]["median"]) for peer in PEERS),
-            ratio(result["spark/paho"]["median"]),
-            ratio(result["task/paho"]["median"]),
-        ]
-        for qos, result in by_qos.items()
-    ]
-    print(format_table(["QoS", *(f"{p} msg/s" for p in PEERS), "spark/paho", "task/paho"], rows))
-    path = write_results("sink", data, None if args.output is None else Path(args.output))
-    print(f"wrote {path}")
-    return 0
+    return finish("sink", data, args.output, section)
 
 
 if __name__ == "__main__":

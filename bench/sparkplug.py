@@ -1,44 +1,25 @@
 """Sparkplug B into Delta: metrics per second, against raw MQTT rows of the same messages.
 
-``python -m bench.sparkplug [--messages N] [--metrics M] [--nodes K] [--repeat R]
-[--warmup-rounds W] [--sink job|delta] [--trigger T] [--source-option KEY=VALUE]
-[--decoder-repeat D] [--profile] [--output FILE]``
+The backlog: K edge nodes of group ``bench``, each first an NBIRTH (seq 0, bdSeq 0) defining M
+metrics (Int32, Int64, Double, Boolean and String in turns, aliases 1..M), then N NDATA messages
+(round robin over the nodes) carrying those M metrics by alias only, each node's seq counting
+1, 2, ... and wrapping at 255; made with pysparkplug's protobuf classes
+(``tests/sparkplug_payloads.py``), never the product's code. Sparkplug sends DATA at QoS 0,
+which a broker does not queue: every message is published and subscribed at QoS 1 instead.
 
-The backlog: K edge nodes (default 1) of group ``bench``, each first an NBIRTH (seq 0, bdSeq 0)
-defining M metrics (default 10: Int32, Int64, Double, Boolean and String in turns, aliases 1..M),
-then N NDATA messages (default 20,000, round robin over the nodes) carrying those M metrics by
-alias only, the seq of each node counting 1, 2, ... and wrapping at 255. The payloads are made
-with pysparkplug's protobuf classes (``tests/sparkplug_payloads.py``), never the product's code.
-Sparkplug sends DATA at QoS 0, which a broker does not queue for an offline client: to make a
-backlog, every message is published (at most 20 in flight) and subscribed at QoS 1, so the
-broker queues it for the peer's persistent session, as ``bench.ingest`` does.
+Peers, in turns in every repetition, each on a fresh Mosquitto holding the same bytes, written
+as ``bench.ingest`` writes (the job's ``foreachBatch`` writer, ``partitionData`` wal, local[2])
+and timed by its headline clock: ``sparkplug``, the job's query with ``--payload-format
+sparkplug`` (a row per metric, names and datatypes resolved from the births), and ``raw``, the
+default format (a row per message). Reported: messages/s and rows/s per peer, the ratio
+sparkplug/raw in messages/s paired per repetition. Every table is checked after its query:
+raw, one row per message, every offset once, the payload bytes in full; sparkplug, the expected
+metric rows, each (offset, metric index) once, every name resolved, no reason.
 
-Peers, in turns in every repetition (the order rotates), each on a fresh Mosquitto holding a
-fresh backlog of the same bytes:
-
-* ``sparkplug``: the ingest job's query with ``--payload-format sparkplug`` (the source's
-  ``payloadFormat`` ``sparkplug``): a row per metric, the births' bdSeq included, names and
-  datatypes resolved from the births;
-* ``raw``: the same query with the default ``payloadFormat``: a row per message, the payload
-  as bytes.
-
-Both are written as ``bench.ingest`` writes (``--sink``): by default the job's own
-``foreachBatch`` writer (table created before the query, outside the clock), or Spark's Delta
-sink; ``partitionData`` wal (the job's default on a local master), local[2], trigger 0 seconds.
-The clock is ``bench.ingest``'s headline: from the start of the first batch with input rows to
-the end of the batch that completes the rows (the query's progress events). Before the
-measured repetitions, ``--warmup-rounds`` unmeasured rounds (every peer once); before every run
-a full GC of the driver JVM. Reported: messages/s and rows/s (metrics/s) per peer, and the
-ratio sparkplug/raw in messages/s paired per repetition. Every table is checked after its query
-stopped: raw, one row per message with every offset once and the payload bytes in full;
-sparkplug, the expected metric rows, each (offset, metric index) once, every name resolved and
-no reason.
-
-The decoder alone (no Spark, in this process, before the Spark JVM starts): the source's
-decoding of a partition, ``connector.sparkplug.messages.decode_messages`` over the same
-messages, then ``to_record_batch`` (the rows as Arrow), and ``fold``, the planner's pass that
-only advances the state; medians of ``--decoder-repeat`` runs. ``--profile`` adds cProfile's top
-functions by cumulative time of decode + Arrow on the same messages.
+The decoder alone (no Spark, before the JVM starts): ``decode_messages`` (a task's decoding of
+its partition), ``to_record_batch`` (its conversion to Arrow) and ``fold`` (the planner's pass),
+medians of ``--decoder-repeat`` runs; ``--profile`` adds cProfile's top functions of decode +
+Arrow by cumulative time.
 """
 
 from __future__ import annotations
@@ -53,45 +34,51 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from connector.sparkplug.state import SEQ_MODULO
 
+from . import drainer
 from .common import (
     MOSQUITTO_INFLIGHT,
     RESULTS_DIR,
     BenchError,
     Stats,
-    create_session,
-    describe_machine,
-    format_table,
-    machine_info,
-    package_version,
+    finish,
+    machine,
     paired_ratio,
     publish_windowed,
-    rate,
-    ratio,
-    write_results,
+    turn,
 )
-from .cpu_sampler import COMPONENTS, NOT_THE_PIPELINE
+from .cpu_sampler import NOT_THE_PIPELINE
 from .ingest import (
     CLOCKS,
     FIRST_BATCH,
-    SINK_NAMES,
-    SINKS,
-    Backlog,
+    JOB_SINK,
     Landing,
     Setup,
-    _landing_dict,
-    _others_share,
     collect_garbage,
-    job_sink_available,
-    phase_table,
+    cpu_per_100k,
+    job_sink,
+    job_source,
+    others_share,
+    received,
     run_query,
+    spark_session,
 )
-from .ingest import stream_writer as raw_stream_writer
+from .render import (
+    Charts,
+    Lines,
+    clock_notes,
+    md_table,
+    num,
+    ratios_table,
+    stats_cells,
+    times,
+    warmup_notes,
+)
 
 GROUP = "bench"
 TOPIC_FILTER = f"spBv1.0/{GROUP}/#"
@@ -108,8 +95,6 @@ KINDS: tuple[tuple[str, int, str], ...] = (
     ("String", 12, "string_value"),
 )
 """The metrics' datatypes in turns: name, Sparkplug datatype code, the payload's value field."""
-DEFAULT_MESSAGES = 20_000
-DEFAULT_METRICS = 10
 OUTPUT = RESULTS_DIR / "sparkplug.json"
 
 
@@ -252,47 +237,6 @@ def profile_decoder(backlog: Sequence[tuple[str, bytes]], limit: int = 10) -> li
 # ------------------------------------------------------------------------------ Spark peers
 
 
-def make_backlog(backlog: Sequence[tuple[str, bytes]], client_id: str, timeout: float) -> Backlog:
-    """A fresh broker holding ``backlog`` for the persistent session ``client_id``
-    (``bench.ingest.backlog`` with these messages)."""
-    from devtools.mosquitto import MosquittoBroker
-
-    broker = MosquittoBroker(
-        max_queued_messages=max(1_000_000, 2 * len(backlog)),
-        max_inflight_messages=MOSQUITTO_INFLIGHT,
-    )
-    broker.start()
-    try:
-        create_session(broker.url, client_id, TOPIC_FILTER, QOS)
-        publish_rate = publish_windowed(
-            broker.url, len(backlog), backlog.__getitem__, timeout, QOS, MOSQUITTO_INFLIGHT
-        )
-    except BaseException:
-        broker.close()
-        raise
-    return Backlog(broker, client_id, publish_rate)
-
-
-def stream_writer(
-    frame: Any, setup: Setup, table: Path, checkpoint: Path, peer: str
-) -> tuple[Any, float]:
-    """``bench.ingest.stream_writer``; for the sparkplug peer with the job's writer, the job's
-    Sparkplug plan (a row per metric) instead of its binary one."""
-    if peer == RAW or setup.sink == "delta":
-        return raw_stream_writer(frame, setup, table, checkpoint)
-    from streaming_jobs.batch_writer import BatchWriter
-    from streaming_jobs.payloads import make_plan
-    from streaming_jobs.progress import RunStats
-
-    stream = frame.writeStream.option("checkpointLocation", str(checkpoint)).trigger(
-        processingTime=setup.trigger
-    )
-    writer = BatchWriter(make_plan("sparkplug", None), str(table), None, RunStats())
-    began = time.perf_counter()
-    writer.create_tables(frame.sparkSession, frame.schema)
-    return stream.foreachBatch(writer), time.perf_counter() - began
-
-
 def job_arguments(
     peer: str,
     url: str,
@@ -319,67 +263,53 @@ def run_peer(
     workdir: Path,
 ) -> Landing:
     """``peer``'s query over a fresh backlog of ``backlog``, until ``rows`` rows landed."""
-    from streaming_jobs.ingest import build_parser, source_options
-
     collect_garbage(spark)
     client_id = f"bench-sparkplug-{peer}"
     table, checkpoint = workdir / f"{peer}-table", workdir / f"{peer}-checkpoint"
-    queued = make_backlog(backlog, client_id, setup.timeout)
-    with queued.broker:
-        args = build_parser().parse_args(
-            job_arguments(
-                peer, queued.broker.url, client_id, table, checkpoint, setup.source_options
-            )
-        )
-        reader = spark.readStream.format("mqtt")
-        for key, value in source_options(args).items():
-            reader = reader.option(key, value)
-        writer, created = stream_writer(reader.load(), setup, table, checkpoint, peer)
-        run = run_query(writer, rows, setup.timeout)
-        if queued.broker.crashed:
-            raise BenchError(f"mosquitto crashed:\n{queued.broker.log_text()}")
-    found = check_table(spark, table, peer, backlog, rows)
-    return Landing(
-        peer,
-        rows,
-        run,
-        publish_rate=queued.publish_rate,
-        first_received=found["first_received"].timestamp(),
-        last_received=found["last_received"].timestamp(),
-        details={"messages": len(backlog), "table_creation_seconds": round(created, 3)},
+    queued = drainer.backlog(
+        len(backlog),
+        [(client_id, TOPIC_FILTER)],
+        lambda url: publish_windowed(url, len(backlog), backlog.__getitem__, setup.timeout, QOS),
+        qos=QOS,
     )
+    with queued.broker as broker:
+        argv = job_arguments(peer, broker.url, client_id, table, checkpoint, setup.source_options)
+        payload_format = "sparkplug" if peer == SPARKPLUG else "binary"
+        writer, created = job_sink(
+            job_source(spark, argv), table, checkpoint, setup.trigger, payload_format
+        )
+        run = run_query(writer, rows, setup.timeout)
+        if broker.crashed:
+            raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
+    details = {"messages": len(backlog), "table_creation_seconds": round(created, 3)}
+    landing = Landing(peer, rows, run, queued.publish_rate, details=details)
+    return received(landing, check_table(spark, table, peer, backlog, rows))
 
 
 def check_table(
     spark: Any, table: Path, peer: str, backlog: Sequence[tuple[str, bytes]], rows: int
-) -> dict[str, Any]:
-    """The table holds what ``peer`` must make of the backlog (a Spark read, after the query)."""
+) -> Any:
+    """The table holds what ``peer`` must make of the backlog (a Spark read, after the query):
+    raw, one row per message with every offset once and the payload bytes in full; sparkplug,
+    the expected metric rows, each (offset, metric index) once, every name resolved and no
+    reason."""
     from pyspark.sql import functions as F
 
     count = len(backlog)
-    common = [
-        F.count("*").alias("rows"),
-        F.countDistinct("offset").alias("messages"),
-        F.min("offset").alias("min_offset"),
-        F.max("offset").alias("max_offset"),
-        F.min("timestamp").alias("first_received"),
-        F.max("timestamp").alias("last_received"),
-    ]
+    figures = {
+        "rows": F.count("*"), "messages": F.countDistinct("offset"),
+        "min_offset": F.min("offset"), "max_offset": F.max("offset"),
+    }  # fmt: skip
+    want: dict[str, Any] = {"messages": count, "min_offset": 0, "max_offset": count - 1}
     if peer == RAW:
-        extra = [F.sum(F.length("payload")).alias("payload_bytes")]
-        want = {"rows": count, "payload_bytes": sum(len(p) for _, p in backlog)}
+        figures["payload_bytes"] = F.sum(F.length("payload"))
+        want.update(rows=count, payload_bytes=sum(len(p) for _, p in backlog))
     else:
-        extra = [
-            F.countDistinct("offset", "metric_index").alias("distinct_metrics"),
-            F.count("metric_name").alias("named"),
-            F.count("reason").alias("reasons"),
-        ]
-        want = {"rows": rows, "distinct_metrics": rows, "named": rows, "reasons": 0}
-    found = spark.read.format("delta").load(str(table)).agg(*common, *extra).first().asDict()
-    want.update(messages=count, min_offset=0, max_offset=count - 1)
-    if any(found[key] != value for key, value in want.items()):
-        raise BenchError(f"{table}: expected {want}, found {found}")
-    return found
+        figures["distinct_metrics"] = F.countDistinct("offset", "metric_index")
+        figures["named"] = F.count("metric_name")
+        figures["reasons"] = F.count("reason")
+        want.update(rows=rows, distinct_metrics=rows, named=rows, reasons=0)
+    return drainer.check_table(spark, table, figures, want)
 
 
 def warmup_note(rounds: int) -> str:
@@ -398,7 +328,7 @@ def message_rate(landing: Landing) -> float:
 
 def _run_dict(landing: Landing) -> dict[str, Any]:
     """``bench.ingest``'s run record, its rates named for what they count."""
-    out = _landing_dict(landing)
+    out = landing.as_dict()
     out.pop("receive_rate")
     out["rows_per_second"] = out.pop("rate")
     out["messages_per_second"] = round(message_rate(landing))
@@ -452,19 +382,8 @@ def build_results(
         "repetitions": repetitions,
         "decoder": decoder,
         "decoder_profile": profile,
-        "other_processes_cpu_share": round(_others_share(runs), 3),
-        "cpu_seconds_per_100k_messages": {
-            peer: {
-                component: round(
-                    Stats.of(
-                        r.run.cpu[component] / r.details["messages"] * 100_000 for r in found
-                    ).median,
-                    3,
-                )
-                for component in COMPONENTS
-            }
-            for peer, found in runs.items()
-        },
+        "other_processes_cpu_share": round(others_share(runs), 3),
+        "cpu_seconds_per_100k_messages": cpu_per_100k(runs, lambda r: r.details["messages"]),
     }
 
 
@@ -472,47 +391,23 @@ def build_results(
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.sparkplug", description=(__doc__ or "").split("\n")[0]
-    )
-    parser.add_argument(
-        "--messages", type=int, default=DEFAULT_MESSAGES, help="NDATA messages in the backlog"
-    )
-    parser.add_argument(
-        "--metrics", type=int, default=DEFAULT_METRICS, help="metrics per birth and per NDATA"
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.sparkplug", description=__doc__)
+    parser.add_argument("--messages", type=int, default=20_000, help="NDATA messages")
+    parser.add_argument("--metrics", type=int, default=10, help="metrics per birth and NDATA")
     parser.add_argument("--nodes", type=int, default=1, help="edge nodes (default 1)")
     parser.add_argument("--repeat", type=int, default=3, help="backlogs per peer")
     parser.add_argument(
         "--warmup-rounds", type=int, default=1, help="unmeasured rounds first (every peer once)"
     )
+    parser.add_argument("--trigger", default="0 seconds", help="processing-time interval")
     parser.add_argument(
-        "--sink",
-        choices=SINKS,
-        default="job",
-        help="job: the ingest job's foreachBatch writer (default); delta: "
-        "writeStream.format('delta')",
-    )
-    parser.add_argument(
-        "--trigger", default="0 seconds", help="processing-time interval (default 0 seconds)"
-    )
-    parser.add_argument(
-        "--source-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
+        "--source-option", action="append", default=[], metavar="KEY=VALUE",
         help="an option of format('mqtt') for both peers, e.g. recordsPerPartition=5000",
-    )
-    parser.add_argument(
-        "--decoder-repeat", type=int, default=5, help="runs of the decoder alone (median)"
-    )
-    parser.add_argument(
-        "--profile", action="store_true", help="cProfile of decode + Arrow, top 10 cumulative"
-    )
+    )  # fmt: skip
+    parser.add_argument("--decoder-repeat", type=int, default=5, help="runs of the decoder alone")
+    parser.add_argument("--profile", action="store_true", help="cProfile of decode + Arrow")
     parser.add_argument("--timeout", type=float, default=600.0, help="per step, in seconds")
-    parser.add_argument(
-        "--output", type=Path, default=OUTPUT, help="results file (default %(default)s)"
-    )
+    parser.add_argument("--output", type=Path, default=OUTPUT, help="results file")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.metrics < 1 or args.nodes < 1:
         parser.error("--messages, --metrics and --nodes must be >= 1")
@@ -525,38 +420,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    info = machine_info()
-    info["pyspark"] = package_version("pyspark")
-    info["delta_spark"] = package_version("delta-spark")
-    info["pyarrow"] = package_version("pyarrow")
-    info["load_average_at_start"] = list(os.getloadavg())
-    sink = args.sink if args.sink == "delta" or job_sink_available() else "delta"
-    setup = Setup(args.trigger, sink, args.timeout, tuple(args.source_option))
+    info = machine("pyspark", "delta-spark", "pyarrow")
+    setup = Setup(args.trigger, args.timeout, tuple(args.source_option))
     try:
         backlog = backlog_messages(args.messages, args.metrics, args.nodes)
     except ImportError as exc:  # pysparkplug: `make setup` installs it
         sys.stderr.write(f"bench.sparkplug: cannot build the payloads ({exc}); run make setup\n")
         return 1
-    count = len(backlog)
-    rows = {
-        SPARKPLUG: expected_rows(args.messages, args.metrics, args.nodes),
-        RAW: count,
-    }
+    rows = {SPARKPLUG: expected_rows(args.messages, args.metrics, args.nodes), RAW: len(backlog)}
     payload_bytes = [len(p) for _, p in backlog[args.nodes :]]
-
     decoder = decoder_alone(backlog, args.decoder_repeat)  # before the JVM: a quiet machine
     profile = profile_decoder(backlog) if args.profile else None
 
-    from streaming_jobs.spark_session import local_spark
-
     work = Path(tempfile.mkdtemp(prefix="bench-sparkplug-"))
-    spark = local_spark(
-        "bench-sparkplug",
-        "local[2]",
-        spark__sql__streaming__numRecentProgressUpdates="10000",
-        spark__ui__showConsoleProgress="false",
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session("bench-sparkplug")
     runs: dict[str, list[Landing]] = {peer: [] for peer in PEERS}
     warmups: dict[str, list[Landing]] = {}
     orders: list[list[str]] = []
@@ -567,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 warmups.setdefault(peer, []).append(landing)
             shutil.rmtree(work / "warmup", ignore_errors=True)
         for rep in range(args.repeat):
-            order = list(PEERS[rep % len(PEERS) :] + PEERS[: rep % len(PEERS)])
+            order = turn(PEERS, rep)
             orders.append(order)
             for peer in order:
                 run_dir = work / f"rep{rep}"
@@ -581,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     parameters = {
-        "messages": count,
+        "messages": len(backlog),
         "ndata_messages": args.messages,
         "births": args.nodes,
         "edge_nodes": args.nodes,
@@ -599,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeat": args.repeat,
         "master": "local[2]",
         "trigger": f"processingTime={args.trigger}",
-        "sink": SINK_NAMES[sink],
+        "sink": JOB_SINK,
         "partition_data": "wal",
         "source_options": list(args.source_option),
         "warmup": warmup_note(args.warmup_rounds),
@@ -609,113 +486,132 @@ def main(argv: Sequence[str] | None = None) -> int:
         "decoder_repeat": args.decoder_repeat,
     }
     results = build_results(runs, orders, warmups, decoder, profile, info, parameters)
-    print_summary(results, runs)
-    path = write_results("sparkplug", results, args.output)
-    print(f"results: {path}")
-    return 0
+    return finish("sparkplug", results, args.output, section)
 
 
-def cpu_table(per_peer: dict[str, dict[str, float]]) -> tuple[list[str], list[list[str]]]:
-    """CPU seconds per 100,000 messages by component (median over the repetitions), the
-    components that took any, and the pipeline's total (without the sampler, other processes)."""
-    headers = ["CPU s per 100k msgs", *per_peer]
+# ------------------------------------------------------------------------------ the report
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """A Sparkplug B backlog into Delta, a row per metric, against raw rows of the same
+    messages, and the decoder alone."""
+    params, peers = data.get("parameters", {}), data["peers"]
+    payload = params.get("ndata_payload_bytes", {})
+    kinds = ", ".join(dict.fromkeys(params.get("metric_datatypes", [])))
+    options = ", ".join(f"`{o}`" for o in params.get("source_options", []))
+    out = [
+        f"{num(params.get('births'))} NBIRTH and {num(params.get('ndata_messages'))} "
+        f"alias-only NDATA messages of {params.get('metrics')} metrics ({kinds}; "
+        f"{num(payload.get('median'))}-byte payloads), queued at QoS {params.get('qos')} for "
+        "the ingest job's persistent session (Sparkplug's own DATA is QoS 0, which a broker "
+        f"does not queue), landed in Delta on {params.get('master')}, trigger "
+        f"{params.get('trigger')}, written by {params.get('sink')}"
+        + (f", source options {options}" if options else "")
+        + f"; peers in turns, median of {params.get('repeat')}. `sparkplug`: "
+        "`--payload-format sparkplug`, a row per metric; `raw`: the default, a row per message "
+        "with the payload's bytes.",
+        "",
+        *warmup_notes(params.get("warmup"), peers),
+        *clock_notes(data),
+    ]
     rows = [
-        [component, *(f"{cpu[component]:.2f}" for cpu in per_peer.values())]
-        for component in COMPONENTS
-        if any(cpu[component] >= 0.005 for cpu in per_peer.values())
+        [
+            peer,
+            *stats_cells(item["messages_per_second"]),
+            num(item["rows_per_second"].get("median")),
+            num(item.get("rows_per_message"), 2),
+        ]
+        for peer, item in peers.items()
     ]
-    totals = [
-        sum(v for c, v in cpu.items() if c not in NOT_THE_PIPELINE) for cpu in per_peer.values()
+    headers = ["peer", "msg/s median", "min", "max", "rows/s median", "rows/msg"]
+    out += [*md_table(headers, rows), ""]
+    reps = [
+        [
+            str(r["repetition"]),
+            " then ".join(r["order"]),
+            num(r["sparkplug"]),
+            num(r["raw"]),
+            times(r["ratio"]),
+        ]
+        for r in data.get("repetitions", [])
     ]
-    rows.append(["total of the pipeline (without the sampler)", *(f"{t:.2f}" for t in totals)])
-    return headers, rows
-
-
-def print_summary(results: dict[str, Any], runs: dict[str, list[Landing]]) -> None:
-    """What the run measured, as text."""
-    params, info = results["parameters"], results["machine"]
-    print(f"bench.sparkplug: {describe_machine(info)}, pyspark {info['pyspark']}")
-    print(
-        f"{params['births']} NBIRTH + {params['ndata_messages']:,} alias-only NDATA of "
-        f"{params['metrics']} metrics (QoS {QOS} backlog, {params['ndata_payload_bytes']['median']}"
-        f"-byte payloads); local[2], written by {params['sink']}; warm-up: {params['warmup']}"
-    )
-    print()
-    table = []
-    for peer, item in results["peers"].items():
-        msgs, found = item["messages_per_second"], item["rows_per_second"]
-        table.append(
-            [peer, rate(msgs["median"]), rate(msgs["min"]), rate(msgs["max"]),
-             rate(found["median"]), f"{item['rows_per_message']:g}"]
-        )  # fmt: skip
-    print(
-        format_table(
-            [f"peer ({FIRST_BATCH})", "msg/s median", "min", "max", "rows/s median", "rows/msg"],
-            table,
-        )
-    )
-    print()
-    print(
-        format_table(
-            ["repetition", "order", f"{SPARKPLUG} msg/s", f"{RAW} msg/s", RATIO],
-            [
+    out += [
+        *md_table(["repetition", "order", "sparkplug msg/s", "raw msg/s", "sparkplug/raw"], reps),
+        "",
+        *ratios_table(data.get("ratios"), "ratio (msg/s)"),
+        "",
+    ]
+    decoder = data.get("decoder")
+    if isinstance(decoder, Mapping):
+        out += [
+            "The decoder alone (no Spark, one Python thread) on the same "
+            f"{num(decoder['messages'])} messages ({num(decoder['rows'])} rows); median of "
+            f"{decoder['repeat']}: "
+            "`decode_messages` is a task's decoding of its partition, `to_record_batch` its "
+            "conversion to Arrow, `fold` the planner's pass over the same records.",
+            "",
+            *md_table(
+                ["stage", "seconds", "msg/s", "metrics/s"],
                 [
-                    str(r["repetition"]),
-                    " then ".join(r["order"]),
-                    rate(r[SPARKPLUG]),
-                    rate(r[RAW]),
-                    ratio(r["ratio"]),
-                ]
-                for r in results["repetitions"]
-            ],
-        )
-    )
-    paired = results["ratios"][RATIO]
-    low, high = ratio(paired["min"]), ratio(paired["max"])
-    print(f"{RATIO} median {ratio(paired['median'])} (min {low}, max {high})")
-    print()
-    for peer, item in results["peers"].items():
-        if item["warmup_rates"]:
-            print(f"warm-up {peer}: " + ", ".join(rate(r) for r in item["warmup_rates"]) + " msg/s")
-    print()
-    decoder = results["decoder"]
-    print(
-        f"the decoder alone on {decoder['messages']:,} messages ({decoder['rows']:,} rows), "
-        f"median of {decoder['repeat']}:"
-    )
-    print(
-        format_table(
-            ["stage", "seconds", "msg/s", "rows/s"],
-            [
-                [
-                    stage,
-                    f"{s['seconds']:.3f}",
-                    rate(s["messages_per_second"]),
-                    "—" if s["rows_per_second"] is None else rate(s["rows_per_second"]),
-                ]
-                for stage, s in decoder["stages"].items()
-            ],
-        )
-    )
-    print()
-    print("Spark's per-batch phases, last repetition (mean ms per non-empty batch):")
-    print(format_table(*phase_table(runs)))
-    print()
-    print("where the CPU goes while the measured batches run (sampled from /proc):")
-    print(format_table(*cpu_table(results["cpu_seconds_per_100k_messages"])))
-    print(f"other processes took {results['other_processes_cpu_share']:.0%} of the machine's CPU")
-    if results["decoder_profile"]:
-        print()
-        print("cProfile of decode_messages + to_record_batch, top by cumulative time:")
-        print(
-            format_table(
-                ["function", "ncalls", "tottime", "cumtime"],
-                [
-                    [p["function"], p["ncalls"], f"{p['tottime']:.3f}", f"{p['cumtime']:.3f}"]
-                    for p in results["decoder_profile"]
+                    [
+                        f"`{stage}`",
+                        num(s["seconds"], 3),
+                        num(s["messages_per_second"]),
+                        num(s.get("rows_per_second")),
+                    ]
+                    for stage, s in decoder["stages"].items()
                 ],
-            )
-        )
+            ),
+            "",
+        ]
+    cpu = data.get("cpu_seconds_per_100k_messages")
+    if isinstance(cpu, Mapping) and cpu:
+        components = [
+            c
+            for c in next(iter(cpu.values()))
+            if c not in NOT_THE_PIPELINE and any(p.get(c, 0) >= 0.005 for p in cpu.values())
+        ]
+        out += [
+            "CPU seconds per 100,000 messages while the measured batches ran (median over the "
+            "repetitions, sampled from /proc):",
+            "",
+            *md_table(
+                ["component", *cpu],
+                [
+                    *([c, *(num(p.get(c), 2) for p in cpu.values())] for c in components),
+                    [
+                        "total of the pipeline",
+                        *(
+                            num(sum(v for c, v in p.items() if c not in NOT_THE_PIPELINE), 2)
+                            for p in cpu.values()
+                        ),
+                    ],
+                ],
+            ),
+            "",
+        ]
+    profile = data.get("decoder_profile")
+    if profile:
+        out += [
+            "cProfile of `decode_messages` + `to_record_batch` on the same messages, the top "
+            "functions by cumulative time (seconds under the profiler):",
+            "",
+            *md_table(
+                ["function", "calls", "own s", "cumulative s"],
+                [
+                    [f"`{p['function']}`", p["ncalls"], num(p["tottime"], 3), num(p["cumtime"], 3)]
+                    for p in profile
+                ],
+            ),
+            "",
+        ]
+    share = data.get("other_processes_cpu_share")
+    if share is not None:
+        out += [
+            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU "
+            "during the measured batches.",
+        ]
+    return out
 
 
 if __name__ == "__main__":

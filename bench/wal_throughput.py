@@ -1,9 +1,5 @@
 """WAL appends per layout: the cost of one append (a group commit) of N records, same run.
 
-    python -m bench.wal_throughput [--records N] [--batch N [N ...]] [--max-appends K]
-        [--layouts files objects-file objects-s3] [--repeat R] [--dir DIR] [--no-fsync]
-        [--properties BYTES] [--output FILE]
-
 Layouts (docs/wal-storage.md), each a fresh WAL per measurement:
 
 * ``files``: a local directory, the file layout (append + fsync per append, unless
@@ -32,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,17 +41,8 @@ from typing import Any
 
 from connector.wal import RecordTuple
 
-from .common import (
-    Stats,
-    describe_machine,
-    format_table,
-    machine_info,
-    package_version,
-    paired_ratio,
-    rate,
-    ratio,
-    write_results,
-)
+from .common import Stats, finish, machine, paired_ratio, turn
+from .render import Charts, Lines, md_table, num, per_repetition, stats_cells, times
 
 LAYOUTS = ("files", "objects-file", "objects-s3")
 BATCHES = (20, 1_000, 7_000)
@@ -228,7 +214,7 @@ def run(
             for size in sizes:
                 appends = min(max(1, math.ceil(records / size)), max_appends)
                 batches = make_batches(appends * size, size, properties)
-                order = list(layouts[rep % len(layouts) :]) + list(layouts[: rep % len(layouts)])
+                order = turn(layouts, rep)
                 for layout in order:
                     results.append(measure(stores, layout, batches, fsync, rep))
     return results
@@ -284,34 +270,59 @@ def summarize(
     return rows, ratios
 
 
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    """One append's cost per WAL layout."""
+    params = data.get("parameters", {})
+    fsync = ", fsync per append" if params.get("files_fsync") else ", no fsync"
+    out = [
+        f"Appends of N records ({params.get('payload_bytes')}-byte payloads) to a fresh WAL per "
+        f"layout: `files` (a local directory{fsync}), `objects-file` (a `file://` URI on the "
+        "same disk, one part file per append), `objects-s3` (one PUT per append to the S3 "
+        f"server on loopback); at most {num(params.get('max_appends'))} appends per "
+        f"measurement; {params.get('order')}; ratio to `files` in the same repetition at the "
+        "same N.",
+        "",
+    ]
+    ratios = data.get("ratios", {})
+    rows = []
+    for row in data["rows"]:
+        layout, batch = row["layout"], int(row["batch"])
+        stats = ratios.get(f"{layout}/files, {batch:,} records per append")
+        rows.append(
+            [
+                num(batch),
+                layout,
+                num(row["append_ms_median"], 2),
+                num(row["append_ms_p90"], 2),
+                *stats_cells(row["records_per_s"]),
+                num(row.get("cpu_ms_per_append"), 2),
+                per_repetition(stats) if isinstance(stats, Mapping) else "",
+                times(stats.get("median")) if isinstance(stats, Mapping) else "",
+            ]
+        )
+    return out + md_table(
+        ["records per append", "layout", "ms/append p50", "p90", "records/s median", "min",
+         "max", "CPU ms/append", "ratio to files, per repetition", "median"],
+        rows,
+    )  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.wal_throughput", description=(__doc__ or "").split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.wal_throughput", description=__doc__)
+    parser.add_argument("--records", type=int, default=100_000, help="records per measurement")
+    parser.add_argument("--batch", type=int, nargs="+", default=list(BATCHES), help="per append")
     parser.add_argument(
-        "--records", type=int, default=100_000, help="records per measurement (at most)"
-    )
-    parser.add_argument(
-        "--batch", type=int, nargs="+", default=list(BATCHES), help="records per append"
-    )
-    parser.add_argument(
-        "--max-appends",
-        type=int,
-        default=200,
+        "--max-appends", type=int, default=200,
         help="appends per measurement at most (small batches on S3 would take minutes)",
-    )
+    )  # fmt: skip
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--dir", type=Path, default=None, help="parent of the temporary WALs")
     parser.add_argument("--no-fsync", action="store_true", help="files layout without fsync")
     parser.add_argument(
-        "--properties",
-        type=int,
-        default=0,
-        metavar="BYTES",
+        "--properties", type=int, default=0, metavar="BYTES",
         help="MQTT 5 records with this many property bytes each (default 0: 3.1.1 records)",
-    )
-    parser.add_argument("--output", help="results file (default bench/results/wal_throughput.json)")
+    )  # fmt: skip
+    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
     if args.records < 1 or args.max_appends < 1 or args.repeat < 1 or min(args.batch) < 1:
         parser.error("--records, --batch, --max-appends and --repeat must be >= 1")
@@ -321,68 +332,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from devtools.s3_server import use_test_credentials
 
         use_test_credentials()  # before the first S3 client
-    info = machine_info()
-    info["pyarrow"] = package_version("pyarrow")
-    info["load_average_at_start"] = list(os.getloadavg())
-    with tempfile.TemporaryDirectory(prefix="bench-wal-", dir=args.dir) as tmp:
+    info = machine("pyarrow")
+    with tempfile.TemporaryDirectory(prefix="bench-wal-") as tmp:
         results = run(
             Path(tmp), layouts, sizes, args.records, args.max_appends, args.repeat,
             not args.no_fsync, args.properties,
         )  # fmt: skip
     rows, ratios = summarize(results, layouts, sizes)
-
-    load = ", ".join(f"{v:.2f}" for v in info["load_average_at_start"])
-    print(f"bench.wal_throughput: {describe_machine(info)}; load average {load}")
-    print(
-        f"appends of N 100-byte records ({args.properties} property bytes) per layout, fresh "
-        f"WAL each, layouts in turns; "
-        f"median of {args.repeat}; files layout fsync={'off' if args.no_fsync else 'on'}"
-    )
-    print()
-    print(
-        format_table(
-            [
-                "records/append",
-                "layout",
-                "appends",
-                "ms/append p50",
-                "p90",
-                "records/s median",
-                "min",
-                "max",
-                "CPU ms/append",
-                "open s",
-                "read records/s",
-            ],
-            [
-                [
-                    f"{r['batch']:,}",
-                    r["layout"],
-                    r["appends"],
-                    f"{r['append_ms_median']:.2f}",
-                    f"{r['append_ms_p90']:.2f}",
-                    rate(r["records_per_s"]["median"]),
-                    rate(r["records_per_s"]["min"]),
-                    rate(r["records_per_s"]["max"]),
-                    f"{r['cpu_ms_per_append']:.2f}",
-                    f"{r['open_seconds']:.3f}",
-                    rate(r["read_records_per_s"]),
-                ]
-                for r in rows
-            ],
-        )
-    )
-    if ratios:
-        print()
-        print(
-            format_table(
-                ["append records/s ratio, same repetition", "median", "min", "max"],
-                [
-                    [name, ratio(r["median"]), ratio(r["min"]), ratio(r["max"])]
-                    for name, r in ratios.items()
-                ],
-            )
-        )
     data = {
         "benchmark": "wal_throughput",
         "machine": info,
@@ -401,9 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ratios": ratios,
         "runs": [m.as_dict() for m in results],
     }
-    path = write_results("wal_throughput", data, None if args.output is None else Path(args.output))
-    print(f"\nresults: {path}")
-    return 0
+    return finish("wal_throughput", data, args.output, section)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ longer starts at version 0, or that uses deletion vectors or column mapping, is 
 :class:`UnreadableTable` (read it with Spark).
 
 Used by the demo's report (``devtools/demo/tables.py``), the tests (row counts, versions and
-``SetTransaction`` records of the tables they write) and the latency benchmark
-(``bench/latency.py``, which watches for each next commit file).
+``SetTransaction`` records of the tables they write) and the benchmarks (``bench/drainer.py``'s
+``TableTail``, which watches for each next commit file).
 """
 
 from __future__ import annotations

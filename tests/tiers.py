@@ -3,11 +3,11 @@
 The serial tier (:data:`SERIAL_DIRS`) runs its tests one after another in one pytest process:
 they share the run's one Spark session, start Spark applications, a fixed Spark Connect port or
 fault timings that two at once would disturb. The broker tier (every other directory under
-``tests/``: unit, fuzz, integration, interop, and the ingest job's subprocess tests of
-:data:`BESIDE`) keeps its brokers, ports and directories private, so it runs beside it in a
-second process. Both print their 25 slowest tests; the
-broker tier's output streams, the serial tier's follows it. The exit status is the first
-non-zero of the two.
+``tests/``: unit, fuzz, integration, interop, the ingest job's subprocess tests of
+:data:`BESIDE`, and the test directories outside ``tests/`` of :data:`OUTSIDE`) keeps its
+brokers, ports and directories private, so it runs beside it in a second process. Both print
+their 25 slowest tests; the broker tier's output streams, the serial tier's follows it. The
+exit status is the first non-zero of the two.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ BESIDE = ("spark/test_crash_recovery.py", "spark/test_job_*.py")
 """Modules of those directories that run in the broker tier's process instead, to even out the
 tiers' times: each runs the ingest job (its own Spark application) as a subprocess, with its
 own broker, ports and directories, and reads the tables back in its tier's own session."""
+OUTSIDE = ("bench/tests",)
+"""Test directories outside ``tests/``, relative to the repository (a package's own tests, which
+need neither a broker nor Spark): they run in the broker tier."""
 DURATIONS = "--durations=25"
 
 
@@ -49,7 +52,7 @@ def tiers() -> tuple[list[str], list[str]]:
         else:
             serial.append(_relative(folder))
     broker = [f"tests/{name}" for name in dirs_with_tests() if name not in SERIAL_DIRS]
-    return serial, broker + [_relative(p) for p in beside]
+    return serial, broker + [_relative(p) for p in beside] + list(OUTSIDE)
 
 
 def _relative(path: Path) -> str:

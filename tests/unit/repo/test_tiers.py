@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.tiers import BESIDE, SERIAL_DIRS, TESTS_DIR, dirs_with_tests, tiers
+from tests.tiers import BESIDE, OUTSIDE, SERIAL_DIRS, TESTS_DIR, dirs_with_tests, tiers
 
 
 def modules(paths: list[str]) -> list[Path]:
@@ -19,7 +19,9 @@ def test_the_two_tiers_run_every_test_module_once() -> None:
     serial, broker = tiers()
     both = modules(serial) + modules(broker)
     assert len(both) == len(set(both))
-    assert sorted(both) == sorted(TESTS_DIR.rglob("test_*.py"))
+    outside = [p for d in OUTSIDE for p in (TESTS_DIR.parent / d).rglob("test_*.py")]
+    assert outside and set(outside) <= set(modules(broker)), "OUTSIDE runs in the broker tier"
+    assert sorted(both) == sorted([*TESTS_DIR.rglob("test_*.py"), *outside])
     for name in ("unit", "integration", "spark", "chaos"):
         assert name in dirs_with_tests()
     assert all((TESTS_DIR / name).is_dir() for name in SERIAL_DIRS)
