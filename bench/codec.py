@@ -40,10 +40,10 @@ from typing import Any, cast
 
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.decode import TOPIC_CACHE_SIZE
-from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Packet, ProtocolLevel, Publish
 from connector.mqtt.properties import Properties
+from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession
 
 from .common import Stats, finish, machine_info, paired_ratio, turn

@@ -123,9 +123,9 @@ def left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, i
     CONNECT, reads for ``wait`` seconds after CONNACK, answers nothing and closes. (Our
     client would answer a PUBREL for an id it does not hold with PUBCOMP at once and report
     nothing.) Raises BenchError unless the broker still held the session."""
-    from connector.mqtt.receive_buffer import ReceiveBuffer
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Publish, Pubrel
+    from connector.mqtt.receive_buffer import ReceiveBuffer
 
     parts = urlsplit(url)
     decoder = ReceiveBuffer()

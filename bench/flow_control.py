@@ -150,9 +150,9 @@ class Run:
 def mqtt_round_trip(url: str, attempts: int = 3) -> float:
     """The shortest of ``attempts`` CONNECT -> CONNACK exchanges of a throwaway clean client at
     ``url`` (the TCP handshake excluded): one MQTT round trip."""
-    from connector.mqtt.receive_buffer import ReceiveBuffer
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Disconnect
+    from connector.mqtt.receive_buffer import ReceiveBuffer
 
     parts = urlsplit(url)
     address = (parts.hostname or "127.0.0.1", parts.port or 1883)
