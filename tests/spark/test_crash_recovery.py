@@ -19,8 +19,8 @@ c. the third run starts while the tail of ``crash/b`` is still published and is 
    the next batch is planned, with later records in the WAL or not yet acknowledged);
 
 then ``crash/c`` is queued while no job runs and a last run with ``--trigger available-now``
-drains the broker's queue (and whatever the WAL still holds) and exits. A separate short-lived
-Spark process reads the Delta table and prints its (topic, sequence) pairs as JSON; every
+drains the broker's queue (and whatever the WAL still holds) and exits. The Delta table is
+read back from its log and Parquet files without Spark (``devtools.delta_log``); every
 published number must be there: exactly once for QoS 2; for QoS 1 at least once, every extra
 copy a broker resend (DUP=1) of a message whose acknowledgement was in flight when the job was
 killed (docs/delivery.md: a new process cannot tell those from new messages).
@@ -51,6 +51,7 @@ from connector.mqtt.cli import SEQUENCE_DIGITS
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import ProtocolLevel
+from devtools.delta_log import DeltaSnapshot
 from devtools.process_tree import alive_in, process_groups
 from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.spark_processes import tail
@@ -74,7 +75,6 @@ START_TIMEOUT = 120.0  # a run's Spark session, query start and first batch on a
 COMMIT_TIMEOUT = 60.0
 PUBLISH_TIMEOUT = 120.0
 DRAIN_TIMEOUT = 240.0
-READ_TIMEOUT = 180.0
 LOG_TAIL = 6_000
 
 # Spark settings for the job's JVM (plain ``python`` reads PYSPARK_SUBMIT_ARGS), to make each
@@ -85,36 +85,6 @@ SUBMIT_ARGS = (
     "--conf spark.databricks.delta.snapshotPartitions=2 --conf spark.ui.enabled=false "
     "--conf spark.sql.shuffle.partitions=2 pyspark-shell"
 )
-
-READ_TABLE = """
-import json, sys
-from pyspark.sql import functions as F
-from streaming_jobs.spark_session import local_spark
-
-spark = local_spark("crash-recovery-check", "local[1]")
-spark.sparkContext.setLogLevel("ERROR")
-df = spark.read.format("delta").load(sys.argv[1])
-rows = df.select(
-    "topic",
-    "qos",
-    F.substring("payload", 1, int(sys.argv[2])).cast("string").cast("bigint").alias("seq"),
-    "duplicate",
-).collect()
-out = {"rows": len(rows), "qos": sorted({r.qos for r in rows}), "topics": {}, "first": {}}
-for r in rows:
-    out["topics"].setdefault(r.topic, []).append(r.seq)
-    if not r.duplicate:
-        out["first"].setdefault(r.topic, []).append(r.seq)
-if "properties" in df.columns:
-    groups = df.groupBy(
-        "topic",
-        F.col("properties.contentType").alias("ct"),
-        F.to_json("properties.userProperties").alias("up"),
-    ).count()
-    out["properties"] = [[g.topic, g.ct, g.up, g["count"]] for g in groups.collect()]
-print(json.dumps(out))
-spark.stop()
-"""
 
 
 def _batch_files(directory: Path) -> list[int]:
@@ -342,17 +312,28 @@ def create_session(broker: MosquittoBroker, client_id: str, qos: int, mqtt: str)
 
 
 def read_table(table: Path) -> dict:
-    """(topic -> sequence numbers) of every row of the Delta table, read by a Spark subprocess."""
-    done = subprocess.run(
-        [sys.executable, "-c", READ_TABLE, str(table), str(SEQUENCE_DIGITS)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=READ_TIMEOUT,
-        env={**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS},
-    )
-    assert done.returncode == 0, f"reading the table failed:\n{done.stderr[-LOG_TAIL:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """(topic -> sequence numbers) of every row of the Delta table, read from its log and
+    Parquet files without Spark (devtools.delta_log)."""
+    rows = DeltaSnapshot.load(table).read().to_pylist()
+    out: dict = {"rows": len(rows), "qos": sorted({r["qos"] for r in rows}), "topics": {}}
+    out["first"] = {}
+    for r in rows:
+        seq = int(r["payload"][:SEQUENCE_DIGITS])
+        out["topics"].setdefault(r["topic"], []).append(seq)
+        if not r["duplicate"]:
+            out["first"].setdefault(r["topic"], []).append(seq)
+    if rows and "properties" in rows[0]:
+        compact = (",", ":")  # as Spark's to_json writes
+        groups = Counter(
+            (
+                r["topic"],
+                r["properties"]["contentType"],
+                json.dumps(r["properties"]["userProperties"], separators=compact),
+            )
+            for r in rows
+        )
+        out["properties"] = [[*key, count] for key, count in groups.items()]
+    return out
 
 
 def exactly_once_problems(
