@@ -30,6 +30,7 @@ from connector.mqtt.packets import ProtocolLevel
 from connector.options.source import InvalidOptionError, SourceOptions
 from connector.options.table import SECRET_OPTIONS, canonical_name
 from connector.wal.location import WalLocationError, parse_location
+from streaming_jobs.compaction_policy import CompactionPolicy
 from streaming_jobs.ingest_flags import BY_DEST, FLAGS, option_flags
 from streaming_jobs.ingest_flags import PAYLOAD_FORMATS as PAYLOAD_FORMATS
 
@@ -167,6 +168,9 @@ class IngestConfig:
     partition_by: tuple[str, ...] = ()
     merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
+    compaction: str = _DEFAULTS["compaction"]
+    target_file_size: int = _DEFAULTS["target_file_size"]
+    small_files: int = _DEFAULTS["small_files"]
     trigger: str = _DEFAULTS["trigger"]
     progress: str = _DEFAULTS["progress"]
     max_messages_per_trigger: int | None = None
@@ -432,6 +436,10 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
     interval = values.get("table_checkpoint_interval")
     if interval is not None and interval < 1:
         raise UsageError("--table-checkpoint-interval must be at least 1")
+    try:
+        CompactionPolicy(values["target_file_size"], values["small_files"])
+    except ValueError as exc:
+        raise UsageError(f"--target-file-size / --small-files: {exc}") from None
     if values["stop_timeout"] < 0:
         raise UsageError("--stop-timeout must be >= 0")
     port = values.get("metrics_port")

@@ -23,11 +23,20 @@ from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE
 from connector.options.table import OPTIONS, SPARK_KEYS, Option, markdown_cell
 from connector.options.table import markdown as options_markdown
+from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES, parse_size
 
 KINDS = ("value", "list", "pairs", "names", "switch", "action")
 PAYLOAD_FORMATS = ("binary", "text", "json", "sparkplug")
 _UNSET: Any = object()
 """``Flag.default`` not given: the option's default (a switch: on when that is true), or None."""
+
+
+def _size(text: str) -> int:
+    """A size flag's value (:func:`~streaming_jobs.compaction_policy.parse_size`)."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _text(value: Any) -> str | None:
@@ -284,6 +293,15 @@ FLAGS: tuple[Flag, ...] = (
          "tables keep theirs", type=int, metavar="N",
          shown="`1000`, or the session's "
          "`spark.databricks.delta.properties.defaults.checkpointInterval` when set"),
+    Flag("--compaction", OUTPUT, "compact the job's tables while it runs: tiered, with "
+         "Delta's OPTIMIZE on a background thread (docs/operations.md#table-maintenance)",
+         choices=("on", "off"), default="on"),
+    Flag("--target-file-size", OUTPUT, "the file size compaction aims at (bytes, or with "
+         "KiB, MiB, GiB)", type=_size, metavar="SIZE", default=DEFAULT_TARGET_BYTES,
+         shown="`128MiB`"),
+    Flag("--small-files", OUTPUT, "at most this many files below half the target size per "
+         "partition, whatever the run's length, when no compaction is due", type=int,
+         metavar="N", default=DEFAULT_SMALL_FILES),
     Flag("--merge-schema", OUTPUT, "let new `--schema` fields add columns to existing tables",
          kind="switch", shown="refuse"),
     Flag("--trigger", RUN, "`available-now` (drain what is queued, WAL and broker, then exit) "
