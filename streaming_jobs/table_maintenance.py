@@ -122,8 +122,16 @@ class TableMaintenance:
 
     def _maintain(self, path: str) -> None:
         try:
-            while not self._closing and (min_size := self.policy.due(self.small_files(path))):
-                if not self.compact(path, min_size):
+            while not self._closing:
+                small = self.small_files(path)
+                min_size = self.policy.due(small)
+                log.debug(
+                    "%s: %d files below half the target; compaction due: %s",
+                    path,
+                    sum(len(sizes) for sizes in small.values()),
+                    "no" if min_size is None else f"files below {_size_text(min_size)}",
+                )
+                if min_size is None or not self.compact(path, min_size):
                     return
         except Exception as exc:  # Spark stopping, a conflict, a store error: try next time
             self.stats.failures += 1

@@ -25,8 +25,10 @@ from tests.spark.job_runner import (
 )
 
 BURST = 200
-PACED = 800  # at RATE per second, from before the kill to after the restart
+PACED = 1600  # at RATE per second (40 s), from before the kill to after the restart
 RATE = 40.0
+HOLD_AT = PACED - 200
+"""Where the publisher waits for the kill, so that it is still sending then."""
 COMPACTING = " INFO compacting "
 COMPACTED = " INFO compacted "
 COMPACTION_TIMEOUT = 300.0
@@ -63,7 +65,7 @@ def test_compaction_while_streaming_survives_kill_9_and_keeps_rows_once(
     total = BURST + PACED
     jobs: list[Job] = []
     publisher = PacedPublisher(
-        broker, [message(s) for s in range(BURST, total)], RATE, qos=2, hold_at=PACED // 2
+        broker, [message(s) for s in range(BURST, total)], RATE, qos=2, hold_at=HOLD_AT
     )
     try:
         jobs.append(Job.start(args, tmp_path, "run-1"))
