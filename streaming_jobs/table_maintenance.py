@@ -32,6 +32,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from .compaction_policy import CompactionPolicy
 from .delta_checkpoints import first_line
@@ -72,12 +73,15 @@ class TableMaintenance:
         self.check_every = check_every or max(1, policy.bottom_files // 2)
         """Commits of a table between two looks at its files."""
         self.stats = MaintenanceStats()
+        self._spark = spark
+        """The session the queries run in (their listeners are its)."""
         self._session = spark.newSession()
         self._session.conf.set(MAX_FILE_SIZE_KEY, str(policy.target_bytes))
         self._lock = threading.Condition()
         self._commits: dict[str, int] = {path: 0 for path in self.tables}
         self._due: set[str] = set(self.tables)  # look once at the start
         self._closing = False
+        self._listeners: list[tuple[SparkSession, StreamingQueryListener]] = []
         self._thread = threading.Thread(target=self._run, name="table-maintenance", daemon=True)
         self._thread.start()
 
@@ -101,9 +105,20 @@ class TableMaintenance:
                 self._due.add(path)
                 self._lock.notify()
 
+    def follow(self, query: StreamingQuery) -> None:
+        """Be told of each batch of ``query`` (a ``writeStream`` into these tables, the
+        DataFrame API's way, started in the session given to this object) by its progress:
+        every progress with input rows counts as a commit of each table."""
+        listener = _BatchListener(self, query.id)
+        self._spark.streams.addListener(listener)
+        self._listeners.append((self._spark, listener))
+
     def close(self, timeout: float | None = None) -> bool:
         """Start no further compaction and wait for a running one; False if ``timeout`` ran
         out first (a compaction cut short changes no table)."""
+        for session, listener in self._listeners:
+            session.streams.removeListener(listener)
+        self._listeners.clear()
         with self._lock:
             self._closing = True
             self._lock.notify()
@@ -181,6 +196,29 @@ class TableMaintenance:
             elapsed,
         )
         return True
+
+
+class _BatchListener(StreamingQueryListener):
+    """Tells a :class:`TableMaintenance` of each batch with rows of one query."""
+
+    def __init__(self, maintenance: TableMaintenance, query_id: str) -> None:
+        self.maintenance = maintenance
+        self.query_id = query_id
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if str(progress.id) == str(self.query_id) and progress.numInputRows > 0:
+            for path in self.maintenance.tables:
+                self.maintenance.committed(path)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
 
 
 def _snapshot_files(session: SparkSession, path: str) -> DataFrame:
