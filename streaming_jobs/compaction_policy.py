@@ -38,6 +38,10 @@ DEFAULT_TARGET_BYTES = 128 * MIB
 """The target file size: Delta's own default for auto compaction's output."""
 DEFAULT_SMALL_FILES = 50
 """At most this many files below half the target per partition, when no compaction is due."""
+RETENTION_CHECK_KEY = "spark.databricks.delta.retentionDurationCheck.enabled"
+"""Delta's refusal of a ``VACUUM`` retention below :data:`SAFE_RETENTION_HOURS` (a reader or
+writer older than the retention may then find its files gone)."""
+SAFE_RETENTION_HOURS = 168.0
 
 
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}

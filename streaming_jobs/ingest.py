@@ -509,11 +509,18 @@ def supervise(
     except Exception as exc:  # a path Delta cannot use: fail before the query takes messages
         raise JobError(f"cannot create the Delta tables: {root_cause(exc)}") from None
     if config.compaction == "on":
-        from streaming_jobs.compaction_policy import CompactionPolicy
+        from streaming_jobs.compaction_policy import RETENTION_CHECK_KEY, CompactionPolicy
         from streaming_jobs.table_maintenance import TableMaintenance
 
         policy = CompactionPolicy(config.target_file_size, config.small_files)
-        writer.maintenance = TableMaintenance(spark, writer.tables, policy)
+        writer.maintenance = TableMaintenance(
+            spark,
+            writer.tables,
+            policy,
+            vacuum_every=config.vacuum_every,
+            vacuum_retention_hours=config.vacuum_retention,
+            retention_check=spark.conf.get(RETENTION_CHECK_KEY, "true") != "false",
+        )
     stream = (
         source.writeStream.foreachBatch(writer)
         .option("checkpointLocation", config.checkpoint)

@@ -39,6 +39,25 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def interval(text: str) -> float | None:
+    """``off``, or a duration such as ``24h``, ``30m``, ``90s``, ``1d``, in seconds."""
+    value = text.strip().lower()
+    if value == "off":
+        return None
+    try:
+        seconds = float(value[:-1]) * _SECONDS[value[-1]]
+    except (KeyError, ValueError, IndexError):
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (e.g. 24h, 30m, 90s, 1d, or off)"
+        ) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
+    return seconds
+
+
 def _text(value: Any) -> str | None:
     """The default ``to_option``: a value as option text; a false value (None, False, 0, empty)
     means none."""
@@ -302,6 +321,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--small-files", OUTPUT, "at most this many files below half the target size per "
          "partition, whatever the run's length, when no compaction is due", type=int,
          metavar="N", default=DEFAULT_SMALL_FILES),
+    Flag("--vacuum-every", OUTPUT, "run VACUUM on the job's tables this often (e.g. 24h, 30m), "
+         "or off: it deletes the files compaction replaced once no version within the "
+         "retention names them", type=interval, metavar="DURATION", default=86400.0,
+         shown="`24h`"),
+    Flag("--vacuum-retention", OUTPUT, "hours a replaced file is kept for readers and time "
+         "travel; below 168 Delta refuses unless `--spark-conf "
+         "spark.databricks.delta.retentionDurationCheck.enabled=false`", type=float,
+         metavar="HOURS", shown="each table's `delta.deletedFileRetentionDuration` (7 days)"),
     Flag("--merge-schema", OUTPUT, "let new `--schema` fields add columns to existing tables",
          kind="switch", shown="refuse"),
     Flag("--trigger", RUN, "`available-now` (drain what is queued, WAL and broker, then exit) "

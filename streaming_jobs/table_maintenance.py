@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from .compaction_policy import CompactionPolicy
+from .compaction_policy import RETENTION_CHECK_KEY, CompactionPolicy
 from .delta_checkpoints import first_line
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class MaintenanceStats:
     """Bytes of the files compactions wrote (their write amplification's numerator)."""
     failures: int = 0
     seconds: float = 0.0
+    vacuums: int = 0
     by_table: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -67,8 +68,15 @@ class TableMaintenance:
         policy: CompactionPolicy,
         *,
         check_every: int | None = None,
+        vacuum_every: float | None = None,
+        vacuum_retention_hours: float | None = None,
+        retention_check: bool = True,
     ) -> None:
         self.policy = policy
+        self.vacuum_every = vacuum_every
+        """Seconds between two ``VACUUM`` runs of every table (None: never)."""
+        self.vacuum_retention_hours = vacuum_retention_hours
+        """None: each table's own ``delta.deletedFileRetentionDuration`` (7 days by default)."""
         self.tables = tuple(tables)
         self.check_every = check_every or max(1, policy.bottom_files // 2)
         """Commits of a table between two looks at its files."""
@@ -76,7 +84,12 @@ class TableMaintenance:
         self._spark = spark
         """The session the queries run in (their listeners are its)."""
         self._session = spark.newSession()
+        for key, value in spark.conf.getAll.items():  # the user's runtime settings too
+            if self._session.conf.isModifiable(key):
+                self._session.conf.set(key, value)
         self._session.conf.set(MAX_FILE_SIZE_KEY, str(policy.target_bytes))
+        self._session.conf.set(RETENTION_CHECK_KEY, str(retention_check).lower())
+        self._next_vacuum = None if vacuum_every is None else time.monotonic() + vacuum_every
         self._lock = threading.Condition()
         self._commits: dict[str, int] = {path: 0 for path in self.tables}
         self._due: set[str] = set(self.tables)  # look once at the start
@@ -128,12 +141,45 @@ class TableMaintenance:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._due and not self._closing:
-                    self._lock.wait()
+                while not self._due and not self._closing and not self._vacuum_due():
+                    self._lock.wait(self._vacuum_wait())
                 if self._closing:
                     return
-                path = self._due.pop()
-            self._maintain(path)
+                path = self._due.pop() if self._due else None
+            if path is not None:
+                self._maintain(path)
+            if self._vacuum_due():
+                self._vacuum_all()
+
+    def _vacuum_due(self) -> bool:
+        return self._next_vacuum is not None and time.monotonic() >= self._next_vacuum
+
+    def _vacuum_wait(self) -> float | None:
+        return None if self._next_vacuum is None else max(0.0, self._next_vacuum - time.monotonic())
+
+    def _vacuum_all(self) -> None:
+        assert self.vacuum_every is not None
+        self._next_vacuum = time.monotonic() + self.vacuum_every
+        for path in self.tables:
+            if self._closing:
+                return
+            try:
+                self.vacuum(path)
+            except Exception as exc:  # as for compaction: tried again at the next interval
+                self.stats.failures += 1
+                log.warning("VACUUM of %s failed, tried again later: %s", path, first_line(exc))
+
+    def vacuum(self, path: str) -> None:
+        """``VACUUM`` of the table: the files no version within the retention names (those
+        compaction replaced, those of writes cut short) are deleted."""
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(self._session, path):
+            return  # not created yet (a DataFrame query's first batch creates it)
+        began = time.monotonic()
+        DeltaTable.forPath(self._session, path).vacuum(self.vacuum_retention_hours)
+        self.stats.vacuums += 1
+        log.info("vacuumed %s in %.1f s", path, time.monotonic() - began)
 
     def _maintain(self, path: str) -> None:
         try:
