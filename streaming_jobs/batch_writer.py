@@ -25,6 +25,7 @@ from .delta_append import DeltaAppender
 from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, event_rows, table_rows
 from .progress import BatchStats, RunStats
 from .stop_interruption import stop_interruption
+from .table_maintenance import TableMaintenance
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class BatchWriter:
         self.stats = stats
         self.merge_schema = merge_schema
         self.appender = DeltaAppender()
+        self.maintenance: TableMaintenance | None = None
+        """Compaction of the tables, told of each commit (:mod:`.table_maintenance`)."""
         self._exists: set[str] = set()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -127,10 +130,23 @@ class BatchWriter:
             created.append(path)
         return created
 
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The paths of the tables this writer fills."""
+        return tuple(
+            path for path in (self.table, self.dead_letter_table, self.events_table) if path
+        )
+
     def close(self, timeout: float | None = None) -> bool:
-        """Wait for Delta checkpoints still being written after the last batch; False if
-        ``timeout`` ran out first (the tables are complete either way)."""
-        return self.appender.close(timeout)
+        """Wait for Delta checkpoints still being written after the last batch and for a
+        compaction still running; False if ``timeout`` ran out first (the tables are complete
+        either way)."""
+        began = time.monotonic()
+        done = self.appender.close(timeout)
+        if self.maintenance is not None:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - began))
+            done = self.maintenance.close(left) and done
+        return done
 
     def _metrics(self, frame: DataFrame) -> list:
         return self.plan.projections.columns(
@@ -232,6 +248,8 @@ class BatchWriter:
             merge_schema=self.merge_schema,
         )
         self._exists.add(path)
+        if self.maintenance is not None:
+            self.maintenance.committed(path)
         log.debug(
             "batch %d: %s rows into %s in %.2f s", batch_id, count, path, time.monotonic() - began
         )

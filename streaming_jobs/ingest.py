@@ -385,12 +385,15 @@ def stop_after_batch(query: Any, stop: StopRequest, timeout: float) -> None:
 
 
 def finish_checkpoints(writer: Any, stop: StopRequest, timeout: float) -> None:
-    """Let a Delta checkpoint still being written finish, unless Spark's JVM is exiting or a
-    second signal asked to stop now (the tables are complete either way)."""
+    """Let a Delta checkpoint or a compaction still running finish, unless Spark's JVM is
+    exiting or a second signal asked to stop now (the tables are complete either way)."""
     if stop.budget is not None or stop.now.is_set():
         timeout = 0.0
     if not writer.close(timeout):
-        log.info("a Delta checkpoint was still being written; Delta writes one again later")
+        log.info(
+            "a Delta checkpoint or compaction was still running; it is done again later "
+            "(the tables are complete)"
+        )
 
 
 JVM_REPLY_SECONDS = 5.0
@@ -505,6 +508,19 @@ def supervise(
             log.info("created the Delta table %s", path)
     except Exception as exc:  # a path Delta cannot use: fail before the query takes messages
         raise JobError(f"cannot create the Delta tables: {root_cause(exc)}") from None
+    if config.compaction == "on":
+        from streaming_jobs.compaction_policy import RETENTION_CHECK_KEY, CompactionPolicy
+        from streaming_jobs.table_maintenance import TableMaintenance
+
+        policy = CompactionPolicy(config.target_file_size, config.small_files)
+        writer.maintenance = TableMaintenance(
+            spark,
+            writer.tables,
+            policy,
+            vacuum_every=config.vacuum_every,
+            vacuum_retention_hours=config.vacuum_retention,
+            retention_check=spark.conf.get(RETENTION_CHECK_KEY, "true") != "false",
+        )
     stream = (
         source.writeStream.foreachBatch(writer)
         .option("checkpointLocation", config.checkpoint)
@@ -574,6 +590,8 @@ def supervise(
     if failure is None and how == "stopped":
         log.info("the query stopped cleanly (checkpoint %s)", config.checkpoint)
     log.info("%s", reporter.summary("failed" if failure is not None else how))
+    if writer.maintenance is not None and writer.maintenance.stats.compactions:
+        log.info("%s", writer.maintenance.summary())
     if metrics is not None:
         metrics.close()
     if failure is not None:

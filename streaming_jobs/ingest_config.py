@@ -30,6 +30,11 @@ from connector.mqtt.packets import ProtocolLevel
 from connector.options.source import InvalidOptionError, SourceOptions
 from connector.options.table import SECRET_OPTIONS, canonical_name
 from connector.wal.location import WalLocationError, parse_location
+from streaming_jobs.compaction_policy import (
+    RETENTION_CHECK_KEY,
+    SAFE_RETENTION_HOURS,
+    CompactionPolicy,
+)
 from streaming_jobs.ingest_flags import BY_DEST, FLAGS, option_flags
 from streaming_jobs.ingest_flags import PAYLOAD_FORMATS as PAYLOAD_FORMATS
 
@@ -167,6 +172,11 @@ class IngestConfig:
     partition_by: tuple[str, ...] = ()
     merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
+    compaction: str = _DEFAULTS["compaction"]
+    target_file_size: int = _DEFAULTS["target_file_size"]
+    small_files: int = _DEFAULTS["small_files"]
+    vacuum_every: float | None = _DEFAULTS["vacuum_every"]
+    vacuum_retention: float | None = None
     trigger: str = _DEFAULTS["trigger"]
     progress: str = _DEFAULTS["progress"]
     max_messages_per_trigger: int | None = None
@@ -432,6 +442,21 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
     interval = values.get("table_checkpoint_interval")
     if interval is not None and interval < 1:
         raise UsageError("--table-checkpoint-interval must be at least 1")
+    try:
+        CompactionPolicy(values["target_file_size"], values["small_files"])
+    except ValueError as exc:
+        raise UsageError(f"--target-file-size / --small-files: {exc}") from None
+    retention = values.get("vacuum_retention")
+    if retention is not None:
+        checked = dict(_key_value("--spark-conf", item) for item in values.get("spark_conf") or ())
+        if retention < 0:
+            raise UsageError("--vacuum-retention must be >= 0 hours")
+        if retention < SAFE_RETENTION_HOURS and checked.get(RETENTION_CHECK_KEY) != "false":
+            raise UsageError(
+                f"--vacuum-retention {retention:g} is below Delta's safe {SAFE_RETENTION_HOURS:g} "
+                "hours (a reader or writer older than that may find its files gone); to accept "
+                f"that, add --spark-conf {RETENTION_CHECK_KEY}=false"
+            )
     if values["stop_timeout"] < 0:
         raise UsageError("--stop-timeout must be >= 0")
     port = values.get("metrics_port")

@@ -23,11 +23,39 @@ from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.negotiated import DEFAULT_MAXIMUM_PACKET_SIZE
 from connector.options.table import OPTIONS, SPARK_KEYS, Option, markdown_cell
 from connector.options.table import markdown as options_markdown
+from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES, parse_size
 
 KINDS = ("value", "list", "pairs", "names", "switch", "action")
 PAYLOAD_FORMATS = ("binary", "text", "json", "sparkplug")
 _UNSET: Any = object()
 """``Flag.default`` not given: the option's default (a switch: on when that is true), or None."""
+
+
+def _size(text: str) -> int:
+    """A size flag's value (:func:`~streaming_jobs.compaction_policy.parse_size`)."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def interval(text: str) -> float | None:
+    """``off``, or a duration such as ``24h``, ``30m``, ``90s``, ``1d``, in seconds."""
+    value = text.strip().lower()
+    if value == "off":
+        return None
+    try:
+        seconds = float(value[:-1]) * _SECONDS[value[-1]]
+    except (KeyError, ValueError, IndexError):
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (e.g. 24h, 30m, 90s, 1d, or off)"
+        ) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
+    return seconds
 
 
 def _text(value: Any) -> str | None:
@@ -284,6 +312,23 @@ FLAGS: tuple[Flag, ...] = (
          "tables keep theirs", type=int, metavar="N",
          shown="`1000`, or the session's "
          "`spark.databricks.delta.properties.defaults.checkpointInterval` when set"),
+    Flag("--compaction", OUTPUT, "compact the job's tables while it runs: tiered, with "
+         "Delta's OPTIMIZE on a background thread (docs/operations.md#table-maintenance)",
+         choices=("on", "off"), default="on"),
+    Flag("--target-file-size", OUTPUT, "the file size compaction aims at (bytes, or with "
+         "KiB, MiB, GiB)", type=_size, metavar="SIZE", default=DEFAULT_TARGET_BYTES,
+         shown="`128MiB`"),
+    Flag("--small-files", OUTPUT, "at most this many files below half the target size per "
+         "partition, whatever the run's length, when no compaction is due", type=int,
+         metavar="N", default=DEFAULT_SMALL_FILES),
+    Flag("--vacuum-every", OUTPUT, "run VACUUM on the job's tables this often (e.g. 24h, 30m), "
+         "or off: it deletes the files compaction replaced once no version within the "
+         "retention names them", type=interval, metavar="DURATION", default=86400.0,
+         shown="`24h`"),
+    Flag("--vacuum-retention", OUTPUT, "hours a replaced file is kept for readers and time "
+         "travel; below 168 Delta refuses unless `--spark-conf "
+         "spark.databricks.delta.retentionDurationCheck.enabled=false`", type=float,
+         metavar="HOURS", shown="each table's `delta.deletedFileRetentionDuration` (7 days)"),
     Flag("--merge-schema", OUTPUT, "let new `--schema` fields add columns to existing tables",
          kind="switch", shown="refuse"),
     Flag("--trigger", RUN, "`available-now` (drain what is queued, WAL and broker, then exit) "

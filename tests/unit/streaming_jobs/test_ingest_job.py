@@ -257,5 +257,6 @@ def test_the_job_waits_for_a_checkpoint_in_progress_unless_told_to_stop_now(
     with caplog.at_level(logging.INFO, logger="streaming_jobs.ingest"):
         finish_checkpoints(_Closing(finishes=False), calm, 60.0)
     assert [r.getMessage() for r in caplog.records] == [
-        "a Delta checkpoint was still being written; Delta writes one again later"
+        "a Delta checkpoint or compaction was still running; it is done again later "
+        "(the tables are complete)"
     ]

@@ -1,0 +1,133 @@
+"""Compaction while the ingest job streams (docs/operations.md, "Table maintenance"): at QoS 2
+with a tiny target size, compactions happen between batches; a ``kill -9`` while one runs and
+a restart lose and duplicate nothing; a downstream ``readStream`` of the table sees each row
+once (compaction commits with ``dataChange=false``); the table ends with fewer files than the
+stream committed."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from devtools.delta_log import DeltaSnapshot, delta_commits, delta_row_count, txn_versions
+from tests.brokers import BrokerFactory
+from tests.spark.job_runner import (
+    LAND_TIMEOUT,
+    Job,
+    PacedPublisher,
+    publish,
+    wait_subscribed,
+)
+
+BURST = 200
+PACED = 1600  # at RATE per second (40 s), from before the kill to after the restart
+RATE = 40.0
+HOLD_AT = PACED - 200
+"""Where the publisher waits for the kill, so that it is still sending then."""
+COMPACTING = " INFO compacting "
+COMPACTED = " INFO compacted "
+COMPACTION_TIMEOUT = 300.0
+"""Eight batches and two compactions after the job's start, on a busy two-core machine."""
+
+
+def message(seq: int) -> tuple[str, bytes]:
+    return f"compact/dev{seq % 3}", json.dumps({"seq": seq}).encode()
+
+
+def operations(table: Path) -> Counter[str]:
+    return Counter(
+        action["commitInfo"]["operation"]
+        for commit in delta_commits(table)
+        for action in commit["actions"]
+        if "commitInfo" in action
+    )
+
+
+@pytest.mark.timeout(900)
+def test_compaction_while_streaming_survives_kill_9_and_keeps_rows_once(
+    broker_factory: BrokerFactory, spark: SparkSession, tmp_path: Path
+) -> None:
+    broker = broker_factory(max_queued_messages=100_000)
+    table, checkpoint = tmp_path / "table", tmp_path / "checkpoint"
+    client_id = f"compact-{uuid.uuid4().hex[:12]}"
+    args = [
+        "--broker", broker.url, "--topic", "compact/#", "--client-id", client_id, "--qos", "2",
+        "--table", str(table), "--checkpoint", str(checkpoint),
+        "--trigger", "processing-time=200 milliseconds",
+        "--payload-format", "json", "--schema", "seq BIGINT NOT NULL",
+        "--target-file-size", "64KiB", "--small-files", "30",
+    ]  # fmt: skip
+    total = BURST + PACED
+    jobs: list[Job] = []
+    publisher = PacedPublisher(
+        broker, [message(s) for s in range(BURST, total)], RATE, qos=2, hold_at=HOLD_AT
+    )
+    try:
+        jobs.append(Job.start(args, tmp_path, "run-1"))
+        wait_subscribed(broker, client_id, "compact/#", 2, jobs[0])
+        publish(broker, [message(s) for s in range(BURST)], qos=2)
+        publisher.start()
+        jobs[0].wait_for(
+            "a compaction that finished, then another one starting",
+            lambda: (
+                COMPACTED in jobs[0].stdout
+                and jobs[0].stdout.rfind(COMPACTING) > jobs[0].stdout.find(COMPACTED)
+            ),
+            COMPACTION_TIMEOUT,
+        )
+        jobs[0].kill_9()
+        sent_at_kill = publisher.sent
+        publisher.release()
+        killed_rows = DeltaSnapshot.load(table).rows  # the table reads whole after the kill
+
+        jobs.append(Job.start(args, tmp_path, "run-2"))
+        publisher.finish()
+        jobs[1].wait_for(
+            f"{total} rows in the table",
+            lambda: delta_row_count(table) >= total,
+            LAND_TIMEOUT,
+        )
+        jobs[1].wait_for(
+            "a compaction after the restart",
+            lambda: COMPACTED in jobs[1].stdout,
+            COMPACTION_TIMEOUT,
+        )
+        assert jobs[1].terminate() == 0, jobs[1].logs()
+    finally:
+        for job in jobs:
+            job.cleanup()
+        publisher.join(5)
+
+    assert sent_at_kill < PACED, "the publisher was meant to be sending during the kill"
+    assert killed_rows <= total
+    rows = [r.seq for r in spark.read.format("delta").load(str(table)).select("seq").collect()]
+    counts = Counter(rows)
+    duplicated = sorted(s for s, n in counts.items() if n > 1)
+    missing = sorted(set(range(total)) - set(counts))
+    assert not duplicated and not missing, f"duplicated {duplicated[:10]}, missing {missing[:10]}"
+
+    done = operations(table)
+    assert done["OPTIMIZE"] >= 2, done
+    live = len(DeltaSnapshot.load(table).files)
+    batches = len(txn_versions(table))
+    assert live < batches / 2, f"{live} files for {batches} batch commits"
+    assert "compaction: " in jobs[1].stdout  # the summary line
+
+    # A downstream stream of the table sees each row once: compactions change no data.
+    seen: list[int] = []
+    query = (
+        spark.readStream.format("delta")
+        .load(str(table))
+        .writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "downstream"))
+        .foreachBatch(lambda batch, _: seen.extend(r.seq for r in batch.select("seq").collect()))
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(seen) == list(range(total))
