@@ -1,10 +1,8 @@
 """CPU time of a Spark peer's run, per component, sampled from ``/proc`` in a thread.
 
-The sampler shares the two cores with the pipeline it measures, so a sample reads as little
-as it can: the stat line of each process of ours, and inside the driver JVM only the threads
-of the named groups (task threads, JIT, GC, stream execution; a few dozen of its several
-hundred). The JVM's other threads are its process total minus those groups. Files are read
-with ``os.read``, not ``pathlib``.
+The sampler shares the cores with the pipeline it measures, so a sample reads little: the stat
+line of each process of ours and, inside the driver JVM, only the threads of the named groups
+(the JVM's other threads are its total minus those), with ``os.read``.
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ from devtools.process_tree import read_small, stat_fields
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHER_JVM_THREADS = "jvm: other threads"
-# Components of a Spark peer's run, by process (descendants of this process) and, inside the
-# JVM, by thread name (Linux keeps the first 15 characters).
 JVM_THREADS = (
     ("jvm: task threads", re.compile(r"^Executor task")),
     ("jvm: JIT compiler", re.compile(r"Compiler")),
@@ -40,8 +36,8 @@ COMPONENTS = (
     "other descendants",
     "not ours (other processes)",
 )
-"""``not ours``: the machine's busy time minus ours, so other processes, the kernel's own
-threads and hypervisor steal."""
+"""By process (this one's descendants) and, in the JVM, by thread name (its first 15
+characters); ``not ours``: the machine's busy time minus ours (others, kernel, steal)."""
 NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other processes)"})
 
 
@@ -74,12 +70,9 @@ def classify_thread(name: str) -> str:
 
 
 class CpuSampler:
-    """Samples the CPU time of this process's descendants, grouped into COMPONENTS, and of the
-    whole machine, every ``interval`` seconds in a thread.
-
-    A process's CPU time after its last sample is lost when it exits; totals carry every
-    process's and named JVM thread's last value forward. The sampler's own CPU time (in this
-    process) is kept in ``own_cpu``. ``proc`` is the procfs root (tests pass a directory)."""
+    """Samples the CPU time of this process's descendants by COMPONENTS, and of the machine,
+    every ``interval`` s in a thread; an exited process keeps its last value. ``own_cpu``: the
+    sampler's own; ``proc``: the procfs root (tests pass a directory)."""
 
     def __init__(self, interval: float = 0.25, proc: str = "/proc") -> None:
         self.interval = interval
@@ -140,9 +133,8 @@ class CpuSampler:
         self._last[("jvm", pid)] = (OTHER_JVM_THREADS, max(0, ticks - in_groups))
 
     def _system_busy(self) -> int:
-        """Busy clock ticks of all CPUs since boot (``stat``: user, nice, system, irq, softirq
-        and steal, the time the hypervisor ran something else while this machine's CPUs had
-        work; guest time is already inside user and nice)."""
+        """Busy clock ticks of all CPUs since boot: user, nice, system, irq, softirq and steal
+        (guest time is inside user and nice)."""
         raw = read_small(f"{self.proc}/stat") or b"cpu 0 0 0 0 0"
         values = [int(v) for v in raw.split(b"\n", 1)[0].split()[1:9]]
         return sum(values) - values[3] - values[4]

@@ -1,19 +1,8 @@
-"""Backlogs and what drains them, for every benchmark.
-
-* :func:`backlog`: a fresh Mosquitto holding N messages queued for persistent sessions.
-* The drain workers, one process per drain (``python -m bench.drainer PEER URL CLIENT_ID
-  COUNT [--qos Q] [--seq-at N] [--option KEY=VALUE ...]``, one JSON line out; :func:`run`):
-  ``ours`` (``MqttClient``, a poll/acknowledge loop), ``ours-wal`` (the source's receiver:
-  every socket read appended to a write-ahead log with one fsync before its acknowledgements
-  go out; options of ``format("mqtt")`` added) and ``paho`` (paho-mqtt 2.x, automatic
-  acknowledgements, driven by ``loop_forever``'s cycle so that it can stop after its last
-  PUBACK). Each checks the payloads' sequence numbers (:class:`bench.payloads.Tally`; ours-wal
-  on its WAL read back after the drain) and stops at N distinct messages; at QoS 2 only once
-  every exchange is complete (ours: every PUBREL answered and no id awaiting one; ours-wal: no
-  id pending in the WAL; paho: no message awaiting its PUBREL, the last PUBCOMP written).
-* :func:`left_in_session`: what a broker still sends when the session resumes.
-* :func:`check_table` and :class:`TableTail`: a Delta table read back, by Spark or from its
-  commit log.
+"""Backlogs and what drains them: :func:`backlog` (a fresh Mosquitto holding N messages for
+persistent sessions), the drain workers ``ours`` (``MqttClient``), ``ours-wal`` (the source's
+receiver into a WAL) and ``paho`` (paho-mqtt 2.x), one process per drain (:func:`run`: one JSON
+line out, N distinct messages and at QoS 2 every exchange complete, or exit 1), what a resumed
+session still holds (:func:`left_in_session`), and Delta tables read back.
 """
 
 from __future__ import annotations
@@ -21,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,16 +24,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .common import MOSQUITTO_INFLIGHT, REPO_ROOT, BenchError
+from .common import MOSQUITTO_INFLIGHT, REPO_ROOT, BenchError, pub_command
 from .payloads import Tally
 
 TOPIC = "plant/line-3/sensor-17/telemetry"
 TOPIC_FILTER = "plant/+/+/telemetry"
 PUB_INFLIGHT = 20  # the pub tool's default --inflight
-PEERS = ("ours", "ours-wal", "paho")
-
-
-# ------------------------------------------------------------------------------ backlogs
 
 
 @dataclass(slots=True)
@@ -63,8 +50,8 @@ def backlog(
     workdir: Path | None = None,
 ) -> Backlog:
     """A fresh Mosquitto (``max_inflight_messages`` ``inflight``, 0: unbounded) where each
-    (client id, filter) of ``sessions`` subscribed with ``qos`` and left; then
-    ``publish(url)`` queues ``count`` messages for them and returns its rate."""
+    (client id, filter) of ``sessions`` subscribed and left; ``publish(url)`` queues
+    ``count`` messages for them and returns its rate."""
     from devtools.mosquitto import MosquittoBroker
 
     from .common import create_session
@@ -82,14 +69,10 @@ def backlog(
         raise
 
 
-def publisher_args(qos: int, inflight: int) -> list[str]:
-    """The pub tool's QoS (and in-flight) arguments for a backlog. At QoS 2 it keeps no more
-    messages in flight than the broker's ``max_inflight_messages`` (Mosquitto acknowledges but
-    drops QoS 2 messages beyond it)."""
-    command = ["--qos", str(qos)]
-    if qos == 2 and 0 < inflight < PUB_INFLIGHT:
-        command += ["--inflight", str(inflight)]
-    return command
+def pub_inflight(qos: int, inflight: int) -> list[str]:
+    """The pub tool's ``--inflight`` for a broker window: at QoS 2 no more in flight than it
+    (Mosquitto acknowledges but drops QoS 2 messages beyond it)."""
+    return ["--inflight", str(inflight)] if qos == 2 and 0 < inflight < PUB_INFLIGHT else []
 
 
 def publish_numbered(
@@ -101,13 +84,10 @@ def publish_numbered(
     inflight: int = PUB_INFLIGHT,
     topic: str = TOPIC,
 ) -> float:
-    """``count`` numbered messages (:func:`bench.payloads.numbered`) published by our pub tool;
-    returns its rate. It exits once every message was acknowledged (QoS 2: completed)."""
+    """``count`` numbered messages published by our pub tool, which exits once every one was
+    acknowledged (QoS 2: completed); returns its rate."""
     done = subprocess.run(
-        [
-            sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", topic,
-            *publisher_args(qos, inflight), "--count", str(count), "--size", str(size),
-        ],
+        [*pub_command(url, topic, qos, count, size), *pub_inflight(qos, inflight)],
         capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
     )  # fmt: skip
     if done.returncode != 0:
@@ -119,13 +99,11 @@ def publish_numbered(
 
 
 def left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, int]:
-    """(messages, PUBRELs) the broker sends when the session resumes: a bare socket sends
-    CONNECT, reads for ``wait`` seconds after CONNACK, answers nothing and closes. (Our
-    client would answer a PUBREL for an id it does not hold with PUBCOMP at once and report
-    nothing.) Raises BenchError unless the broker still held the session."""
-    from connector.mqtt.receive_buffer import ReceiveBuffer
+    """(messages, PUBRELs) the broker sends when the session resumes, read by a bare socket
+    that answers nothing for ``wait`` s after CONNACK; BenchError unless the session was kept."""
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Publish, Pubrel
+    from connector.mqtt.receive_buffer import ReceiveBuffer
 
     parts = urlsplit(url)
     decoder = ReceiveBuffer()
@@ -156,13 +134,9 @@ def left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, i
     return messages, releases
 
 
-# ------------------------------------------------------------------------------ workers
-
-
 def wait_stored(receiver: Any, count: int, deadline: float, stall: float) -> float:
-    """Watch a started receiver's WAL until it holds ``count`` records, ``deadline`` (a
-    ``time.perf_counter()`` time) passes, nothing new is stored for ``stall`` seconds, or the
-    receiver fails; returns the time it stopped watching."""
+    """Watch a receiver's WAL until it holds ``count`` records, ``deadline`` passes, nothing
+    is stored for ``stall`` s or it fails; returns the time it stopped."""
     last, stored = time.perf_counter(), 0
     while receiver.wal.next_offset < count:
         now = time.perf_counter()
@@ -175,11 +149,8 @@ def wait_stored(receiver: Any, count: int, deadline: float, stall: float) -> flo
 
 
 def _wait_released(receiver: Any, deadline: float, stall: float) -> tuple[float, int]:
-    """Wait until the receiver's WAL has no pending QoS 2 id (every release recorded); returns
-    the time that was seen and the ids still pending (0 unless it stalled or timed out).
-
-    ``wal.qos2_pending`` copies the set, so the poll interval grows with the copy's cost: the
-    copies take at most ~5% of the time from the receiver's thread."""
+    """Wait until the WAL has no pending QoS 2 id; (that time, ids still pending). The poll
+    interval grows with the cost of ``qos2_pending`` (a copy): at most ~5% of the time."""
     progress = time.perf_counter()
     pending = -1
     while True:
@@ -193,6 +164,13 @@ def _wait_released(receiver: Any, deadline: float, stall: float) -> tuple[float,
         if now > deadline or now - progress > stall or receiver.error is not None:
             return now, left
         time.sleep(max(0.0005, 20 * (now - before)))
+
+
+def _finished(result: dict[str, Any], qos: int, seconds: float, still_open: int) -> dict:
+    """A worker's figures, at QoS 2 with the time to the last complete exchange."""
+    if qos == 2:
+        result.update(complete_seconds=seconds, open_exchanges=still_open)
+    return result
 
 
 def drain_ours(args: argparse.Namespace) -> dict[str, Any]:
@@ -211,69 +189,36 @@ def drain_ours(args: argparse.Namespace) -> dict[str, Any]:
     connected = time.perf_counter()
     last = active = connected
     released = 0
-
-    def open_exchanges() -> bool:
-        # One Released event per exchange: the count keeps the set (built on each call)
-        # from being made on every read of a long tail of releases.
-        return qos == 2 and (released < count or bool(session.export_qos2_pending()))
-
-    while tally.distinct < count or open_exchanges():
+    # One Released event per exchange: the count keeps the pending set (built on each call)
+    # from being made on every read of a long tail of releases.
+    while tally.distinct < count or (
+        qos == 2 and (released < count or bool(session.export_qos2_pending()))
+    ):
         now = time.perf_counter()
         if now > deadline or now - active > args.stall:
             break
         read = client.poll(min(1.0, deadline - now))
-        messages = read.messages
-        if messages:
-            for message in messages:
-                tally.note(message.payload)
+        for message in read.messages:
+            tally.note(message.payload)
+        if read.messages:
             last = active = time.perf_counter()
         if read.released:
             released += len(read.released)
             active = time.perf_counter()
-        client.acknowledge(messages, read.released)
+        client.acknowledge(read.messages, read.released)
     complete = time.perf_counter()
     still_open = len(session.export_qos2_pending())
     client.disconnect()
     result = tally.result(start, connected, last, client.connections)
     if qos == 2:
-        result.update(complete_seconds=complete - start, releases=released)
-        result["open_exchanges"] = still_open
-    return result
-
-
-def paho_loop(
-    client: Any,
-    done: Callable[[], bool],
-    last: Callable[[], float | None],
-    start: float,
-    timeout: float,
-    stall: float,
-) -> None:
-    """Drive a connected paho-mqtt client until ``done()``, ``timeout`` seconds after ``start``,
-    or ``stall`` seconds without a message (``last()`` is the newest message's time).
-
-    It is loop_forever's cycle through paho's external-loop API, so the caller can stop right
-    after the PUBACK of the last message was written (before DISCONNECT)."""
-    import paho.mqtt.client as paho
-
-    sock = client.socket()
-    deadline = start + timeout
-    while not done():
-        now = time.perf_counter()
-        if now > deadline or now - (last() or start) > stall:
-            break
-        writable = [sock] if client.want_write() else []
-        readable, _, _ = select.select([sock], writable, [], 1.0)
-        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
-            break
-        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
-            break
-        client.loop_misc()
+        result["releases"] = released
+    return _finished(result, qos, complete - start, still_open)
 
 
 def drain_paho(args: argparse.Namespace) -> dict[str, Any]:
-    """paho-mqtt 2.x: on_message checks, paho acknowledges (QoS 2: PUBREC and PUBCOMP;
-    on_message comes with the PUBREL)."""
+    """paho-mqtt 2.x: on_message checks, paho acknowledges (QoS 2: on_message comes with the
+    PUBREL). loop_forever's cycle through paho's external-loop API, so that it stops right
+    after the last PUBACK was written (before DISCONNECT)."""
     from paho.mqtt import client as paho
 
     parts = urlsplit(args.url)
@@ -290,41 +235,38 @@ def drain_paho(args: argparse.Namespace) -> dict[str, Any]:
         state["last"] = time.perf_counter()
 
     client = paho.Client(
-        paho.CallbackAPIVersion.VERSION2,
-        client_id=args.client_id,
-        clean_session=False,
+        paho.CallbackAPIVersion.VERSION2, client_id=args.client_id, clean_session=False,
         protocol=paho.MQTTv311,
-    )
+    )  # fmt: skip
     client.on_connect = on_connect
     client.on_message = on_message
-
-    def done() -> bool:
-        if tally.distinct < count:
-            return False
-        # _in_messages: paho 2.x's QoS 2 messages answered with PUBREC, awaiting PUBREL.
-        return qos == 1 or not (client._in_messages or client.want_write())
-
     start = time.perf_counter()
     client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=60)
-    paho_loop(client, done, lambda: state["last"], start, args.timeout, args.stall)
+    sock: Any = client.socket()
+    # _in_messages: paho 2.x's QoS 2 messages answered with PUBREC, awaiting PUBREL.
+    while tally.distinct < count or (qos == 2 and (client._in_messages or client.want_write())):
+        now = time.perf_counter()
+        if now > start + args.timeout or now - (state["last"] or start) > args.stall:
+            break
+        writable = [sock] if client.want_write() else []
+        readable, _, _ = select.select([sock], writable, [], 1.0)
+        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
+            break
+        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
+            break
+        client.loop_misc()
     complete = time.perf_counter()
     still_open = len(client._in_messages)
     client.disconnect()
     connected = state["connected"] or start
     result = tally.result(start, connected, state["last"] or connected, 1)
-    if qos == 2:
-        result["complete_seconds"] = complete - start
-        result["open_exchanges"] = still_open
-    return result
+    return _finished(result, qos, complete - start, still_open)
 
 
 def drain_receiver(args: argparse.Namespace) -> dict[str, Any]:
-    """The source's receiver into a fresh WAL (fsync per socket read, acknowledgements after
-    it); the clock stops once ``count`` records are durable (QoS 2: a second clock once the WAL
-    holds no pending QoS 2 id, i.e. every release is recorded), then the WAL is read back."""
-    import shutil
-    import tempfile
-
+    """The source's receiver into a fresh WAL (an fsync per socket read, acknowledgements after
+    it) until ``count`` records are durable (QoS 2: then until no QoS 2 id is pending); then
+    the WAL is read back."""
     from connector.options.source import SourceOptions
     from connector.receiver.receiver import Receiver
     from connector.wal import WalReader
@@ -359,10 +301,7 @@ def drain_receiver(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(wal_dir.parent, ignore_errors=True)
     result = tally.result(start, connected, last, receiver.stats.connections)
     result["wal_records"] = stored
-    if qos == 2:
-        result["complete_seconds"] = complete - start
-        result["open_exchanges"] = still_open
-    return result
+    return _finished(result, qos, complete - start, still_open)
 
 
 WORKERS = {"ours": drain_ours, "ours-wal": drain_receiver, "paho": drain_paho}
@@ -380,8 +319,7 @@ def command(
     seq_at: int = 0,
     options: Sequence[str] = (),
 ) -> list[str]:
-    """The command line of a drain worker; for ``mosquitto_sub``, its own (``-C N``: it exits
-    0 only after N messages, which go to stdout)."""
+    """A drain worker's command line; ``mosquitto_sub``'s own (``-C N``: exit 0 after N)."""
     if peer == "mosquitto_sub":
         from devtools.system_tools import find_tool
 
@@ -401,16 +339,11 @@ def command(
 def run(
     peer: str, url: str, client_id: str, count: int, timeout: float, **kwargs: Any
 ) -> tuple[float, dict[str, Any]]:
-    """A drain worker's process: its wall time (process start -> exit) and its figures.
-    Raises BenchError unless it drained ``count`` distinct messages, every exchange complete."""
+    """A drain worker's process: its wall time (process start -> exit) and its figures;
+    BenchError unless it drained ``count`` distinct messages, every exchange complete."""
+    argv = command(peer, url, client_id, count, timeout, **kwargs)
     start = time.perf_counter()
-    done = subprocess.run(
-        command(peer, url, client_id, count, timeout, **kwargs),
-        capture_output=True,
-        text=True,
-        timeout=timeout + 60,
-        cwd=REPO_ROOT,
-    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 60, cwd=REPO_ROOT)
     wall = time.perf_counter() - start
     lines = done.stdout.strip().splitlines()
     if not lines:
@@ -436,9 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--stall", type=float, default=5.0, help="give up after a silence")
     parser.add_argument("--seq-at", type=int, default=0, help="where a payload's number sits")
-    parser.add_argument(
-        "--option", action="append", default=[], metavar="KEY=VALUE", help="ours-wal's options"
-    )
+    parser.add_argument("--option", action="append", default=[], help="ours-wal's KEY=VALUE")
     args = parser.parse_args(argv)
     result = WORKERS[args.peer](args)
     sys.stdout.write(json.dumps(result) + "\n")
@@ -446,14 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if complete and not result.get("open_exchanges") else 1
 
 
-# ------------------------------------------------------------------------------ tables
-
-
 def check_table(
     spark: Any, table: Path, figures: Mapping[str, Any], want: Mapping[str, Any]
 ) -> Any:
-    """``figures`` (name -> aggregate Column) of a Delta table, read by Spark once its query
-    stopped, with its first and last receive time; BenchError unless they are ``want``."""
+    """``figures`` (name -> aggregate Column) of a Delta table with its first and last receive
+    time, read by Spark; BenchError unless they are ``want``."""
     from pyspark.sql import functions as F
 
     found = (
@@ -482,9 +410,8 @@ class Commit:
 
 
 class TableTail:
-    """A Delta table's commits read from its log (``devtools.delta_log``) as they appear:
-    when each was first seen, the files and rows it added. Delta's local log store creates a
-    commit file by an atomic rename, so a reader sees a commit whole from that moment on."""
+    """A Delta table's commits read from its log as they appear (an atomic rename each): when
+    each was first seen, the files and rows it added."""
 
     def __init__(self, table: Path) -> None:
         self.table = table

@@ -32,7 +32,7 @@ def test_the_backlog_decodes_to_every_metric_named_and_typed() -> None:
 
 
 def _landing(peer: str, rows: int, seconds: float) -> Landing:
-    run = QueryRun([BatchProgress(1, 1_000.0, seconds, rows, {})], seconds, seconds, {})
+    run = QueryRun([BatchProgress(1, 1_000.0, seconds, rows)], seconds, seconds, {})
     run.cpu = dict.fromkeys(COMPONENTS, 0.5)
     return Landing(peer, rows, run, 20_000.0, 999.5, 999.9, {"messages": 1_001})
 
@@ -61,12 +61,9 @@ def test_the_results_and_their_section() -> None:
 def test_the_peers_differ_only_in_the_payload_format(tmp_path: Path) -> None:
     from streaming_jobs.ingest import build_parser, source_options
 
+    where = ["--broker", "tcp://127.0.0.1:1883", "--table", str(tmp_path), "--checkpoint", "c"]
     options = {
-        peer: source_options(
-            build_parser().parse_args(
-                bench.job_arguments(peer, "tcp://127.0.0.1:1883", "c", tmp_path, tmp_path)
-            )
-        )
+        peer: source_options(build_parser().parse_args([*where, *bench.job_arguments(peer, "c")]))
         for peer in bench.PEERS
     }
     assert options["sparkplug"].pop("payloadFormat") == "sparkplug"
