@@ -12,24 +12,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, arguments, finish, machine_info, pub_command
+from bench.common import REPO_ROOT, arguments, finish, machine_info, new_receiver, pub_command
 from bench.render import Charts, Lines, md_table, mib, num
 from bench.scale import rss_kib
 
 
 def measure(messages: int, bound: int) -> dict[str, Any]:
-    from connector.options.source import SourceOptions
-    from connector.receiver.receiver import Receiver
     from devtools.mosquitto import MosquittoBroker
 
     with (
         tempfile.TemporaryDirectory() as tmp,
         MosquittoBroker(Path(tmp) / "broker", max_queued_messages=messages * 2) as broker,
     ):
-        receiver = Receiver(SourceOptions.parse({
-            "brokerUrl": broker.url, "topic": "rss/#", "qos": "1", "clientId": "rss-bench",
-            "walPath": str(Path(tmp) / "wal"), "maxBacklogMessages": str(bound),
-        }))  # fmt: skip
+        wal, most = Path(tmp) / "wal", str(bound)
+        receiver = new_receiver(broker.url, "rss/#", "rss-bench", wal, maxBacklogMessages=most)
         receiver.start()
         baseline = peak = rss_kib()
         publisher = subprocess.Popen(

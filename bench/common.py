@@ -236,6 +236,34 @@ def goal(
 MOSQUITTO_INFLIGHT = 20  # Mosquitto's default max_inflight_messages
 
 
+def json_line(command: Sequence[str], timeout: float, what: str) -> Any:
+    """Run ``command`` in ``REPO_ROOT``: the last line it printed, as JSON; BenchError unless
+    it exited 0."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise BenchError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def check_broker(broker: Any) -> None:
+    """BenchError with the end of its log when the broker process died."""
+    if broker.crashed:
+        raise BenchError(f"{broker.name} crashed:\n{broker.log_text()[-4000:]}")
+
+
+def new_receiver(
+    url: str, topic_filter: str, client_id: str, wal: Any, *, qos: int = 1, **more: str
+) -> Any:
+    """The source's receiver (``connector.receiver``) of ``topic_filter`` into the WAL at
+    ``wal``, with more options of ``format("mqtt")``; not started."""
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
+
+    options = {"brokerUrl": url, "topic": topic_filter, "qos": str(qos), "clientId": client_id}
+    return Receiver(SourceOptions.parse({**options, "walPath": str(wal), **more}))
+
+
 def pub_command(url: str, topic: str, qos: int, count: int, size: int) -> list[str]:
     """The command that publishes ``count`` messages of ``size`` bytes on ``topic`` at ``qos``
     with our client's ``pub`` (:mod:`connector.mqtt.cli`); run it in ``REPO_ROOT``."""

@@ -23,19 +23,11 @@ JVM_THREADS = (
     ("jvm: stream execution", re.compile(r"^stream exec")),
 )
 COMPONENTS = (
-    "jvm: task threads",
-    "jvm: stream execution",
-    "jvm: JIT compiler",
-    "jvm: GC",
-    OTHER_JVM_THREADS,
-    "python: source runner (receiver, offsets, partitions)",
-    "python: task workers (read)",
-    "mosquitto",
-    "driver Python process (foreachBatch, Py4J)",
-    "bench: this CPU sampler",
-    "other descendants",
-    "not ours (other processes)",
-)
+    "jvm: task threads", "jvm: stream execution", "jvm: JIT compiler", "jvm: GC",
+    OTHER_JVM_THREADS, "python: source runner (receiver, offsets, partitions)",
+    "python: task workers (read)", "mosquitto", "driver Python process (foreachBatch, Py4J)",
+    "bench: this CPU sampler", "other descendants", "not ours (other processes)",
+)  # fmt: skip
 """By process (this one's descendants) and, in the JVM, by thread name (its first 15
 characters); ``not ours``: the machine's busy time minus ours (others, kernel, steal)."""
 NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other processes)"})
@@ -44,9 +36,7 @@ NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other proces
 def stat_ticks(path: str) -> tuple[int, int] | None:
     """(parent pid, user + system clock ticks) from a ``stat`` file, or None."""
     fields = stat_fields(path)
-    if fields is None:
-        return None
-    return int(fields[1]), int(fields[11]) + int(fields[12])
+    return None if fields is None else (int(fields[1]), int(fields[11]) + int(fields[12]))
 
 
 def classify_process(cmdline: str, is_me: bool) -> str:

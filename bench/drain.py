@@ -19,18 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import drainer
-from .common import (
-    BenchError,
-    Stats,
-    arguments,
-    finish,
-    goal,
-    in_turns,
-    machine_info,
-    paired_ratio,
-    wait_for,
-)
+from . import common, drainer
 from .drainer import TOPIC_FILTER
 from .render import Charts, Lines, clock_notes, goals_table, num, peer_clock_table, ratios_table
 
@@ -113,21 +102,22 @@ def drain_once(peer: str, count: int, size: int, inflight: int, timeout: float, 
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout,
             )  # fmt: skip
             if done.returncode != 0:
-                raise BenchError(f"mosquitto_sub failed ({done.returncode}): {done.stderr}")
+                raise common.BenchError(f"mosquitto_sub failed ({done.returncode}): {done.stderr}")
             wall = time.perf_counter() - start
         else:
             wall, details = drainer.run(peer, broker.url, client_id, count, timeout, qos=qos)
         # A new connection with the same client id before the broker has seen the drain's
         # connection end would take the session over and discard its last acknowledgements.
-        lag = wait_for(
+        lag = common.wait_for(
             lambda: _connections_ended(broker, client_id) > gone_before, timeout,
             lambda: f"the broker never logged the end of {client_id}'s connection", 0.005,
         )  # fmt: skip
         left, resent = drainer.left_in_session(broker.url, client_id)
-        if broker.crashed:
-            raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
+        common.check_broker(broker)
     if left or (qos == 2 and resent):
-        raise BenchError(f"{peer} left {left} message(s) and {resent} PUBREL(s) in the session")
+        raise common.BenchError(
+            f"{peer} left {left} message(s) and {resent} PUBREL(s) in the session"
+        )
     details.update(backlog_publish_rate=round(queued.publish_rate), left_queued=left)
     return Drain(peer, wall, lag, details)
 
@@ -143,11 +133,11 @@ def clock_rates(drains: list[Drain], count: int) -> dict[str, list[float]]:
     return rates
 
 
-def paired_ratios(rates: dict[str, dict[str, list[float]]], qos: int) -> dict[str, Stats]:
+def paired_ratios(rates: dict[str, dict[str, list[float]]], qos: int) -> dict[str, common.Stats]:
     """ours/peer per clock, paired by repetition, plus the goal's mixed comparison (at QoS 2
     also with ``connect -> exchanges complete``)."""
     clocks = list(CLOCKS[qos])
-    ratios: dict[str, Stats] = {}
+    ratios: dict[str, common.Stats] = {}
     for mine in ("ours", "ours-wal"):
         ours = rates.get(mine)
         if ours is None:
@@ -155,27 +145,29 @@ def paired_ratios(rates: dict[str, dict[str, list[float]]], qos: int) -> dict[st
         for peer in ("paho", "mosquitto_sub"):
             for clock in clocks:
                 if clock in ours and clock in rates.get(peer, {}):
-                    ratios[f"{mine}/{peer}, {clock}"] = paired_ratio(
+                    ratios[f"{mine}/{peer}, {clock}"] = common.paired_ratio(
                         ours[clock], rates[peer][clock]
                     )
         for inside in (IN_PROCESS, COMPLETE):
             if inside in clocks and inside in ours and "mosquitto_sub" in rates:
-                ratios[f"{mine} ({inside}) / mosquitto_sub ({PROCESS})"] = paired_ratio(
+                ratios[f"{mine} ({inside}) / mosquitto_sub ({PROCESS})"] = common.paired_ratio(
                     ours[inside], rates["mosquitto_sub"][PROCESS]
                 )
     return ratios
 
 
-def goals(ratios: dict[str, Stats]) -> dict[str, dict[str, Any]]:
+def goals(ratios: dict[str, common.Stats]) -> dict[str, dict[str, Any]]:
     """The project's drain goals (QoS 1) that the run measured."""
     return {
-        name: goal(key, target, ratios[key].median) for name, target, key in GOALS if key in ratios
+        name: common.goal(key, target, ratios[key].median)
+        for name, target, key in GOALS
+        if key in ratios
     }
 
 
 def parse_args(argv: Sequence[str] | None) -> Any:
     """The command line, with ``messages`` resolved for the QoS."""
-    parser = arguments("drain", __doc__, messages=None, repeat=5, size=100, timeout=120.0)
+    parser = common.arguments("drain", __doc__, messages=None, repeat=5, size=100, timeout=120.0)
     parser.add_argument("--qos", type=int, choices=(1, 2), default=1, help="QoS of the backlog")
     parser.add_argument("--inflight", type=int, default=20, help="mosquitto max_inflight_messages")
     parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
@@ -203,7 +195,7 @@ def results(args: Any, runs: dict[str, list[Drain]]) -> dict[str, Any]:
         "clocks": CLOCKS[qos],
         "peers": {
             peer: {
-                "rates": {clock: Stats.of(v).as_dict(1) for clock, v in rates[peer].items()},
+                "rates": {clock: common.Stats.of(v).as_dict(1) for clock, v in rates[peer].items()},
                 "runs": [
                     {"process_seconds": round(d.process_seconds, 4),
                      "broker_lag_seconds": round(d.broker_lag_seconds, 4), **d.details}
@@ -245,16 +237,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     peers: list[str] = list(dict.fromkeys(args.peers))
 
     def measure() -> dict[str, Any]:
-        info = machine_info()
+        info = common.machine_info()
         runs: dict[str, list[Drain]] = {peer: [] for peer in peers}
-        for _, peer in in_turns(peers, args.repeat):
+        for _, peer in common.in_turns(peers, args.repeat):
             runs[peer].append(
                 drain_once(peer, args.messages, args.size, args.inflight, args.timeout, args.qos)
             )
         return {"machine": info, **results(args, runs)}
 
     name = "drain" if args.qos == 1 else "drain_qos2"
-    return finish(name, measure, args.output, section)
+    return common.finish(name, measure, args.output, section)
 
 
 if __name__ == "__main__":

@@ -21,19 +21,19 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
-from .common import MOSQUITTO_INFLIGHT, REPO_ROOT, BenchError, pub_command
+from .common import MOSQUITTO_INFLIGHT, REPO_ROOT, BenchError, json_line, new_receiver, pub_command
 from .payloads import Tally
 
 TOPIC = "plant/line-3/sensor-17/telemetry"
 TOPIC_FILTER = "plant/+/+/telemetry"
 PUB_INFLIGHT = 20  # the pub tool's default --inflight
+Sessions = Sequence[tuple[str, str]]  # (client id, topic filter)
 
 
-@dataclass(slots=True)
-class Backlog:
+class Backlog(NamedTuple):
     """A started broker holding a backlog, and the rate it was published at."""
 
     broker: Any
@@ -41,14 +41,9 @@ class Backlog:
 
 
 def backlog(
-    count: int,
-    sessions: Sequence[tuple[str, str]],
-    publish: Callable[[str], float],
-    *,
-    qos: int = 1,
+    count: int, sessions: Sessions, publish: Callable[[str], float], qos: int = 1,
     inflight: int = MOSQUITTO_INFLIGHT,
-    workdir: Path | None = None,
-) -> Backlog:
+) -> Backlog:  # fmt: skip
     """A fresh Mosquitto (``max_inflight_messages`` ``inflight``, 0: unbounded) where each
     (client id, filter) of ``sessions`` subscribed and left; ``publish(url)`` queues
     ``count`` messages for them and returns its rate."""
@@ -57,9 +52,8 @@ def backlog(
     from .common import create_session
 
     broker = MosquittoBroker(
-        workdir, max_queued_messages=max(1_000_000, 2 * count), max_inflight_messages=inflight
-    )
-    broker.start()
+        max_queued_messages=max(1_000_000, 2 * count), max_inflight_messages=inflight
+    ).start()
     try:
         for client_id, topic_filter in sessions:
             create_session(broker.url, client_id, topic_filter, qos)
@@ -76,23 +70,13 @@ def pub_inflight(qos: int, inflight: int) -> list[str]:
 
 
 def publish_numbered(
-    url: str,
-    count: int,
-    size: int,
-    timeout: float,
-    qos: int = 1,
-    inflight: int = PUB_INFLIGHT,
+    url: str, count: int, size: int, timeout: float, qos: int = 1, inflight: int = PUB_INFLIGHT,
     topic: str = TOPIC,
-) -> float:
+) -> float:  # fmt: skip
     """``count`` numbered messages published by our pub tool, which exits once every one was
     acknowledged (QoS 2: completed); returns its rate."""
-    done = subprocess.run(
-        [*pub_command(url, topic, qos, count, size), *pub_inflight(qos, inflight)],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise BenchError(f"publishing the backlog failed ({done.returncode}): {done.stderr}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    command = [*pub_command(url, topic, qos, count, size), *pub_inflight(qos, inflight)]
+    report = json_line(command, timeout, "publishing the backlog")
     if report.get("published") != count:
         raise BenchError(f"the pub tool published {report.get('published')} of {count}")
     return float(report["rate"])
@@ -134,35 +118,24 @@ def left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, i
     return messages, releases
 
 
-def wait_stored(receiver: Any, count: int, deadline: float, stall: float) -> float:
-    """Watch a receiver's WAL until it holds ``count`` records, ``deadline`` passes, nothing
-    is stored for ``stall`` s or it fails; returns the time it stopped."""
-    last, stored = time.perf_counter(), 0
-    while receiver.wal.next_offset < count:
-        now = time.perf_counter()
-        if now > deadline or now - last > stall or receiver.error is not None:
-            break
-        if receiver.wal.next_offset != stored:
-            stored, last = receiver.wal.next_offset, now
-        time.sleep(0.0005)
-    return time.perf_counter()
-
-
-def _wait_released(receiver: Any, deadline: float, stall: float) -> tuple[float, int]:
-    """Wait until the WAL has no pending QoS 2 id; (that time, ids still pending). The poll
-    interval grows with the cost of ``qos2_pending`` (a copy): at most ~5% of the time."""
-    progress = time.perf_counter()
-    pending = -1
+def _watch(
+    receiver: Any, figure: Callable[[], int], done: Callable[[int], bool], deadline: float,
+    stall: float,
+) -> tuple[float, int]:  # fmt: skip
+    """Poll ``figure()`` until ``done`` with it, ``deadline`` passes, it stays the same for
+    ``stall`` s or the receiver fails; (that time, the figure). The interval: 20 times the cost
+    of ``figure()`` (``qos2_pending`` copies a set), at least 0.5 ms."""
+    progress, seen = time.perf_counter(), None
     while True:
         before = time.perf_counter()
-        left = len(receiver.wal.qos2_pending)
+        value = figure()
         now = time.perf_counter()
-        if not left:
-            return now, 0
-        if left != pending:
-            pending, progress = left, now
+        if done(value):
+            return now, value
+        if value != seen:
+            seen, progress = value, now
         if now > deadline or now - progress > stall or receiver.error is not None:
-            return now, left
+            return now, value
         time.sleep(max(0.0005, 20 * (now - before)))
 
 
@@ -267,31 +240,30 @@ def drain_receiver(args: argparse.Namespace) -> dict[str, Any]:
     """The source's receiver into a fresh WAL (an fsync per socket read, acknowledgements after
     it) until ``count`` records are durable (QoS 2: then until no QoS 2 id is pending); then
     the WAL is read back."""
-    from connector.options.source import SourceOptions
-    from connector.receiver.receiver import Receiver
     from connector.wal import WalReader
 
     count, qos = args.count, args.qos
     wal_dir = Path(tempfile.mkdtemp(prefix="bench-drain-wal-")) / "wal"
-    options = SourceOptions.parse(
-        {"brokerUrl": args.url, "topic": TOPIC_FILTER, "qos": str(qos), "clientId": args.client_id,
-         "walPath": str(wal_dir), "maxBacklogMessages": str(max(count, 10_000) * 2),
-         **dict(option.split("=", 1) for option in args.option)}
-    )  # fmt: skip
+    more = {"maxBacklogMessages": str(max(count, 10_000) * 2)} | dict(
+        option.split("=", 1) for option in args.option
+    )
     tally = Tally(count, args.seq_at)
-    still_open = 0
     try:
         start = time.perf_counter()
-        receiver = Receiver(options)
+        receiver = new_receiver(args.url, TOPIC_FILTER, args.client_id, wal_dir, qos=qos, **more)
         receiver.start()  # connects, then runs its loop in a thread
         connected = time.perf_counter()
         deadline = start + args.timeout
         try:
-            last = complete = wait_stored(receiver, count, deadline, args.stall)
-            if qos == 2 and receiver.wal.next_offset >= count:
-                complete, still_open = _wait_released(receiver, deadline, args.stall)
-            elif qos == 2:
-                still_open = len(receiver.wal.qos2_pending)
+            wal = receiver.wal
+            last, stored = _watch(
+                receiver, lambda: wal.next_offset, lambda n: n >= count, deadline, args.stall
+            )
+            complete, still_open = last, len(wal.qos2_pending)
+            if qos == 2 and stored >= count:
+                complete, still_open = _watch(
+                    receiver, lambda: len(wal.qos2_pending), lambda n: n == 0, deadline, args.stall
+                )
         finally:
             receiver.stop()  # the loop thread finishes its read (PUBCOMPs) before DISCONNECT
         stored = receiver.wal.next_offset
@@ -308,17 +280,9 @@ WORKERS = {"ours": drain_ours, "ours-wal": drain_receiver, "paho": drain_paho}
 
 
 def command(
-    peer: str,
-    url: str,
-    client_id: str,
-    count: int,
-    timeout: float,
-    *,
-    qos: int = 1,
-    stall: float = 5.0,
-    seq_at: int = 0,
-    options: Sequence[str] = (),
-) -> list[str]:
+    peer: str, url: str, client_id: str, count: int, timeout: float, *, qos: int = 1,
+    stall: float = 5.0, seq_at: int = 0, options: Sequence[str] = (),
+) -> list[str]:  # fmt: skip
     """A drain worker's command line; ``mosquitto_sub``'s own (``-C N``: exit 0 after N)."""
     if peer == "mosquitto_sub":
         from devtools.system_tools import find_tool

@@ -24,19 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import drainer
-from .common import (
-    BenchError,
-    Stats,
-    arguments,
-    create_session,
-    finish,
-    goal,
-    in_turns,
-    machine_info,
-    paired_ratio,
-    wait_for,
-)
+from . import common, drainer
 from .render import Charts, Lines, clock_notes, goals_table, md_table, num, ratio_rows, stats_cells
 
 GOAL = 0.5
@@ -109,7 +97,7 @@ def mqtt_round_trip(url: str, attempts: int = 3) -> float:
             while connack is None:
                 data = sock.recv(1 << 16)
                 if not data:
-                    raise BenchError(f"{url} closed the connection before CONNACK")
+                    raise common.BenchError(f"{url} closed the connection before CONNACK")
                 connack = next((p for p in decoder.feed(data) if isinstance(p, Connack)), None)
             best = min(best, time.perf_counter() - start)
             sock.sendall(encode(Disconnect()))
@@ -127,7 +115,7 @@ def drain_once(arm: Arm, args: Any, workdir: Path) -> Run:
     broker = mochi_broker(workdir / "mochi", trace=False, inflight_v311=args.window)
     options = ["mqttVersion=5", f"receiveMaximum={args.receive_maximum}"] if arm.mqtt5 else []
     with broker, contextlib.ExitStack() as stack:
-        create_session(broker.url, client_id, drainer.TOPIC_FILTER, mqtt5=arm.mqtt5)
+        common.create_session(broker.url, client_id, drainer.TOPIC_FILTER, mqtt5=arm.mqtt5)
         publish_rate = drainer.publish_numbered(broker.url, count, args.size, timeout)
         url, rtt = broker.url, None
         if arm.proxied:
@@ -140,17 +128,16 @@ def drain_once(arm: Arm, args: Any, workdir: Path) -> Run:
         )
         # The proxy stays up until the broker has read the DISCONNECT (and so every
         # acknowledgement before it): a resume before that would take the session over.
-        lag = wait_for(
+        lag = common.wait_for(
             lambda: len(broker.windows_closed(client_id)) > ended_before, timeout,
             lambda: f"mochi never logged the end of {client_id}'s connection", 0.005,
         )  # fmt: skip
         stack.close()
         last = broker.windows_closed(client_id)[-1]
         if last.in_flight or last.queued:
-            raise BenchError(f"arm {arm.key}: the broker ended the drain with {last}")
+            raise common.BenchError(f"arm {arm.key}: the broker ended the drain with {last}")
         left, _ = drainer.left_in_session(broker.url, client_id)
-        if broker.crashed:
-            raise BenchError(f"mochi crashed:\n{broker.log_text()[-4000:]}")
+        common.check_broker(broker)
     details["backlog_publish_rate"] = round(publish_rate)
     return Run(arm.key, wall, lag, last.peak_in_flight, left, rtt, details)
 
@@ -159,19 +146,21 @@ def check_run(run: Run, count: int, window: int, receive_maximum: int) -> None:
     """Every message stored once, nothing left, the broker kept to the window."""
     d = run.details
     if d.get("distinct") != count or d.get("out_of_range") or d.get("wal_records") != count:
-        raise BenchError(f"arm {run.arm} stored {d}, expected {count} distinct messages")
+        raise common.BenchError(f"arm {run.arm} stored {d}, expected {count} distinct messages")
     if run.left_queued:
-        raise BenchError(f"arm {run.arm} left {run.left_queued} message(s) in the session")
+        raise common.BenchError(f"arm {run.arm} left {run.left_queued} message(s) in the session")
     limit = receive_maximum if ARMS[run.arm].mqtt5 else window
     if run.peak_in_flight > limit:
-        raise BenchError(
+        raise common.BenchError(
             f"arm {run.arm}: the broker had {run.peak_in_flight} messages in flight, more than "
             f"the window of {limit}"
         )
 
 
 def parse_args(argv: Sequence[str] | None) -> Any:
-    parser = arguments("flow_control", __doc__, messages=20_000, repeat=3, size=100, timeout=300.0)
+    parser = common.arguments(
+        "flow_control", __doc__, messages=20_000, repeat=3, size=100, timeout=300.0
+    )
     parser.add_argument("--delay-ms", type=float, default=10.0, help="proxy delay each way (ms)")
     parser.add_argument("--window", type=int, default=20, help="mochi -inflight-v311")
     parser.add_argument("--receive-maximum", type=int, default=0xFFFF, help="of the MQTT 5 arms")
@@ -190,17 +179,17 @@ def results_data(args: Any, info: dict[str, Any], runs: dict[str, list[Run]]) ->
     n, rtt_ms = args.messages, 2 * args.delay_ms
     rates = {key: [run.rate(n) for run in arm_runs] for key, arm_runs in runs.items()}
     ratios = {  # "(c)/(d)": the arms at 1 and 5
-        name: paired_ratio(rates[name[1]], rates[name[5]])
+        name: common.paired_ratio(rates[name[1]], rates[name[5]])
         for name in RATIOS
         if {name[1], name[5]} <= rates.keys()
     }
     measured = [r.rtt_seconds for arm_runs in runs.values() for r in arm_runs if r.rtt_seconds]
-    rtt = Stats.of(measured).median if measured else None
+    rtt = common.Stats.of(measured).median if measured else None
     arms = {
         key: {
             "title": ARMS[key].title(rtt_ms),
-            "rates": Stats.of(rates[key]).as_dict(1),
-            "rates_after_connack": Stats.of(r.rate(n, True) for r in arm_runs).as_dict(1),
+            "rates": common.Stats.of(rates[key]).as_dict(1),
+            "rates_after_connack": common.Stats.of(r.rate(n, True) for r in arm_runs).as_dict(1),
             "broker_peak_in_flight": max(r.peak_in_flight for r in arm_runs),
             "runs": [
                 {"broker_lag_seconds": round(r.broker_lag_seconds, 4), "rtt_seconds": r.rtt_seconds,
@@ -228,7 +217,9 @@ def results_data(args: Any, info: dict[str, Any], runs: dict[str, list[Run]]) ->
         "arms": arms,
         "ratios": {name: r.as_dict(3) for name, r in ratios.items()},
         "ratio_meanings": {name: RATIOS[name] for name in ratios},
-        "goals": {name: goal(name, GOAL, ratios[name].median) for name in GOALS if name in ratios},
+        "goals": {
+            name: common.goal(name, GOAL, ratios[name].median) for name in GOALS if name in ratios
+        },
         "v311_cap": {
             "nominal": round(args.window / (rtt_ms / 1000), 1),
             "measured_rtt_ms": None if rtt is None else round(rtt * 1000, 3),
@@ -284,10 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
 
     def measure() -> dict[str, Any]:
-        info = machine_info()
+        info = common.machine_info()
         runs: dict[str, list[Run]] = {key: [] for key in args.arms}
         workroot = Path(tempfile.mkdtemp(prefix="bench-flow-control-"))
-        for rep, key in in_turns(args.arms, args.repeat):
+        for rep, key in common.in_turns(args.arms, args.repeat):
             run = drain_once(ARMS[key], args, workroot / f"rep{rep}-{key}")
             check_run(run, args.messages, args.window, args.receive_maximum)
             runs[key].append(run)
@@ -295,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(workroot, ignore_errors=True)  # kept when a run failed
         return results_data(args, info, runs)
 
-    return finish("flow_control", measure, args.output, section)
+    return common.finish("flow_control", measure, args.output, section)
 
 
 if __name__ == "__main__":

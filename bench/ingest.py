@@ -27,19 +27,7 @@ from typing import Any
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
-from . import drainer
-from .common import (
-    MOSQUITTO_INFLIGHT,
-    BenchError,
-    Stats,
-    arguments,
-    finish,
-    goal,
-    machine,
-    paired_ratio,
-    publish_windowed,
-    turn,
-)
+from . import common, drainer
 from .cpu_sampler import COMPONENTS, CpuSampler
 from .drainer import TOPIC, TOPIC_FILTER
 from .payloads import JSON_BYTES, JSON_SEQ_AT, JSON_TEMPLATE, json_payload
@@ -77,20 +65,18 @@ CLOCKS = {
 }
 
 
-# ------------------------------------------------------------------------------ a Spark query
-# (bench.sparkplug and bench.latency run theirs the same way)
+# ------------------------------------------ a Spark query (bench.sparkplug's and bench.latency's)
 
 
 def spark_session(name: str, progress_updates: int = 10_000, master: str = "local[2]") -> Any:
     """The local Spark session with Delta a benchmark's queries run on."""
     from streaming_jobs.spark_session import local_spark
 
+    updates = str(progress_updates)
     spark = local_spark(
-        name,
-        master,
-        spark__sql__streaming__numRecentProgressUpdates=str(progress_updates),
+        name, master, spark__sql__streaming__numRecentProgressUpdates=updates,
         spark__ui__showConsoleProgress="false",
-    )
+    )  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -112,13 +98,9 @@ def job_source(spark: Any, argv: Sequence[str]) -> Any:
 
 
 def job_sink(
-    frame: Any,
-    table: Path,
-    checkpoint: Path,
-    trigger: str,
-    payload_format: str = "binary",
+    frame: Any, table: Path, checkpoint: Path, trigger: str, payload_format: str = "binary",
     checkpoint_interval: int | None = None,
-) -> tuple[Any, float]:
+) -> tuple[Any, float]:  # fmt: skip
     """``frame.writeStream`` into ``table`` by the ingest job's writer, and the seconds taken
     to create the table first, as the job does before its query starts."""
     from streaming_jobs.batch_writer import BatchWriter
@@ -182,9 +164,13 @@ def run_query(writer: Any, rows: int, timeout: float) -> QueryRun:
                     if landed >= rows:
                         break
                 if not query.isActive:
-                    raise BenchError(f"the query stopped after {landed} rows: {query.exception()}")
+                    raise common.BenchError(
+                        f"the query stopped after {landed} rows: {query.exception()}"
+                    )
                 if time.perf_counter() > started + timeout:
-                    raise BenchError(f"only {landed} of {rows} rows landed within {timeout} s")
+                    raise common.BenchError(
+                        f"only {landed} of {rows} rows landed within {timeout} s"
+                    )
                 time.sleep(0.1)
             done = time.perf_counter() - started
         finally:
@@ -207,8 +193,8 @@ class Landing:
     rows: int
     run: QueryRun
     publish_rate: float | None = None
-    first_received: float | None = None  # epoch seconds, from the WAL timestamps in the rows
-    last_received: float | None = None
+    first_received: float = 0.0  # epoch seconds, from the WAL timestamps in the rows (ours)
+    last_received: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -218,14 +204,12 @@ class Landing:
     @property
     def receive_seconds(self) -> float | None:
         """The receiver's first to last WAL append (ours only)."""
-        if self.first_received is None or self.last_received is None:
-            return None
-        return self.last_received - self.first_received
+        return self.last_received - self.first_received if self.last_received else None
 
     @property
     def landing_seconds(self) -> float | None:
         """First message received -> end of the batch completing the backlog (ours only)."""
-        return None if self.first_received is None else self.batches[-1].end - self.first_received
+        return self.batches[-1].end - self.first_received if self.first_received else None
 
     @property
     def seconds(self) -> float:
@@ -265,7 +249,7 @@ def cpu_per_100k(
     return {
         peer: {
             component: round(
-                Stats.of(r.run.cpu[component] / count(r) * 100_000 for r in runs).median, 3
+                common.Stats.of(r.run.cpu[component] / count(r) * 100_000 for r in runs).median, 3
             )
             for component in COMPONENTS
         }
@@ -276,7 +260,7 @@ def cpu_per_100k(
 def others_share(peers: Mapping[str, list[Landing]]) -> float:
     """Median share of the machine's CPU that other processes (and steal) took in the runs."""
     cores = os.cpu_count() or 1
-    return Stats.of(
+    return common.Stats.of(
         r.run.cpu["not ours (other processes)"] / (r.run.cpu_window * cores)
         for runs in peers.values()
         for r in runs
@@ -303,7 +287,7 @@ class OursPeer:
     mode: str
     qos: int
     store: str = "local"
-    inflight: int = MOSQUITTO_INFLIGHT
+    inflight: int = common.MOSQUITTO_INFLIGHT
 
     @property
     def name(self) -> str:
@@ -313,7 +297,7 @@ class OursPeer:
         if self.store != "local" and self.mode != "wal":
             base += f"-{self.mode}"
         name = peer_name(base, self.qos)
-        if self.inflight != MOSQUITTO_INFLIGHT:
+        if self.inflight != common.MOSQUITTO_INFLIGHT:
             name += f"-inflight{self.inflight or '-unbounded'}"
         return name
 
@@ -334,7 +318,9 @@ def json_backlog(
     """A fresh broker holding ``count`` numbered JSON payloads for each of ``sessions``."""
 
     def publish(url: str) -> float:
-        return publish_windowed(url, count, lambda seq: (TOPIC, json_payload(seq)), timeout, qos)
+        return common.publish_windowed(
+            url, count, lambda seq: (TOPIC, json_payload(seq)), timeout, qos
+        )
 
     return drainer.backlog(count, sessions, publish, qos=qos, inflight=inflight)
 
@@ -392,8 +378,7 @@ def run_job(
         frame = job_source(spark, [*argv, *flags])
         writer, created = job_sink(frame, table, checkpoint, setup.trigger, payload_format)
         run = run_query(writer, rows, setup.timeout)
-        if broker.crashed:
-            raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
+        common.check_broker(broker)
     details = {"table_creation_seconds": round(created, 3)}
     return Landing(peer, rows, run, queued.publish_rate, details=details), table
 
@@ -471,7 +456,9 @@ def run_paho(count: int, timeout: float, qos: int) -> dict[str, Any]:
     """paho-mqtt draining a fresh backlog (``bench.drainer``): its figures and its CONNACK ->
     last message rate."""
     client_id = f"bench-ingest-paho-qos{qos}"
-    queued = json_backlog(count, [(client_id, TOPIC_FILTER)], timeout, qos, MOSQUITTO_INFLIGHT)
+    queued = json_backlog(
+        count, [(client_id, TOPIC_FILTER)], timeout, qos, common.MOSQUITTO_INFLIGHT
+    )
     with queued.broker as broker:
         _, details = drainer.run(
             "paho", broker.url, client_id, count, timeout, qos=qos, stall=10.0, seq_at=JSON_SEQ_AT
@@ -516,7 +503,7 @@ class IngestRun:
         batches) with as many rows per batch as the first of ours had."""
         run_dir = self.work / label
         batches = 2
-        for peer in turn(self.combos, rep):
+        for peer in common.turn(self.combos, rep):
             wal = None if peer.store == "local" else str(self.s3.fresh(f"{peer.name}-{label}"))
             landing = run_ours(self.spark, peer, self.sizes[peer.qos], self.setup, run_dir, wal)
             into.setdefault(peer.name, []).append(landing)
@@ -537,7 +524,7 @@ class IngestRun:
         workers inherit its credentials."""
         from . import ingest_s3
 
-        info = machine("pyspark", "delta-spark")
+        info = common.machine("pyspark", "delta-spark")
         try:
             if self.s3_modes or self.args.append_profile:
                 self.s3 = ingest_s3.S3Store.start(self.work / "s3")
@@ -559,7 +546,7 @@ class IngestRun:
                 self.s3.close()
             shutil.rmtree(self.work, ignore_errors=True)
 
-    def ratios(self, headline: Mapping[str, list[float]]) -> tuple[dict[str, Stats], dict]:
+    def ratios(self, headline: Mapping[str, list[float]]) -> tuple[dict[str, common.Stats], dict]:
         """Paired ratios: ours against the synthetic peer and paho (on the default window);
         a peer with its WAL on the store against its local peer. Returns them, and the S3
         peers' pairs."""
@@ -569,7 +556,7 @@ class IngestRun:
             for peer in spec
             for other in ("synthetic", peer_name("paho", spec[peer].qos))
             if other in headline
-            and (other == "synthetic" or spec[peer].inflight == MOSQUITTO_INFLIGHT)
+            and (other == "synthetic" or spec[peer].inflight == common.MOSQUITTO_INFLIGHT)
         ]
         shared: dict[str, str] = {}
         for peer in (p for p in spec if spec[p].store != "local"):
@@ -577,7 +564,7 @@ class IngestRun:
                 if pair.name in spec and (peer, pair.name) not in pairs:
                     shared.setdefault(peer, pair.name)
                     pairs.append((peer, pair.name))
-        ratios = {f"{a}/{b}": paired_ratio(headline[a], headline[b]) for a, b in pairs}
+        ratios = {f"{a}/{b}": common.paired_ratio(headline[a], headline[b]) for a, b in pairs}
         return ratios, shared
 
     def results(self) -> dict[str, Any]:
@@ -589,20 +576,22 @@ class IngestRun:
         headline = {p: r.get(FIRST_BATCH, r.get(PAHO_CLOCK, [])) for p, r in rates.items()}
         ratios, shared = self.ratios(headline)
         goals = {
-            peer: goal(peer, GOAL_RATES[p.qos], Stats.of(headline[peer]).median, None, qos=p.qos)
+            peer: common.goal(
+                peer, GOAL_RATES[p.qos], common.Stats.of(headline[peer]).median, None, qos=p.qos
+            )
             for peer, p in spec.items()
             if p.store == "local"
         }
         for peer, pair in shared.items():
             name = f"{peer}/{pair}"
-            goals[name] = goal(
+            goals[name] = common.goal(
                 name, SHARED_WAL_GOAL, ratios[name].median, qos=spec[peer].qos,
                 max_inflight_messages=spec[peer].inflight,
             )  # fmt: skip
         runs: dict[str, list[Any]] = {p: [r.as_dict() for r in rs] for p, rs in self.runs.items()}
         peers = {
             peer: {
-                "rates": {clock: Stats.of(v).as_dict(1) for clock, v in rates[peer].items()},
+                "rates": {clock: common.Stats.of(v).as_dict(1) for clock, v in rates[peer].items()},
                 "runs": records,
                 "warmup_rates": [round(w.rate) for w in self.warmups.get(peer, [])],
             }
@@ -619,8 +608,8 @@ class IngestRun:
                 "qos": self.levels, "payload_bytes": JSON_BYTES, "repeat": args.repeat,
                 "master": "local[2]", "trigger": f"processingTime={args.trigger}",
                 "sink": JOB_SINK, "source_options": list(args.source_option), "warmup": warmup,
-                "publish_inflight": MOSQUITTO_INFLIGHT, "max_inflight_messages": self.windows,
-                "s3_modes": self.s3_modes,
+                "publish_inflight": common.MOSQUITTO_INFLIGHT, "s3_modes": self.s3_modes,
+                "max_inflight_messages": self.windows,
             },
             "clocks": CLOCKS,
             "peers": peers,
@@ -644,7 +633,7 @@ def clock_rates(landings: list[Landing]) -> dict[str, list[float]]:
 
 
 def parse_args(argv: Sequence[str] | None) -> Any:
-    parser = arguments("ingest", __doc__, messages=200_000, repeat=3, timeout=600.0)
+    parser = common.arguments("ingest", __doc__, messages=200_000, repeat=3, timeout=600.0)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--qos", nargs="+", type=int, choices=(1, 2), default=[1, 2])
     parser.add_argument("--trigger", default="0 seconds", help="processing-time interval")
@@ -653,7 +642,7 @@ def parse_args(argv: Sequence[str] | None) -> Any:
         help="also with the WAL on an S3 server on loopback (peers ours-s3, ours-s3-inline)",
     )  # fmt: skip
     parser.add_argument(
-        "--inflight", nargs="+", type=int, default=[MOSQUITTO_INFLIGHT],
+        "--inflight", nargs="+", type=int, default=[common.MOSQUITTO_INFLIGHT],
         help="the broker's max_inflight_messages for our peers' backlogs (0: unbounded)",
     )  # fmt: skip
     parser.add_argument(
@@ -682,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     run = IngestRun(parse_args(argv))
     render = ingest_s3.section if run.s3_modes else section
-    return finish("ingest", run.measure, run.args.output, render)
+    return common.finish("ingest", run.measure, run.args.output, render)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 from devtools import delta_log
 
-from .common import REPO_ROOT, BenchError, arguments, finish, machine, wait_for
+from .common import BenchError, arguments, check_broker, finish, json_line, machine, wait_for
 from .drainer import TOPIC, TOPIC_FILTER, TableTail
 from .ingest import JOB_SINK, job_sink, job_source, spark_session
 from .payloads import TIMED_HEADER, parse_timed, timed
@@ -113,22 +112,14 @@ def _latencies(tail: TableTail) -> tuple[dict[int, float], int]:
 
 
 def run_once(
-    spark: Any,
-    rate: int,
-    trigger: str,
-    args: Any,
-    workdir: Path,
-    checkpoint_interval: int = JOB_CHECKPOINT_INTERVAL,
-    *,
-    duration: float | None = None,
-    warmup: float | None = None,
-) -> dict[str, Any]:
+    spark: Any, rate: int, trigger: str, args: Any, workdir: Path,
+    checkpoint_interval: int = JOB_CHECKPOINT_INTERVAL, duration: float = 0.0, warmup: float = 0.0,
+) -> dict[str, Any]:  # fmt: skip
     """One (rate, trigger) pair on a fresh broker and a fresh table with
     ``delta.checkpointInterval`` ``checkpoint_interval``."""
     from devtools.mosquitto import MosquittoBroker
 
-    duration = args.duration if duration is None else duration
-    warmup = args.warmup if warmup is None else warmup
+    duration, warmup = duration or args.duration, warmup or args.warmup
     tag = f"{rate}-{trigger.replace(' ', '')}"
     client_id = f"bench-latency-{tag}"
     table, checkpoint = workdir / f"table-{tag}", workdir / f"checkpoint-{tag}"
@@ -147,17 +138,10 @@ def run_once(
                     lambda: subscribed.search(broker.log_text()), args.timeout,
                     lambda: f"the source never subscribed:\n{broker.log_text()[-2000:]}",
                 )  # fmt: skip
-                done = subprocess.run(
-                    [
-                        sys.executable, "-m", "bench.latency", "publish", broker.url, str(rate),
-                        str(duration), str(args.size), f"bench-latency-pub-{tag}",
-                    ],
-                    capture_output=True, text=True, timeout=duration + 120, cwd=REPO_ROOT,
-                )  # fmt: skip
-                lines = done.stdout.strip().splitlines()
-                if done.returncode != 0 or not lines:
-                    raise BenchError(f"publisher failed ({done.returncode}): {done.stderr[-2000:]}")
-                published = json.loads(lines[-1])
+                published = json_line([
+                    sys.executable, "-m", "bench.latency", "publish", broker.url, str(rate),
+                    str(duration), str(args.size), f"bench-latency-pub-{tag}",
+                ], duration + 120, "the publisher")  # fmt: skip
                 count = published["published"]
 
                 def visible() -> bool:
@@ -169,8 +153,7 @@ def run_once(
                 durations = [p.batchDuration for p in query.recentProgress if p.numInputRows > 0]
             finally:
                 query.stop()
-        if broker.crashed:
-            raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
+        check_broker(broker)
     latency, duplicates = _latencies(tail)
     if len(latency) != count or set(latency) != set(range(count)):
         raise BenchError(f"{len(latency)} distinct sequence numbers in the table, sent {count}")
@@ -178,12 +161,8 @@ def run_once(
     measured = sorted(v for seq, v in latency.items() if seq >= skip)
     data_commits = [c for c in tail.commits if c.rows]
     run = {
-        "rate": rate,
-        "trigger": trigger,
-        "publisher": published,
-        "rows": count,
-        "duplicates": duplicates,
-        "measured_rows": len(measured),
+        "rate": rate, "trigger": trigger, "publisher": published, "rows": count,
+        "duplicates": duplicates, "measured_rows": len(measured),
         "latency_seconds": {
             k: round(quantile(measured, q), 4) for k, q in (("p50", 50), ("p95", 95), ("p99", 99))
         }
@@ -192,7 +171,7 @@ def run_once(
         "rows_per_commit_median": round(quantile(sorted(c.rows for c in data_commits), 50)),
         "batch_duration_ms": {"p50": round(quantile(sorted(durations), 50))} if durations else None,
         "table_checkpoint_interval": checkpoint_interval,
-    }
+    }  # fmt: skip
     lat = run["latency_seconds"]
     print(
         f"{run_label(run)}: p50 {lat['p50']:.3f} s, p95 {lat['p95']:.3f} s, p99 {lat['p99']:.3f} s "
@@ -202,18 +181,11 @@ def run_once(
     return run
 
 
-def _interval(run: Mapping[str, Any]) -> int:
-    """A run's table's ``delta.checkpointInterval`` (results from before decision 23 name only
-    the long interval: the others had Delta's default)."""
-    return int(run.get("table_checkpoint_interval", DELTA_CHECKPOINT_INTERVAL))
-
-
 def run_label(run: Mapping[str, Any]) -> str:
     """``10,000 msg/s, 500 milliseconds``, plus the table's interval when it is not the job's."""
-    label = f"{run['rate']:,} msg/s, {run['trigger']}"
-    if _interval(run) != JOB_CHECKPOINT_INTERVAL:
-        label += f", table interval {_interval(run)}"
-    return label
+    interval = run["table_checkpoint_interval"]
+    other = f", table interval {interval}" if interval != JOB_CHECKPOINT_INTERVAL else ""
+    return f"{run['rate']:,} msg/s, {run['trigger']}{other}"
 
 
 def goal_verdicts(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -224,9 +196,9 @@ def goal_verdicts(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             continue
         p99 = run["latency_seconds"]["p99"]
         verdict = {"p99_measured_seconds": p99, "met": p99 <= GOAL["p99_seconds"]}
-        if _interval(run) == JOB_CHECKPOINT_INTERVAL:
+        if run["table_checkpoint_interval"] == JOB_CHECKPOINT_INTERVAL:
             goal.update(verdict)
-        elif _interval(run) == DELTA_CHECKPOINT_INTERVAL:
+        elif run["table_checkpoint_interval"] == DELTA_CHECKPOINT_INTERVAL:
             other = {"table_checkpoint_interval": DELTA_CHECKPOINT_INTERVAL, **verdict}
             goal["with_other_checkpoint_interval"] = other
     return goal
@@ -264,10 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
             if not args.no_warmup_run:  # JVM, Delta and Python workers, not on the first pair
                 warm = Path(tmp) / "warm"
+                interval = JOB_CHECKPOINT_INTERVAL
                 run_once(
-                    spark, RATES[0], args.triggers[0], args, warm, duration=WARMUP_RUN_SECONDS,
-                    warmup=1.0,
-                )  # fmt: skip
+                    spark, RATES[0], args.triggers[0], args, warm, interval, WARMUP_RUN_SECONDS, 1.0
+                )
                 checkpointed = delta_log.commit_name(DELTA_CHECKPOINT_INTERVAL)
                 warm_checkpoint = any(warm.rglob(f"{delta_log.LOG_DIR}/{checkpointed}"))
             for rate in args.rates:
@@ -323,7 +295,7 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         [
             num(r["rate"]),
             r["trigger"],
-            num(_interval(r)),
+            num(r["table_checkpoint_interval"]),
             num(r["publisher"].get("achieved_rate")),
             num(r["measured_rows"]),
             *(num(r["latency_seconds"][k], 3) for k in ("p50", "p95", "p99", "max")),
@@ -337,11 +309,9 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
          "p50 s", "p95 s", "p99 s", "max s", "rows/commit", "batch ms p50"],
         rows,
     )  # fmt: skip
-    goal = data.get("goal") or {}
+    goal = data["goal"]
     verdicts = [(goal, "")]
-    other = goal.get("with_other_checkpoint_interval") or {}
-    other = other or goal.get("with_long_checkpoint_interval") or {}  # results before decision 23
-    if other:
+    if other := goal.get("with_other_checkpoint_interval"):
         verdicts.append((other, f", table interval {other['table_checkpoint_interval']}"))
     goal_rows = [
         [

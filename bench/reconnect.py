@@ -24,7 +24,7 @@ from typing import Any
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
-from .common import BenchError, Stats, arguments, finish, in_turns, machine
+from .common import BenchError, Stats, arguments, finish, in_turns, machine, new_receiver
 from .drainer import publish_numbered
 from .payloads import Tally
 from .render import Charts, Lines, inflight_label, md_table, median_range, num, stats_cells
@@ -117,8 +117,6 @@ class NumberTally(Tally):
 
 def one_run(setting: Setting, args: Any, workdir: Path) -> dict[str, Any]:
     """One backlog, one cut, one reconnect; the run's figures. BenchError on a loss."""
-    from connector.options.source import SourceOptions
-    from connector.receiver.receiver import Receiver
     from devtools.mosquitto import MosquittoBroker
     from tests.chaos.proxy import ChaosProxy
 
@@ -126,10 +124,7 @@ def one_run(setting: Setting, args: Any, workdir: Path) -> dict[str, Any]:
     wal, client_id = workdir / "wal", f"bench-reconnect-{workdir.name}"
 
     def receiver_at(url: str) -> Any:
-        return Receiver(SourceOptions.parse({
-            "brokerUrl": url, "topic": TOPIC_FILTER, "qos": str(setting.qos),
-            "walPath": str(wal), "clientId": client_id, "keepAlive": "30",
-        }))  # fmt: skip
+        return new_receiver(url, TOPIC_FILTER, client_id, wal, qos=setting.qos, keepAlive="30")
 
     broker = MosquittoBroker(
         workdir / "broker", max_inflight_messages=setting.inflight,

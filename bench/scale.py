@@ -23,23 +23,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import drainer
-from .common import (
-    REPO_ROOT,
-    BenchError,
-    Stats,
-    arguments,
-    create_session,
-    finish,
-    machine,
-    publish_windowed,
-)
+from . import common, drainer
 from .payloads import numbered
 from .render import Charts, Lines, md_table, mib, num, times
 
 SWEEPS = ("payload", "topics", "backlog")
 PEER_COLOURS = {"ours": "tab:blue", "paho": "tab:orange", "mosquitto_sub": "tab:green"}
 PEERS = tuple(PEER_COLOURS)
+PAYLOAD_SIZES = (10, 100, 1024, 16 * 1024, 64 * 1024)
+TOPIC_COUNTS = (1, 100, 10_000, 100_000)
+BACKLOG_SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 BACKLOG_BOUND = 10_000
 RECEIVER_ID = "bench-scale-receiver"
 
@@ -58,7 +51,7 @@ def rss_kib() -> int:
     """Resident set size of this process in KiB (Linux)."""
     value = status_kib("self", "VmRSS")
     if value is None:
-        raise BenchError("no VmRSS in /proc/self/status")
+        raise common.BenchError("no VmRSS in /proc/self/status")
     return value
 
 
@@ -70,7 +63,7 @@ def run_measured(
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         target = out if keep_stdout else subprocess.DEVNULL
-        proc = subprocess.Popen(command, stdout=target, stderr=err, cwd=REPO_ROOT)
+        proc = subprocess.Popen(command, stdout=target, stderr=err, cwd=common.REPO_ROOT)
         peak = [0]
         done = threading.Event()
 
@@ -103,7 +96,7 @@ def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -
     names = [f"plant/line-{k // 1000}/sensor-{k}/telemetry" for k in range(topics)]
     queued = drainer.backlog(
         count, [(client_id, drainer.TOPIC_FILTER)], inflight=20,
-        publish=lambda url: publish_windowed(
+        publish=lambda url: common.publish_windowed(
             url, count, lambda seq: (names[seq % topics], numbered(seq, size)), timeout
         ),
     )  # fmt: skip
@@ -111,11 +104,10 @@ def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -
         command = drainer.command(peer, broker.url, client_id, count, timeout)
         # mosquitto_sub -C N exits 0 only after N messages (to /dev/null, as bench.drain does).
         wall, code, rss, out, err = run_measured(command, timeout + 30, peer != "mosquitto_sub")
-        if broker.crashed:
-            raise BenchError(f"mosquitto crashed:\n{broker.log_text()[-2000:]}")
+        common.check_broker(broker)
     lines = out.strip().splitlines()
     if code != 0 or (peer != "mosquitto_sub" and not lines):
-        raise BenchError(f"{peer} failed ({code}): {out[-500:]} {err[-2000:]}")
+        raise common.BenchError(f"{peer} failed ({code}): {out[-500:]} {err[-2000:]}")
     point = {
         "peer": peer,
         "messages": count,
@@ -128,7 +120,9 @@ def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -
     if peer != "mosquitto_sub":
         details = json.loads(lines[-1])
         if details["distinct"] != count:
-            raise BenchError(f"{peer} got {details['distinct']} of {count} distinct messages")
+            raise common.BenchError(
+                f"{peer} got {details['distinct']} of {count} distinct messages"
+            )
         point["in_process_rate"] = round(count / details["drain_seconds"], 1)
     return point
 
@@ -144,19 +138,19 @@ def _with_ratios(points: list[dict[str, Any]], key: str) -> dict[str, Any]:
         for peer, found in ((peer, found) for peer, found in mine.items() if found):
             row[peer] = {
                 "messages": found[0]["messages"],
-                "rate": Stats.of(p["rate"] for p in found).as_dict(1),
-                "mb_per_s": round(Stats.of(p["mb_per_s"] for p in found).median, 3),
-                "peak_rss_kib": round(Stats.of(p["peak_rss_kib"] for p in found).median),
+                "rate": common.Stats.of(p["rate"] for p in found).as_dict(1),
+                "mb_per_s": round(common.Stats.of(p["mb_per_s"] for p in found).median, 3),
+                "peak_rss_kib": round(common.Stats.of(p["peak_rss_kib"] for p in found).median),
             }
             if all("in_process_rate" in p for p in found):
                 rates = (p["in_process_rate"] for p in found)
-                row[peer]["in_process_rate"] = round(Stats.of(rates).median, 1)
+                row[peer]["in_process_rate"] = round(common.Stats.of(rates).median, 1)
         for peer in PEERS[1:]:
             if mine["ours"] and len(mine[peer]) == len(mine["ours"]):
                 ratios = (
                     a["rate"] / b["rate"] for a, b in zip(mine["ours"], mine[peer], strict=True)
                 )
-                row[f"ours/{peer}"] = round(Stats.of(ratios).median, 3)
+                row[f"ours/{peer}"] = round(common.Stats.of(ratios).median, 3)
         table[str(x)] = row
     return table
 
@@ -178,14 +172,8 @@ def run_receiver(argv: Sequence[str]) -> int:
     """``python -m bench.scale receiver URL WAL BOUND TARGET IDLE``: a Receiver sampling its
     RSS every 50 ms until TARGET messages are stored (TARGET > 0) or none for IDLE seconds;
     one JSON line out."""
-    from connector.options.source import SourceOptions
-    from connector.receiver.receiver import Receiver
-
     url, wal, bound, target, idle = argv[0], argv[1], int(argv[2]), int(argv[3]), float(argv[4])
-    receiver = Receiver(SourceOptions.parse({
-        "brokerUrl": url, "topic": "rss/#", "qos": "1", "clientId": RECEIVER_ID, "walPath": wal,
-        "maxBacklogMessages": str(bound),
-    }))  # fmt: skip
+    receiver = common.new_receiver(url, "rss/#", RECEIVER_ID, wal, maxBacklogMessages=str(bound))
     baseline = rss_kib()
     peak = 0
     receiver.start()
@@ -225,24 +213,16 @@ def backlog_point(count: int, where: str, timeout: float) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp,
         MosquittoBroker(Path(tmp) / "broker", max_queued_messages=2 * count) as broker,
     ):
-        create_session(broker.url, RECEIVER_ID, "rss/#")
+        common.create_session(broker.url, RECEIVER_ID, "rss/#")
         drainer.publish_numbered(broker.url, count, 100, timeout, topic="rss/a")
-        done = subprocess.run(
-            [
-                sys.executable, "-m", "bench.scale", "receiver", broker.url,
-                str(Path(tmp) / "wal"), str(bound), str(0 if where == "broker" else count), "2.0",
-            ],
-            capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
-        )  # fmt: skip
-        if broker.crashed:
-            raise BenchError(f"mosquitto crashed:\n{broker.log_text()[-2000:]}")
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise BenchError(f"the receiver worker failed ({done.returncode}): {done.stderr[-2000:]}")
-    found = json.loads(lines[-1])
+        found = common.json_line([
+            sys.executable, "-m", "bench.scale", "receiver", broker.url, str(Path(tmp) / "wal"),
+            str(bound), str(0 if where == "broker" else count), "2.0",
+        ], timeout, "the receiver worker")  # fmt: skip
+        common.check_broker(broker)
     stored, store = found["stored"], found["store_seconds"]
     if where == "wal" and stored != count:
-        raise BenchError(f"the receiver stored {stored} of {count}")
+        raise common.BenchError(f"the receiver stored {stored} of {count}")
     return {
         "backlog": count,
         "waiting": where,
@@ -333,42 +313,26 @@ def _sweep_chart(
     return charts.draw(name, title, paint)
 
 
+SWEEP_SECTIONS = (
+    ("payload", "by_payload_bytes", "Payload size", "payload bytes", "throughput_vs_payload",
+     "Drain throughput vs payload size", "payload size (bytes)",
+     "A persistent session's backlog (QoS 1, one topic) drained by each peer; rates over the "
+     "drain process's wall time (start → exit, the same clock for the three peers); "
+     "in-process: connect → last message; peak RSS of the drain process."),
+    ("topics", "by_topics", "Distinct topics", "topics", "topics_scale",
+     "Drain rate and memory vs distinct topics", "distinct topics",
+     "100-byte payloads spread round-robin over N distinct topic names, drained as above."),
+)  # fmt: skip
+
+
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
     out: Lines = []
-    payload = data.get("payload")
-    if isinstance(payload, Mapping):
-        out += [
-            "### Payload size",
-            "",
-            "A persistent session's backlog (QoS 1, one topic) drained by each peer; rates "
-            "over the drain process's wall time (start → exit, the same clock for the three "
-            "peers); in-process: connect → last message; peak RSS of the drain process.",
-            "",
-            *_sweep_table(payload, "by_payload_bytes", "payload bytes"),
-            "",
-            *_sweep_chart(
-                charts, payload, "by_payload_bytes", "throughput_vs_payload",
-                "Drain throughput vs payload size", "payload size (bytes)",
-            ),
-        ]  # fmt: skip
-    topics = data.get("topics")
-    if isinstance(topics, Mapping):
-        out += [
-            "### Distinct topics",
-            "",
-            "100-byte payloads spread round-robin over N distinct topic names, drained as above.",
-            "",
-            *_sweep_table(topics, "by_topics", "topics"),
-            "",
-            *_sweep_chart(
-                charts, topics, "by_topics", "topics_scale",
-                "Drain rate and memory vs distinct topics", "distinct topics",
-            ),
-        ]  # fmt: skip
+    for name, key, title, label, chart, chart_title, xlabel, text in SWEEP_SECTIONS:
+        if isinstance(sweep := data.get(name), Mapping):
+            out += [f"### {title}", "", text, "", *_sweep_table(sweep, key, label), ""]
+            out += _sweep_chart(charts, sweep, key, chart, chart_title, xlabel)
     backlog = data.get("backlog")
-    if isinstance(backlog, Mapping):
-        out += _backlog_section(backlog, charts)
-    return out
+    return out + _backlog_section(backlog, charts) if isinstance(backlog, Mapping) else out
 
 
 def _backlog_section(backlog: Mapping[str, Any], charts: Charts) -> Lines:
@@ -438,22 +402,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["receiver"]:
         return run_receiver(argv[1:])
-    parser = arguments("scale", __doc__, messages=100_000, repeat=1, timeout=300.0)
+    parser = common.arguments("scale", __doc__, messages=100_000, repeat=1, timeout=300.0)
     parser.add_argument("sweeps", nargs="*", help=f"any of {', '.join(SWEEPS)} (default: all)")
     parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
-    parser.add_argument(
-        "--payload-sizes", type=int, nargs="+", default=[10, 100, 1024, 16 * 1024, 64 * 1024]
-    )
+    parser.add_argument("--payload-sizes", type=int, nargs="+", default=list(PAYLOAD_SIZES))
+    parser.add_argument("--topic-counts", type=int, nargs="+", default=list(TOPIC_COUNTS))
+    parser.add_argument("--backlog-sizes", type=int, nargs="+", default=list(BACKLOG_SIZES))
     parser.add_argument("--payload-budget", type=int, default=256 << 20, help="bytes per backlog")
-    parser.add_argument("--topic-counts", type=int, nargs="+", default=[1, 100, 10_000, 100_000])
     parser.add_argument("--topic-messages", type=int, default=100_000)
-    parser.add_argument(
-        "--backlog-sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 10_000_000]
-    )
     parser.add_argument("--backlog-max", type=int, default=10_000_000)
-    parser.add_argument(
-        "--backlog-budget", type=float, default=900.0, help="seconds (10^7: 2 cores)"
-    )
+    parser.add_argument("--backlog-budget", type=float, default=900.0, help="seconds")
     parser.add_argument(
         "--backlog-where", nargs="+", choices=["broker", "wal"], default=["broker", "wal"]
     )
@@ -469,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.backlog_max = min(args.backlog_max, 100_000)
 
     def measure() -> dict[str, Any]:
-        info = machine()
+        info = common.machine()
         results: dict[str, Any] = {"machine": info}
         if "payload" in args.sweeps:
             print("payload size sweep (wall clock of each drain process):")
@@ -489,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         info["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
         return results
 
-    return finish("scale", measure, args.output, section)
+    return common.finish("scale", measure, args.output, section)
 
 
 if __name__ == "__main__":

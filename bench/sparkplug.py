@@ -25,19 +25,7 @@ from typing import Any
 
 from connector.sparkplug.state import SEQ_MODULO
 
-from . import drainer
-from .common import (
-    MOSQUITTO_INFLIGHT,
-    REPO_ROOT,
-    BenchError,
-    Stats,
-    arguments,
-    finish,
-    machine,
-    paired_ratio,
-    publish_windowed,
-    turn,
-)
+from . import common, drainer
 from .cpu_sampler import NOT_THE_PIPELINE
 from .ingest import (
     CLOCKS,
@@ -190,9 +178,10 @@ def profile_decoder(backlog: Sequence[tuple[str, bytes]], limit: int = 10) -> li
     profiler.runcall(decode_partition)
     found = pstats.Stats(profiler).get_stats_profile().func_profiles
     top = sorted(found.items(), key=lambda item: item[1].cumtime, reverse=True)[:limit]
+    root = f"{common.REPO_ROOT}/"
     return [
         {
-            "function": f"{p.file_name.replace(f'{REPO_ROOT}/', '')}:{p.line_number}({name})",
+            "function": f"{p.file_name.removeprefix(root)}:{p.line_number}({name})",
             "ncalls": p.ncalls,
             "tottime": round(p.tottime, 3),
             "cumtime": round(p.cumtime, 3),
@@ -225,7 +214,7 @@ def run_peer(
         publish = backlog.__getitem__
         return drainer.backlog(
             count, [(client_id, TOPIC_FILTER)], qos=QOS,
-            publish=lambda url: publish_windowed(url, count, publish, setup.timeout, QOS),
+            publish=lambda url: common.publish_windowed(url, count, publish, setup.timeout, QOS),
         )  # fmt: skip
 
     flags = job_arguments(peer, client_id, setup.source_options)
@@ -272,11 +261,11 @@ def build_results(
 ) -> dict[str, Any]:
     """The JSON document of a run (``bench/results/sparkplug.json``)."""
     msg_rates = {peer: [message_rate(r) for r in found] for peer, found in runs.items()}
-    paired = paired_ratio(msg_rates[SPARKPLUG], msg_rates[RAW])
+    paired = common.paired_ratio(msg_rates[SPARKPLUG], msg_rates[RAW])
     peers = {
         peer: {
-            "messages_per_second": Stats.of(msg_rates[peer]).as_dict(1),
-            "rows_per_second": Stats.of(r.rate for r in found).as_dict(1),
+            "messages_per_second": common.Stats.of(msg_rates[peer]).as_dict(1),
+            "rows_per_second": common.Stats.of(r.rate for r in found).as_dict(1),
             "rows_per_message": round(found[0].rows / found[0].details["messages"], 4),
             "runs": [r.as_dict() for r in found],
             "warmup_rates": [round(message_rate(w)) for w in warmups.get(peer, [])],
@@ -303,7 +292,7 @@ def build_results(
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Any:
-    parser = arguments("sparkplug", __doc__, messages=20_000, repeat=3, timeout=600.0)
+    parser = common.arguments("sparkplug", __doc__, messages=20_000, repeat=3, timeout=600.0)
     parser.add_argument("--metrics", type=int, default=10, help="metrics per birth and NDATA")
     parser.add_argument("--nodes", type=int, default=1, help="edge nodes (default 1)")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="unmeasured rounds first")
@@ -327,11 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = Setup(args.trigger, args.timeout, tuple(args.source_option))
 
     def measure() -> dict[str, Any]:
-        info = machine("pyspark", "delta-spark", "pyarrow")
+        info = common.machine("pyspark", "delta-spark", "pyarrow")
         try:
             backlog = backlog_messages(args.messages, args.metrics, args.nodes)
         except ImportError as exc:  # pysparkplug: `make setup` installs it
-            raise BenchError(f"cannot build the payloads ({exc}); run make setup") from exc
+            raise common.BenchError(f"cannot build the payloads ({exc}); run make setup") from exc
         rows = {
             SPARKPLUG: expected_rows(args.messages, args.metrics, args.nodes),
             RAW: len(backlog),
@@ -343,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = spark_session("bench-sparkplug")
         runs: dict[str, list[Landing]] = {peer: [] for peer in PEERS}
         warmups: dict[str, list[Landing]] = {peer: [] for peer in PEERS}
-        orders = [turn(PEERS, rep) for rep in range(args.repeat)]
+        orders = [common.turn(PEERS, rep) for rep in range(args.repeat)]
         # The warm-up rounds first: JIT, class loading, the data source lookup.
         rounds = [(warmups, list(PEERS))] * args.warmup_rounds + [(runs, o) for o in orders]
         try:
@@ -362,11 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "qos": QOS, "repeat": args.repeat, "master": "local[2]",
             "trigger": f"processingTime={args.trigger}", "sink": JOB_SINK,
             "source_options": list(args.source_option), "warmup": warmup_note(args.warmup_rounds),
-            "publish_inflight": MOSQUITTO_INFLIGHT,
+            "publish_inflight": common.MOSQUITTO_INFLIGHT,
         }  # fmt: skip
         return build_results(runs, orders, warmups, decoder, profile, info, parameters)
 
-    return finish("sparkplug", measure, args.output, section)
+    return common.finish("sparkplug", measure, args.output, section)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:

@@ -46,15 +46,13 @@ def make_batches(count: int, batch: int, properties: int = 0) -> list[list[Recor
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One layout's appends of batches of ``batch`` records, and the read back."""
+    """One layout's appends of batches of ``batch`` records."""
 
     layout: str
     batch: int
     repetition: int
-    open_seconds: float
     append_seconds: tuple[float, ...]  # wall time of each append call
     cpu_seconds: float  # process CPU time over all the appends
-    read_seconds: float  # open_reader + read in ranges of ``batch``
 
     @property
     def records(self) -> int:
@@ -66,29 +64,24 @@ class Measurement:
         return self.records / sum(self.append_seconds)
 
 
-def _percentile(ordered: Sequence[float], q: float) -> float:
+def _percentile(ordered: Sequence[float], q: float = 0.9) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
-def _median(
-    runs: Sequence[Measurement], figure: Callable[[Measurement], float], scale: float = 1000,
-    digits: int | None = 3,
-) -> float:  # fmt: skip
-    """The median of ``figure`` over ``runs``, times ``scale`` (ms by default), rounded."""
-    return round(Stats.of(figure(m) for m in runs).median * scale, digits)
+def _median(runs: Sequence[Measurement], seconds: Callable[[Measurement], float]) -> float:
+    """The median of ``seconds`` over ``runs``, in ms."""
+    return round(Stats.of(seconds(m) for m in runs).median * 1000, 3)
 
 
 def measure(
     where: str, layout: str, batches: list[list[RecordTuple]], fsync: bool, repetition: int
 ) -> Measurement:
-    """Append ``batches`` to a fresh WAL of ``layout`` at ``where``, one call each, then read
-    them back."""
+    """Append ``batches`` to a fresh WAL of ``layout`` at ``where``, one call each; check them
+    by reading them back."""
     from connector.wal import WalWriter
     from connector.wal.opening import open_reader, open_writer
 
-    began = time.perf_counter()
     writer = WalWriter.open(where, fsync=fsync) if layout == "files" else open_writer(where)
-    opened = time.perf_counter() - began
     spent = []
     try:
         cpu = time.process_time()
@@ -100,14 +93,11 @@ def measure(
         end = writer.next_offset
     finally:
         writer.close()
-    size = len(batches[0])
-    began = time.perf_counter()
-    reader = open_reader(where)
+    size, reader = len(batches[0]), open_reader(where)
     found = sum(len(reader.read(first, min(end, first + size))) for first in range(0, end, size))
-    read = time.perf_counter() - began
     if found != end or end != sum(len(b) for b in batches):
         raise RuntimeError(f"{layout}: appended {end} records, read back {found}")
-    return Measurement(layout, size, repetition, opened, tuple(spent), cpu, read)
+    return Measurement(layout, size, repetition, tuple(spent), cpu)
 
 
 def run(root: Path, args: Any, layouts: Sequence[str], sizes: Sequence[int]) -> list[Measurement]:
@@ -162,27 +152,17 @@ def summarize(
             )
             for layout in layouts
         }
-        for layout, runs in by_layout.items():
-            rows.append(
-                {
-                    "batch": size,
-                    "layout": layout,
-                    "append_ms_median": _median(
-                        runs, lambda m: statistics.median(m.append_seconds)
-                    ),
-                    "append_ms_p90": _median(
-                        runs, lambda m: _percentile(sorted(m.append_seconds), 0.9)
-                    ),
-                    "records_per_s": Stats.of(m.rate for m in runs).as_dict(0),
-                    "cpu_ms_per_append": _median(
-                        runs, lambda m: m.cpu_seconds / len(m.append_seconds)
-                    ),
-                    "open_seconds": _median(runs, lambda m: m.open_seconds, 1, 4),
-                    "read_records_per_s": _median(
-                        runs, lambda m: m.records / m.read_seconds, 1, None
-                    ),
-                }
-            )
+        rows += [
+            {
+                "batch": size,
+                "layout": layout,
+                "append_ms_median": _median(runs, lambda m: statistics.median(m.append_seconds)),
+                "append_ms_p90": _median(runs, lambda m: _percentile(sorted(m.append_seconds))),
+                "records_per_s": Stats.of(m.rate for m in runs).as_dict(0),
+                "cpu_ms_per_append": _median(runs, lambda m: m.cpu_seconds / len(m.append_seconds)),
+            }
+            for layout, runs in by_layout.items()
+        ]
         if "files" in by_layout:
             base = [m.rate for m in by_layout["files"]]
             for layout, runs in by_layout.items():
