@@ -1,11 +1,6 @@
-"""Loop chaos tests and add up what they did: ``bench/results/chaos_soak.json``.
-
-Each run is a pytest process of its own on one chaos test (a fresh seed, kept with its tally,
-``tests/chaos/tally.py``); ``--loops`` runs side by side make timing faults likelier. Per test:
-runs, runs passed, the seeds of the failed ones, and every counter summed. Run it from a
-worktree of its own while the code under test is being edited. This module also renders the
-chaos tests' own counters (``make chaos``: ``chaos.json``).
-"""
+"""Loop the chaos tests (``python -m bench.chaos_soak``): each run a pytest process of its own
+with a fresh seed, ``--loops`` side by side; per test the runs passed, the seeds that failed and
+every counter summed (``chaos_soak.json``). Also renders the chaos tests' ``chaos.json``."""
 
 from __future__ import annotations
 
@@ -117,8 +112,7 @@ SOAK_FAULTS = (
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """Per test: runs, messages per QoS, faults, lost and extra rows (QoS 2 must have none;
-    QoS 1 extra rows are counted resends)."""
+    """Per test: runs, messages per QoS, faults, lost and extra rows."""
     rows = []
     for test, entry in data["tests"].items():
         c = entry["counters"]
@@ -161,8 +155,7 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """``bench/results/chaos.json``, written by the chaos tests (``make chaos``): whatever
-    counters they recorded (any dict, nested dicts flattened)."""
+    """Whatever counters the chaos tests wrote to ``chaos.json``, nested dicts flattened."""
     counters = _flatten({k: v for k, v in data.items() if k != "machine"})
     rows = [
         [f"`{k}`", json.dumps(v) if isinstance(v, list | dict) else str(v)] for k, v in counters

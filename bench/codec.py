@@ -1,12 +1,6 @@
-"""PUBLISH decode rate: our stream decoder against paho-mqtt's packet reader on the same bytes.
-
-One stream of QoS 1 PUBLISH frames (100-byte payloads) is cut into socket-sized reads at random
-positions and decoded in this process by ``ours: decode only`` (``ReceiveBuffer.feed``),
-``ours: decode + callback`` (a counting callback per message: the >= 10x goal against paho),
-``ours: session + acks`` (the client's whole receive path without the socket) and paho-mqtt's
-``_packet_read`` over a fake socket (cheaper than a real one: this favours paho). Every peer is
-checked in full once (topics, payloads, packet ids, PUBACK bytes), then timed in turns.
-"""
+"""PUBLISH decode rate (``python -m bench.codec``): our stream decoder, with a callback and with
+the whole session receive path, against paho-mqtt's packet reader over a fake socket, on the same
+QoS 1 frames cut into random reads; every peer checked in full once, then timed in turns."""
 
 from __future__ import annotations
 
@@ -104,8 +98,7 @@ def run_ours_callback(work: Workload) -> tuple[float, int]:
 def run_ours_session(
     work: Workload, on_message: Callable[[Publish], None] | None = None
 ) -> tuple[float, int, int]:
-    """The session's receive path per read: events, callback, acks queued and taken.
-    Returns (seconds, messages, acknowledgement bytes)."""
+    """The session's receive path per read; (seconds, messages, acknowledgement bytes)."""
     count = 0
 
     def counting(message: Publish) -> None:
@@ -133,8 +126,7 @@ def run_ours_session(
 
 
 class FakeSocket:
-    """Serves prepared reads to ``recv(n)`` (at most ``n`` bytes, never across two reads, as
-    a real socket returns what has arrived) and discards what is sent, counting bytes."""
+    """Serves prepared reads to ``recv(n)`` as a socket would and counts what is sent."""
 
     def __init__(self, reads: Sequence[bytes]) -> None:
         self._reads = iter(reads)

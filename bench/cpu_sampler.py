@@ -1,9 +1,5 @@
-"""CPU time of a Spark peer's run, per component, sampled from ``/proc`` in a thread.
-
-The sampler shares the cores with the pipeline it measures, so a sample reads little: the stat
-line of each process of ours and, inside the driver JVM, only the threads of the named groups
-(the JVM's other threads are its total minus those), with ``os.read``.
-"""
+"""CPU time of a Spark peer's run per component, sampled from ``/proc`` in a thread: the stat
+line of each process of ours and, in the driver JVM, only the threads of the named groups."""
 
 from __future__ import annotations
 
@@ -60,9 +56,7 @@ def classify_thread(name: str) -> str:
 
 
 class CpuSampler:
-    """Samples the CPU time of this process's descendants by COMPONENTS, and of the machine,
-    every ``interval`` s in a thread; an exited process keeps its last value. ``own_cpu``: the
-    sampler's own; ``proc``: the procfs root (tests pass a directory)."""
+    """CPU time of this process's descendants by COMPONENTS, and the machine's, in a thread."""
 
     def __init__(self, interval: float = 0.25, proc: str = "/proc") -> None:
         self.interval = interval
@@ -123,8 +117,7 @@ class CpuSampler:
         self._last[("jvm", pid)] = (OTHER_JVM_THREADS, max(0, ticks - in_groups))
 
     def _system_busy(self) -> int:
-        """Busy clock ticks of all CPUs since boot: user, nice, system, irq, softirq and steal
-        (guest time is inside user and nice)."""
+        """Busy clock ticks of all CPUs since boot (guest time is inside user and nice)."""
         raw = read_small(f"{self.proc}/stat") or b"cpu 0 0 0 0 0"
         values = [int(v) for v in raw.split(b"\n", 1)[0].split()[1:9]]
         return sum(values) - values[3] - values[4]
@@ -163,8 +156,7 @@ class CpuSampler:
         self.own_cpu += time.thread_time() - began
 
     def window(self, start: float, end: float) -> tuple[float, dict[str, float]]:
-        """Seconds covered and CPU seconds per component from the last sample at or before
-        ``start`` to the first at or after ``end`` (epoch seconds)."""
+        """Seconds covered and CPU seconds per component from ``start`` to ``end``."""
         before = [s for s in self.samples if s[0] <= start] or self.samples[:1]
         after = [s for s in self.samples if s[0] >= end] or self.samples[-1:]
         (t0, first), (t1, last) = before[-1], after[0]

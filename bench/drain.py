@@ -1,13 +1,7 @@
-"""Backlog drain rate: a persistent session's queued QoS 1 (or 2) messages, read and acknowledged.
-
-For every peer and repetition a fresh Mosquitto holds a fresh backlog of N numbered messages
-(``bench.drainer``), drained by ``ours``, ``ours-wal``, ``paho`` (``bench.drainer``'s workers)
-or ``mosquitto_sub -C N``; three clocks (in the process, the process's wall time, and until the
-broker logged the end of the connection); a resumed session must then hold nothing. Goals
-(QoS 1): ours >= 0.7x and ours-wal >= 0.8x mosquitto_sub, ours >= 2.5x paho. ``--qos 2``
-(``drain_qos2.json``, at most 65,535 messages: Mosquitto 2.0.11 numbers a message when it
-queues it) drains until every exchange is complete, with no goals.
-"""
+"""Backlog drain rate (``python -m bench.drain [--qos 2]``): a persistent session's queued
+messages on a fresh Mosquitto, drained by ``bench.drainer``'s ``ours``, ``ours-wal`` and
+``paho`` and by ``mosquitto_sub``, in turns, on three clocks; the broker must hold nothing after.
+QoS 2 (at most 65,535 messages) drains until every exchange is complete."""
 
 from __future__ import annotations
 
@@ -134,8 +128,7 @@ def clock_rates(drains: list[Drain], count: int) -> dict[str, list[float]]:
 
 
 def paired_ratios(rates: dict[str, dict[str, list[float]]], qos: int) -> dict[str, common.Stats]:
-    """ours/peer per clock, paired by repetition, plus the goal's mixed comparison (at QoS 2
-    also with ``connect -> exchanges complete``)."""
+    """ours/peer per clock paired by repetition, and the goals' mixed comparisons."""
     clocks = list(CLOCKS[qos])
     ratios: dict[str, common.Stats] = {}
     for mine in ("ours", "ours-wal"):

@@ -1,9 +1,7 @@
-"""Backlogs and what drains them: :func:`backlog` (a fresh Mosquitto holding N messages for
-persistent sessions), the drain workers ``ours`` (``MqttClient``), ``ours-wal`` (the source's
-receiver into a WAL) and ``paho`` (paho-mqtt 2.x), one process per drain (:func:`run`: one JSON
-line out, N distinct messages and at QoS 2 every exchange complete, or exit 1), what a resumed
-session still holds (:func:`left_in_session`), and Delta tables read back.
-"""
+"""Backlogs (a fresh Mosquitto holding N messages for persistent sessions) and the drain
+workers, one process per drain (``python -m bench.drainer PEER URL CLIENT_ID COUNT``): ``ours``,
+``ours-wal`` (the receiver into a WAL) and ``paho``; what a resumed session still holds; Delta
+tables read back."""
 
 from __future__ import annotations
 
@@ -44,9 +42,7 @@ def backlog(
     count: int, sessions: Sessions, publish: Callable[[str], float], qos: int = 1,
     inflight: int = MOSQUITTO_INFLIGHT,
 ) -> Backlog:  # fmt: skip
-    """A fresh Mosquitto (``max_inflight_messages`` ``inflight``, 0: unbounded) where each
-    (client id, filter) of ``sessions`` subscribed and left; ``publish(url)`` queues
-    ``count`` messages for them and returns its rate."""
+    """A fresh Mosquitto where ``sessions`` subscribed and left, then ``publish(url)``."""
     from devtools.mosquitto import MosquittoBroker
 
     from .common import create_session
@@ -64,8 +60,7 @@ def backlog(
 
 
 def pub_inflight(qos: int, inflight: int) -> list[str]:
-    """The pub tool's ``--inflight`` for a broker window: at QoS 2 no more in flight than it
-    (Mosquitto acknowledges but drops QoS 2 messages beyond it)."""
+    """The pub tool's ``--inflight``: at QoS 2 within the broker's window (beyond: dropped)."""
     return ["--inflight", str(inflight)] if qos == 2 and 0 < inflight < PUB_INFLIGHT else []
 
 
@@ -73,8 +68,7 @@ def publish_numbered(
     url: str, count: int, size: int, timeout: float, qos: int = 1, inflight: int = PUB_INFLIGHT,
     topic: str = TOPIC,
 ) -> float:  # fmt: skip
-    """``count`` numbered messages published by our pub tool, which exits once every one was
-    acknowledged (QoS 2: completed); returns its rate."""
+    """Numbered messages by our pub tool until every one was acknowledged; its rate."""
     command = [*pub_command(url, topic, qos, count, size), *pub_inflight(qos, inflight)]
     report = json_line(command, timeout, "publishing the backlog")
     if report.get("published") != count:
@@ -83,8 +77,7 @@ def publish_numbered(
 
 
 def left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, int]:
-    """(messages, PUBRELs) the broker sends when the session resumes, read by a bare socket
-    that answers nothing for ``wait`` s after CONNACK; BenchError unless the session was kept."""
+    """(messages, PUBRELs) a resumed session still sends to a bare socket that answers nothing."""
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Publish, Pubrel
     from connector.mqtt.receive_buffer import ReceiveBuffer
@@ -122,9 +115,7 @@ def _watch(
     receiver: Any, figure: Callable[[], int], done: Callable[[int], bool], deadline: float,
     stall: float,
 ) -> tuple[float, int]:  # fmt: skip
-    """Poll ``figure()`` until ``done`` with it, ``deadline`` passes, it stays the same for
-    ``stall`` s or the receiver fails; (that time, the figure). The interval: 20 times the cost
-    of ``figure()`` (``qos2_pending`` copies a set), at least 0.5 ms."""
+    """Poll ``figure()`` until ``done``, the deadline, a stall or a failure; (time, figure)."""
     progress, seen = time.perf_counter(), None
     while True:
         before = time.perf_counter()
@@ -189,9 +180,7 @@ def drain_ours(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def drain_paho(args: argparse.Namespace) -> dict[str, Any]:
-    """paho-mqtt 2.x: on_message checks, paho acknowledges (QoS 2: on_message comes with the
-    PUBREL). loop_forever's cycle through paho's external-loop API, so that it stops right
-    after the last PUBACK was written (before DISCONNECT)."""
+    """paho-mqtt 2.x in loop_forever's cycle, to stop right after its last acknowledgement."""
     from paho.mqtt import client as paho
 
     parts = urlsplit(args.url)
@@ -237,9 +226,7 @@ def drain_paho(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def drain_receiver(args: argparse.Namespace) -> dict[str, Any]:
-    """The source's receiver into a fresh WAL (an fsync per socket read, acknowledgements after
-    it) until ``count`` records are durable (QoS 2: then until no QoS 2 id is pending); then
-    the WAL is read back."""
+    """The source's receiver into a fresh WAL until ``count`` records are durable (and released)."""
     from connector.wal import WalReader
 
     count, qos = args.count, args.qos
@@ -303,8 +290,7 @@ def command(
 def run(
     peer: str, url: str, client_id: str, count: int, timeout: float, **kwargs: Any
 ) -> tuple[float, dict[str, Any]]:
-    """A drain worker's process: its wall time (process start -> exit) and its figures;
-    BenchError unless it drained ``count`` distinct messages, every exchange complete."""
+    """A drain worker's process: (start -> exit, its figures); BenchError unless complete."""
     argv = command(peer, url, client_id, count, timeout, **kwargs)
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 60, cwd=REPO_ROOT)
@@ -344,8 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def check_table(
     spark: Any, table: Path, figures: Mapping[str, Any], want: Mapping[str, Any]
 ) -> Any:
-    """``figures`` (name -> aggregate Column) of a Delta table with its first and last receive
-    time, read by Spark; BenchError unless they are ``want``."""
+    """``figures`` of a Delta table, first and last receive time; BenchError unless ``want``."""
     from pyspark.sql import functions as F
 
     found = (
@@ -374,8 +359,7 @@ class Commit:
 
 
 class TableTail:
-    """A Delta table's commits read from its log as they appear (an atomic rename each): when
-    each was first seen, the files and rows it added."""
+    """A Delta table's commits read from its log as they appear: when seen, what they added."""
 
     def __init__(self, table: Path) -> None:
         self.table = table

@@ -1,14 +1,7 @@
-"""Flow control over a long round trip: a backlog drained over MQTT 3.1.1 and MQTT 5 through a
-proxy that adds 10 ms each way, against a broker that enforces its in-flight limit.
-
-A broker sends a 3.1.1 client at most its window of unacknowledged messages (Mosquitto 2.0.12+:
-20), so over a round trip T a drain reaches at most window / T msg/s; an MQTT 5 client sets the
-window itself (Receive Maximum). Each repetition drains four fresh backlogs on a fresh mochi-mqtt
-(``tools/mochi-broker``, which keeps the window; Mosquitto 2.0.11 does not), arms in turns:
-(a) 3.1.1 on loopback, (b) 3.1.1 through ``devtools.delay_proxy``, (c) MQTT 5 through the proxy,
-(d) MQTT 5 on loopback; the drainer is the source's receiver into a WAL (``bench.drainer``'s
-``ours-wal``). Goals: (c)/(d) and (c)/(a) >= 0.5, paired by repetition.
-"""
+"""Flow control over a long round trip (``python -m bench.flow_control``): a backlog drained into
+a WAL over MQTT 3.1.1 and 5, on loopback and through ``devtools.delay_proxy`` (10 ms each way),
+from a mochi-mqtt broker that keeps its in-flight window (3.1.1: 20; MQTT 5: Receive Maximum);
+the four arms in turns, ratios paired by repetition."""
 
 from __future__ import annotations
 
@@ -105,8 +98,7 @@ def mqtt_round_trip(url: str, attempts: int = 3) -> float:
 
 
 def drain_once(arm: Arm, args: Any, workdir: Path) -> Run:
-    """Fresh mochi with the in-flight window, fresh backlog in a persistent session of the
-    arm's protocol, drained by a worker straight or through the delay proxy."""
+    """Fresh mochi and backlog of the arm's protocol, drained straight or through the proxy."""
     from devtools.delay_proxy import DelayProxy
     from tests.interop_brokers import mochi_broker
 

@@ -1,15 +1,7 @@
-"""Backlog into Delta: queued QoS 1 and QoS 2 messages landed by the ingest query, in msg/s.
-
-For every repetition, QoS and peer a fresh Mosquitto holds a fresh backlog of N numbered
-100-byte JSON payloads; peers in turns: ``ours-wal`` / ``ours-inline``, the ingest job's query
-(its options and ``foreachBatch`` writer) in this process on local[2] with ``partitionData`` wal
-or inline; ``synthetic``, the same write path fed by Spark's file source (as many rows and tasks
-per batch as ours: Spark + Delta's ceiling); ``paho``, a plain client's drain, nothing written;
-``ours-s3`` / ``ours-s3-inline`` (``--s3-modes``), the WAL on an S3 server (``bench.ingest_s3``).
-Clock: the start of the first batch with rows to the end of the batch completing N. Unmeasured
-warm-up rounds land ``--warmup-rows`` rows first; a full GC of the driver JVM precedes each run.
-Goals: 80,000 (QoS 1) and 60,000 (QoS 2) msg/s into Delta.
-"""
+"""Backlog into Delta (``python -m bench.ingest``): queued QoS 1 and 2 JSON messages landed by
+the ingest job's query (``partitionData`` wal or inline; ``--s3-modes``: the WAL on S3, see
+``bench.ingest_s3``) against Spark's own ceiling (``synthetic``, the same writer fed by files)
+and paho's raw drain; peers in turns after unmeasured warm-up rounds, each on a fresh broker."""
 
 from __future__ import annotations
 
@@ -82,8 +74,7 @@ def spark_session(name: str, progress_updates: int = 10_000, master: str = "loca
 
 
 def collect_garbage(spark: Any) -> None:
-    """A full GC of the driver JVM: the ContextCleaner removes what earlier runs' queries left
-    only once a GC found it unreachable, which a run would otherwise pay inside its clock."""
+    """A full GC of the driver JVM, so that no run pays for what earlier queries left."""
     spark.sparkContext._jvm.java.lang.System.gc()
 
 
@@ -101,8 +92,7 @@ def job_sink(
     frame: Any, table: Path, checkpoint: Path, trigger: str, payload_format: str = "binary",
     checkpoint_interval: int | None = None,
 ) -> tuple[Any, float]:  # fmt: skip
-    """``frame.writeStream`` into ``table`` by the ingest job's writer, and the seconds taken
-    to create the table first, as the job does before its query starts."""
+    """``frame.writeStream`` by the ingest job's writer; the seconds to create the table first."""
     from streaming_jobs.batch_writer import BatchWriter
     from streaming_jobs.payloads import make_plan
     from streaming_jobs.progress import RunStats
@@ -136,9 +126,7 @@ class QueryRun:
 
 
 def run_query(writer: Any, rows: int, timeout: float) -> QueryRun:
-    """Start ``writer``, wait until ``rows`` rows are committed, stop it; the non-empty batches
-    up to the one completing ``rows``, and the pipeline's CPU time around them. The query's
-    whole progress list (costly for the driver JVM) is read only after a new batch."""
+    """Run ``writer`` until ``rows`` rows are committed: those batches, the CPU around them."""
     with CpuSampler() as sampler:
         started = time.perf_counter()
         query = writer.start()
@@ -281,8 +269,7 @@ class Setup:
 
 @dataclass(frozen=True, slots=True)
 class OursPeer:
-    """One of our Spark peers: ``partitionData``, the backlog's QoS, where its WAL lives
-    (``local``: in the checkpoint; ``s3``: on the run's S3 server) and the broker's window."""
+    """One of our Spark peers: ``partitionData``, QoS, where its WAL lives, the broker's window."""
 
     mode: str
     qos: int
@@ -291,8 +278,7 @@ class OursPeer:
 
     @property
     def name(self) -> str:
-        """``ours-wal``, ``ours-inline``, ``ours-s3``, ``ours-s3-inline``; then ``-qos2``, and
-        ``-inflight<N>`` / ``-inflight-unbounded`` off Mosquitto's default window."""
+        """``ours-wal``, ``ours-s3-inline``, ...; ``-qos2``, ``-inflight<N>`` off the default."""
         base = f"ours-{self.mode}" if self.store == "local" else f"ours-{self.store}"
         if self.store != "local" and self.mode != "wal":
             base += f"-{self.mode}"
@@ -367,9 +353,7 @@ def run_job(
     flags: Sequence[str],
     payload_format: str = "binary",
 ) -> tuple[Landing, Path]:
-    """The ingest job's query (its ``flags`` besides the broker, table and checkpoint) over a
-    fresh ``backlog()`` until ``rows`` rows landed, after a full GC of the driver JVM; the run
-    and its table."""
+    """The ingest job's query (``flags``) over a fresh ``backlog()`` until ``rows`` rows landed."""
     collect_garbage(spark)
     table, checkpoint = workdir / f"{peer}-table", workdir / f"{peer}-checkpoint"
     queued = backlog()
@@ -386,8 +370,7 @@ def run_job(
 def run_ours(
     spark: Any, peer: OursPeer, count: int, setup: Setup, workdir: Path, wal: str | None = None
 ) -> Landing:
-    """The ingest job's query over a fresh backlog of ``count`` messages of ``peer``'s QoS and
-    window; its WAL at ``wal`` or, without one, where the job puts it."""
+    """The ingest job's query over a fresh JSON backlog of ``peer``'s QoS and window."""
     store = "" if peer.store == "local" else f"{peer.store}-"
     client_id = f"bench-ingest-{store}{peer.mode}-qos{peer.qos}"
     options = (*setup.source_options, *([f"walPath={wal}"] if wal else []))
@@ -408,8 +391,7 @@ def warmup_rounds(round_rows: int, target: int) -> int:
 
 
 def synthetic_files_per_batch(rows_per_batch: int) -> int:
-    """Files (so tasks) per batch of the synthetic peer: as many as ours cut such a batch into
-    (``split_range`` with the default ``recordsPerPartition``)."""
+    """Files, so tasks, per batch: as many as ours cut such a batch into."""
     from connector.options.source import RECORDS_PER_PARTITION
     from connector.spark.reader.stream_reader import split_range
 
@@ -419,8 +401,7 @@ def synthetic_files_per_batch(rows_per_batch: int) -> int:
 def run_synthetic(
     spark: Any, count: int, rows_per_batch: int, setup: Setup, workdir: Path
 ) -> Landing:
-    """The same rows through the same write path from Parquet files of the source's schema,
-    made beforehand, ``synthetic_files_per_batch`` files per batch (a stream that ends)."""
+    """The same rows through the same writer from Parquet files, as many a batch as ours' tasks."""
     from pyspark.sql import functions as F
 
     from connector.spark.schema import SCHEMA_DDL
@@ -453,8 +434,7 @@ def run_synthetic(
 
 
 def run_paho(count: int, timeout: float, qos: int) -> dict[str, Any]:
-    """paho-mqtt draining a fresh backlog (``bench.drainer``): its figures and its CONNACK ->
-    last message rate."""
+    """paho-mqtt draining a fresh backlog: its figures and its CONNACK -> last message rate."""
     client_id = f"bench-ingest-paho-qos{qos}"
     queued = json_backlog(
         count, [(client_id, TOPIC_FILTER)], timeout, qos, common.MOSQUITTO_INFLIGHT
@@ -499,8 +479,7 @@ class IngestRun:
         self.rounds = 0 if args.no_warmup else warmup_rounds(round_rows, args.warmup_rows)
 
     def spark_round(self, label: str, rep: int, into: dict[str, list[Landing]]) -> None:
-        """Every Spark peer once, in the turn of ``rep``; the synthetic peer (warm-up: two
-        batches) with as many rows per batch as the first of ours had."""
+        """Every Spark peer once in the turn of ``rep``; synthetic with ours' rows per batch."""
         run_dir = self.work / label
         batches = 2
         for peer in common.turn(self.combos, rep):
@@ -519,9 +498,7 @@ class IngestRun:
             shutil.rmtree(run_dir, ignore_errors=True)
 
     def measure(self) -> dict[str, Any]:
-        """Warm-up rounds, the repetitions (paho at each QoS after the Spark peers), the
-        append profile; the results. The S3 server starts before the Spark JVM, whose Python
-        workers inherit its credentials."""
+        """The S3 server (before the JVM: its workers inherit the credentials), rounds, results."""
         from . import ingest_s3
 
         info = common.machine("pyspark", "delta-spark")
@@ -547,9 +524,7 @@ class IngestRun:
             shutil.rmtree(self.work, ignore_errors=True)
 
     def ratios(self, headline: Mapping[str, list[float]]) -> tuple[dict[str, common.Stats], dict]:
-        """Paired ratios: ours against the synthetic peer and paho (on the default window);
-        a peer with its WAL on the store against its local peer. Returns them, and the S3
-        peers' pairs."""
+        """Paired ratios against synthetic and paho, and of each S3 peer against its local one."""
         spec = {peer.name: peer for peer in self.combos}
         pairs = [
             (peer, other)

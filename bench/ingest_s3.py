@@ -40,16 +40,14 @@ SHARED_WAL_GOAL = 0.5
 
 
 class S3Store:
-    """An S3-compatible server on loopback (``devtools.s3_server``, s3proxy) with one bucket;
-    every WAL on it gets a fresh prefix."""
+    """An S3 server on loopback (s3proxy) with one bucket; a fresh prefix per WAL."""
 
     def __init__(self, server: Any, bucket: str) -> None:
         self.server, self.bucket, self._made = server, bucket, 0
 
     @classmethod
     def start(cls, workdir: Path, bucket: str = "bench-wal") -> S3Store:
-        """The test credentials into the environment (before any S3 client or Spark JVM
-        starts), then the server and the bucket."""
+        """The test credentials (before any S3 client or JVM), then the server and the bucket."""
         from devtools.s3_server import S3Server, use_test_credentials
 
         use_test_credentials()
@@ -120,9 +118,7 @@ def _spread(ordered: Sequence[float], scale: int) -> dict[str, float]:
 def receiver_appends(
     peer: OursPeer, count: int, wal: str, timeout: float, *, live: bool = False
 ) -> Appends:
-    """The source's receiver alone in this process storing ``count`` messages into the WAL at
-    ``wal``, every ``append`` timed. The messages wait at the broker before it connects, or
-    (``live``) our pub tool sends them while it is connected."""
+    """The receiver alone storing ``count`` messages (backlog or ``live``), appends timed."""
     client_id = "bench-ingest-appends"
     sessions = [(client_id, TOPIC_FILTER)]
     if live:  # the session only: the publisher sends while the receiver is connected
@@ -177,8 +173,7 @@ def receiver_appends(
 
 
 def append_profile(run: IngestRun) -> dict[str, Any]:
-    """``--append-profile``: every repetition, window and QoS, the receiver alone into a local
-    WAL and into one on the S3 server, on the backlog and (``--live-messages``) live, in turns."""
+    """The receiver alone into a local WAL and an S3 one, backlog and live, in turns."""
     peers = [
         OursPeer("wal", qos, store, window)
         for window in run.windows
@@ -254,8 +249,7 @@ def _batch_rows(run: Data) -> list[int]:
 
 
 def section(data: Data, charts: Charts, detail: bool = True) -> Lines:
-    """``bench.ingest --s3-modes ...``: rates, paired ratios and, with ``detail``, rows per
-    micro-batch and CPU per component."""
+    """The S3 peers' rates, paired ratios and, with ``detail``, batches and CPU."""
     params = data.get("parameters", {})
     sizes = params.get("messages_per_qos") or {}
     backlogs = " and ".join(f"{num(n)} QoS {q}" for q, n in sizes.items())
@@ -663,8 +657,7 @@ def intro(results: Data) -> Lines:
 
 
 def what_limits(results: Data) -> Lines:
-    """Bullets that put figures of the ``ingest_s3*`` and ``wal_throughput`` results side by
-    side; a bullet whose results are missing is left out."""
+    """Figures of the ``ingest_s3*`` and ``wal_throughput`` results side by side, as bullets."""
     bullets = [
         found
         for make in (

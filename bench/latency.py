@@ -1,13 +1,7 @@
-"""Send -> visible latency into Delta.
-
-For every (rate, trigger interval) pair: a fresh Mosquitto, the ingest job's query (its writer,
-a fresh table, local[2]) and a publisher subprocess (our client, QoS 1, 100 in flight) sending
-``rate`` messages per second for ``--duration`` seconds, each payload carrying its send time. A
-row's latency: the time a thread first saw its Delta commit (polling the log every 5 ms) minus
-that send time; every number must land once, the first ``--warmup`` seconds are left out. A
-throwaway 30-second run warms the JVM up first; the tables have the job's checkpoint interval
-(1000), and one more goal run uses Delta's default, 10 (docs/operations.md, "Latency").
-"""
+"""Send -> visible latency into Delta (``python -m bench.latency``): per (rate, trigger) a
+publisher at a fixed rate into the ingest job's query; a row's latency is when its Delta commit
+was first seen minus the send time in its payload. A goal run also on Delta's checkpoint
+interval (10) besides the job's (1000)."""
 
 from __future__ import annotations
 
@@ -53,8 +47,7 @@ def quantile(ordered: Sequence[float], q: float) -> float:
 def publish_at_rate(
     url: str, rate: float, duration: float, size: int, client_id: str
 ) -> dict[str, Any]:
-    """Publish ``rate * duration`` QoS 1 messages on a token-bucket schedule; the achieved
-    rate and how far behind schedule the publisher fell at worst."""
+    """``rate * duration`` QoS 1 messages on a token-bucket schedule; the achieved rate."""
     from connector.mqtt.config import SessionConfig
     from connector.mqtt.driver import MqttClient
 
@@ -115,8 +108,7 @@ def run_once(
     spark: Any, rate: int, trigger: str, args: Any, workdir: Path,
     checkpoint_interval: int = JOB_CHECKPOINT_INTERVAL, duration: float = 0.0, warmup: float = 0.0,
 ) -> dict[str, Any]:  # fmt: skip
-    """One (rate, trigger) pair on a fresh broker and a fresh table with
-    ``delta.checkpointInterval`` ``checkpoint_interval``."""
+    """One (rate, trigger) pair on a fresh broker and table."""
     from devtools.mosquitto import MosquittoBroker
 
     duration, warmup = duration or args.duration, warmup or args.warmup

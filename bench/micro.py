@@ -1,10 +1,6 @@
-"""The small costs behind choices the code makes, each measured against its alternative in the
-same run: an enum member read through its class or as a module name (``connector.mqtt.decode``),
-a WAL record as a ``NewRecord`` or a plain tuple (``connector.receiver.receiver``), CRC32 over
-segment bytes (``connector.wal.recovery``), the receiver's figures against a WAL append
-(``connector.receiver.figures``), and one PySpark ``Column`` built (``streaming_jobs.projections``;
-skipped with ``--no-spark``).
-"""
+"""The small costs behind choices the code makes (``python -m bench.micro``), each against its
+alternative in the same run: enum reads, WAL records, CRC32, the receiver's figures, one PySpark
+``Column``."""
 
 from __future__ import annotations
 
@@ -74,8 +70,7 @@ def crc32_rate(repeat: int) -> dict[str, Any]:
 
 
 def append_figures(repeat: int, directory: Path) -> dict[str, Any]:
-    """Nanoseconds per append of the receiver's figures (every append a new entry of the
-    arrival index: the most it keeps) and of a 64-message WAL append without fsync."""
+    """Nanoseconds per append of the receiver's figures and of a 64-message WAL append."""
     records = [("plant/line-3/s/t", b"x" * 100, 1, False, False, n + 1, 0) for n in range(64)]
     arrivals, rate = ArrivalIndex(), RateMeter(time.monotonic())
     count = [0]

@@ -49,8 +49,7 @@ def sequence_of(data: bytes, at: int = 0) -> int:
 
 
 class Tally:
-    """Which of the sequence numbers 0..count-1 arrived, and how often; ``at`` is where the
-    number sits in a payload (0, or ``JSON_SEQ_AT``)."""
+    """Which of the numbers 0..count-1 arrived and how often; ``at``: where a payload holds it."""
 
     __slots__ = ("at", "copies", "distinct", "out_of_range", "received")
 

@@ -1,13 +1,7 @@
-"""Duplicates from one dropped connection: how many duplicate rows does a reconnect with
-messages in flight produce on Mosquitto 2.0.11 (docs/delivery.md, last section)?
-
-Each run, per setting (QoS, the broker's ``max_inflight_messages``), settings in turns: a fresh
-Mosquitto; N numbered messages queued for the receiver's persistent session; the receiver drains
-them through ``tests.chaos.proxy.ChaosProxy``, which cuts the link once ``--cut-at`` are stored;
-it reconnects on its own and drains the rest. Recorded: what was stored at the cut and on the
-first connection, the duplicates (and those the receiver counted or withheld). A loss, an
-unfinished drain or a duplicate at QoS 2 fails the benchmark.
-"""
+"""Duplicates from one dropped connection (``python -m bench.reconnect``): per QoS and
+Mosquitto ``max_inflight_messages``, the receiver drains a backlog through a proxy that cuts the
+link once ``--cut-at`` messages are stored, reconnects and drains the rest; a loss, an
+unfinished drain or a duplicate at QoS 2 fails it."""
 
 from __future__ import annotations
 
@@ -58,8 +52,7 @@ class Setting:
 
 
 class AckWatch:
-    """Counts the receiver's acknowledgement writes and wakes waiters on each one; notes the
-    WAL's end after the last append of messages that came on the first connection."""
+    """Wakes waiters on each acknowledgement write; notes what the first connection stored."""
 
     def __init__(self, receiver: Any) -> None:
         self.cond = threading.Condition()
@@ -81,8 +74,7 @@ class AckWatch:
         receiver.client.acknowledge = acknowledge
 
     def wait(self, predicate: Callable[[], bool], deadline: float) -> bool:
-        """Wait until ``predicate()`` holds, re-checking after each acknowledgement write (and
-        at least every second); False at ``deadline``."""
+        """Wait for ``predicate()``, checked on each acknowledgement; False at ``deadline``."""
         while True:
             with self.cond:
                 seen = self.writes
@@ -159,8 +151,7 @@ def one_run(setting: Setting, args: Any, workdir: Path) -> dict[str, Any]:
                     return tally.distinct == count and not pending
 
                 def settled() -> bool:
-                    """Finished, failed, or reconnected with nothing arriving for
-                    ``GIVE_UP_QUIET_SECONDS`` (what is missing then is lost)."""
+                    """Finished, failed, or reconnected and quiet for ``GIVE_UP_QUIET_SECONDS``."""
                     if receiver.error is not None:
                         return True
                     tally.update(receiver.wal.next_offset)

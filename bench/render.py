@@ -159,8 +159,7 @@ def run_note(data: Mapping[str, Any]) -> Lines:
 
 
 class Charts:
-    """Writes PNG charts into ``directory``, linked relative to the report; without matplotlib
-    the report says so, without a directory (a section on stdout) nothing is drawn."""
+    """PNG charts in ``directory`` (none without one), linked relative to the report."""
 
     def __init__(self, directory: Path | None, report_dir: Path | None = None) -> None:
         self.directory = directory

@@ -1,9 +1,5 @@
-"""Benchmark report: ``bench/REPORT.md`` from the ``bench/results/*.json`` the benchmarks wrote.
-
-The machine of each run, then a section per results file in the order of :data:`SECTIONS`, each
-rendered by its benchmark's ``section`` (charts under ``bench/charts/``). A missing results file
-or one of an unexpected shape is said so in its section, never fatal.
-"""
+"""``bench/REPORT.md`` (``python -m bench.report``): the machine of each run, then a section per
+``bench/results/*.json`` rendered by its benchmark; a missing or malformed file is said so."""
 
 from __future__ import annotations
 
@@ -42,8 +38,7 @@ SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, Zer
 
 @dataclass(frozen=True)
 class Part:
-    """A section (``##``), in a :class:`Group` a subsection (``###``), of one results file;
-    without a command, a further view of the previous part's run."""
+    """A section (``##``, in a Group ``###``) of one results file; no command: another view."""
 
     name: str
     title: str
@@ -53,8 +48,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Group:
-    """A section over several results files: an introduction, a subsection per part, then a
-    closing subsection that puts figures of all of them side by side."""
+    """A section over several results files: intro, a subsection per part, a closing one."""
 
     title: str
     intro: Callable[[Mapping[str, Any]], Lines]
@@ -160,8 +154,7 @@ def load_results(directory: Path) -> dict[str, Any]:
 
 
 def _guarded(what: str, render: Callable[[], Lines], said: str | None) -> Lines:
-    """``render()``; on results of an unexpected shape a line saying so (``said`` names them)
-    or, without ``said``, nothing."""
+    """``render()``, or on results of an unexpected shape a line saying so (with ``said``)."""
     try:
         return render()
     except SHAPE_ERRORS as exc:

@@ -1,13 +1,6 @@
-"""How cost grows with work: ``python -m bench.scale [payload] [topics] [backlog]``.
-
-Each point on a fresh Mosquitto, QoS 1. ``payload``: a backlog of 10 B .. 64 KiB messages
-drained by ``bench.drainer``'s ``ours`` and ``paho`` and by ``mosquitto_sub``: msg/s and MB/s
-over each drain process's wall time, its peak RSS. ``topics``: the same over 1 .. 100,000
-distinct topics (memory must not grow with them). ``backlog``: the source's receiver in a
-process of its own while 10^4 .. 10^7 messages wait at the broker (a small
-``maxBacklogMessages``) or in its WAL: its RSS must stay flat; sizes that would not fit in
-``--backlog-budget`` seconds are skipped.
-"""
+"""How cost grows with work (``python -m bench.scale [payload] [topics] [backlog]``): drain rate
+and peak RSS of ``ours``, ``paho`` and ``mosquitto_sub`` over payload sizes and distinct topics,
+and the receiver's RSS while 10^4 .. 10^7 messages wait at the broker or in its WAL."""
 
 from __future__ import annotations
 
@@ -58,8 +51,7 @@ def rss_kib() -> int:
 def run_measured(
     command: list[str], timeout: float, keep_stdout: bool = True
 ) -> tuple[float, int, int, str, str]:
-    """Run ``command``; (wall seconds, exit status, peak RSS in KiB, stdout, stderr). Peak RSS:
-    its own ``VmHWM``, read every 10 ms (``ru_maxrss`` would count the forked parent's)."""
+    """Run ``command``: (wall seconds, exit status, peak RSS in KiB from its VmHWM, out, err)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         target = out if keep_stdout else subprocess.DEVNULL
@@ -90,8 +82,7 @@ def run_measured(
 
 
 def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -> dict[str, Any]:
-    """Fresh broker, a backlog of ``count`` messages round-robin over ``topics`` topic names,
-    drained by ``peer``."""
+    """A fresh backlog of ``count`` messages over ``topics`` topics, drained by ``peer``."""
     client_id = f"bench-scale-{peer}"
     names = [f"plant/line-{k // 1000}/sensor-{k}/telemetry" for k in range(topics)]
     queued = drainer.backlog(
@@ -128,8 +119,7 @@ def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -
 
 
 def _with_ratios(points: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    """Median rate and RSS per (x, peer) over repetitions, and ours / peer ratios of the
-    wall-clock rates paired by repetition."""
+    """Medians per (x, peer) and ours / peer ratios paired by repetition."""
     table: dict[str, dict[str, Any]] = {}
     for x in sorted({p[key] for p in points}):
         here = [p for p in points if p[key] == x]
@@ -169,9 +159,7 @@ def sweep_drains(
 
 
 def run_receiver(argv: Sequence[str]) -> int:
-    """``python -m bench.scale receiver URL WAL BOUND TARGET IDLE``: a Receiver sampling its
-    RSS every 50 ms until TARGET messages are stored (TARGET > 0) or none for IDLE seconds;
-    one JSON line out."""
+    """``receiver URL WAL BOUND TARGET IDLE``: a Receiver sampling its RSS; one JSON line out."""
     url, wal, bound, target, idle = argv[0], argv[1], int(argv[2]), int(argv[3]), float(argv[4])
     receiver = common.new_receiver(url, "rss/#", RECEIVER_ID, wal, maxBacklogMessages=str(bound))
     baseline = rss_kib()
@@ -203,8 +191,7 @@ def run_receiver(argv: Sequence[str]) -> int:
 
 
 def backlog_point(count: int, where: str, timeout: float) -> dict[str, Any]:
-    """Receiver RSS while ``count`` messages wait ``where`` ("broker" or "wal"): the backlog
-    is queued for the receiver's persistent session first, then the receiver connects."""
+    """Receiver RSS while ``count`` messages wait ``where`` (broker or wal) for it."""
     from devtools.mosquitto import MosquittoBroker
 
     bound = BACKLOG_BOUND if where == "broker" else count + BACKLOG_BOUND
@@ -238,8 +225,7 @@ def backlog_point(count: int, where: str, timeout: float) -> dict[str, Any]:
 
 
 def sweep_backlog(args: Any) -> dict[str, Any]:
-    """Every size up to ``--backlog-max`` whose time, estimated from the previous size's, fits
-    in what is left of ``--backlog-budget``."""
+    """Every size whose time, estimated from the previous one, fits in ``--backlog-budget``."""
     points: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     started = time.monotonic()

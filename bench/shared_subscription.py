@@ -1,12 +1,6 @@
-"""Messages per second into Delta: one ingest job vs several sharing one subscription.
-
-Each run: a fresh Mosquitto; ``--jobs`` ingest jobs (``spark-submit streaming_jobs/ingest.py``,
-``local[2]`` each, with its own client id, checkpoint and WAL) subscribed to
-``$share/<group>/<filter>`` and writing one Delta table; then ``--messages`` QoS 1 messages are
-published. Clock: the first publish to the Delta commit that completes the table (read from its
-log). One job and ``--jobs`` jobs alternate for ``--rounds`` rounds, the ratio paired per round.
-The jobs share this machine's cores: not how they would scale over machines of their own.
-"""
+"""One ingest job against several sharing a subscription (``python -m bench.shared_subscription``):
+msg/s from the first publish to the Delta commit completing the table, one job and ``--jobs``
+jobs alternating, paired per round; all on this machine's cores."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Writing to MQTT: rows per second published from Spark, against paho publishing the same
-messages in the same run.
-
-Peers in turns, each on a fresh Mosquitto, each publishing N messages of S bytes on 4 topics at
-QoS Q until the broker acknowledged every one: ``spark``, ``df.write.format("mqtt")`` of a
-cached DataFrame in P partitions (local[2]); ``task``, the writer's task publisher alone (one
-connection, no Spark); ``paho``, paho-mqtt 2.x with its window of 20 in flight. Reported:
-msg/s per peer and the ratios spark/paho and task/paho, paired per repetition.
-"""
+"""Writing to MQTT (``python -m bench.sink``): rows per second from ``df.write.format("mqtt")``
+and from the writer's task publisher alone, against paho publishing the same messages; peers in
+turns, each on a fresh Mosquitto, done when the broker acknowledged every message."""
 
 from __future__ import annotations
 

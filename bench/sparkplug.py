@@ -1,13 +1,7 @@
-"""Sparkplug B into Delta: metrics per second, against raw MQTT rows of the same messages.
-
-The backlog: K edge nodes' NBIRTH (M metrics of five datatypes, aliases 1..M), then N NDATA
-messages carrying those metrics by alias only (seq wrapping at 255), made with pysparkplug's
-protobuf classes, never the product's code, queued at QoS 1 (Sparkplug's QoS 0 is not queued).
-Peers in turns, each on a fresh Mosquitto, timed as ``bench.ingest`` times them: ``sparkplug``,
-the ingest job with ``--payload-format sparkplug`` (a row per metric), and ``raw`` (a row per
-message); every table is checked. Then the decoder alone (no Spark): ``decode_messages``,
-``to_record_batch`` and ``fold``; ``--profile`` adds cProfile's top functions.
-"""
+"""Sparkplug B into Delta (``python -m bench.sparkplug``): NBIRTHs and alias-only NDATA messages
+(made with pysparkplug, queued at QoS 1) landed by the ingest job with ``--payload-format
+sparkplug`` (a row per metric) against the default raw rows of the same messages, in turns;
+then the decoder alone."""
 
 from __future__ import annotations
 
@@ -73,8 +67,7 @@ def metric_name(index: int) -> str:
 
 
 def metric_value(index: int, sample: int) -> Any:
-    """Metric ``index``'s value in the node's ``sample``-th message (0: the birth), as decoded:
-    Int32 values are negative half of the time."""
+    """Metric ``index``'s value in a node's ``sample``-th message, as decoded (0: the birth)."""
     kind = KINDS[index % len(KINDS)][0]
     if kind == "Int32":
         return (sample * 31 + index) % 2_000 - 1_000
@@ -94,8 +87,7 @@ def _wire_value(index: int, sample: int) -> Any:
 
 
 def backlog_messages(messages: int, metrics: int, nodes: int = 1) -> list[tuple[str, bytes]]:
-    """(topic, payload) of the backlog: every node's NBIRTH, then ``messages`` alias-only
-    NDATA messages, round robin over the nodes."""
+    """Every node's NBIRTH, then ``messages`` alias-only NDATA round robin: (topic, payload)."""
     from tests.sparkplug_payloads import birth, data
 
     out = []
@@ -127,8 +119,7 @@ def stored(backlog: Sequence[tuple[str, bytes]]) -> list[Any]:
 
 
 def decoder_alone(backlog: Sequence[tuple[str, bytes]], repeat: int) -> dict[str, Any]:
-    """``decode_messages``, ``to_record_batch`` and ``fold`` over the backlog, each ``repeat``
-    times after a full GC; the median seconds and rates."""
+    """The decoder's stages over the backlog, ``repeat`` times each after a GC; medians."""
     from connector.spark.reader.sparkplug_schema import to_record_batch
     from connector.sparkplug.messages import decode_messages, fold
     from connector.sparkplug.state import SparkplugState
@@ -163,8 +154,7 @@ def decoder_alone(backlog: Sequence[tuple[str, bytes]], repeat: int) -> dict[str
 
 
 def profile_decoder(backlog: Sequence[tuple[str, bytes]], limit: int = 10) -> list[dict[str, Any]]:
-    """cProfile of ``decode_messages`` + ``to_record_batch``: the ``limit`` functions with the
-    most cumulative time."""
+    """cProfile of decode + Arrow: the ``limit`` functions with the most cumulative time."""
     from connector.spark.reader.sparkplug_schema import to_record_batch
     from connector.sparkplug.messages import decode_messages
     from connector.sparkplug.state import SparkplugState
@@ -203,9 +193,7 @@ def run_peer(
     spark: Any, peer: str, backlog: Sequence[tuple[str, bytes]], rows: int, setup: Setup,
     workdir: Path,
 ) -> Landing:  # fmt: skip
-    """``peer``'s query over a fresh backlog of ``backlog`` until ``rows`` rows landed; the
-    table then holds, raw, one row per message with every offset once and the payload bytes
-    in full; sparkplug, the metric rows, each (offset, metric index) once, named, no reason."""
+    """``peer``'s query over a fresh backlog until ``rows`` rows landed, its table checked."""
     from pyspark.sql import functions as F
 
     client_id, count = f"bench-sparkplug-{peer}", len(backlog)
@@ -359,8 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """A Sparkplug B backlog into Delta, a row per metric, against raw rows of the same
-    messages, and the decoder alone."""
+    """The Sparkplug peer against raw rows, and the decoder alone."""
     params, peers = data.get("parameters", {}), data["peers"]
     payload = params.get("ndata_payload_bytes", {})
     kinds = ", ".join(dict.fromkeys(params.get("metric_datatypes", [])))

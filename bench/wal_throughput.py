@@ -1,12 +1,6 @@
-"""WAL appends per layout: the cost of one append (a group commit) of N records, same run.
-
-Layouts (docs/wal-storage.md), a fresh WAL per measurement: ``files`` (a local directory, an
-fsync per append unless ``--no-fsync``), ``objects-file`` (a ``file://`` URI, one part file per
-append) and ``objects-s3`` (one PUT per append to an S3 server on loopback). For every N each
-layout appends the same batches of N records (100-byte payloads; ``--properties``: MQTT 5
-records), layouts in turns; clocks: each ``append`` call, the process's CPU time, the open of
-the writer and the read back. Ratios pair a layout with ``files`` in the same repetition.
-"""
+"""WAL appends per layout (``python -m bench.wal_throughput``): one append of N records to
+``files`` (fsync), ``objects-file`` and ``objects-s3`` (an S3 server on loopback), layouts in
+turns; ratios to ``files`` paired by repetition."""
 
 from __future__ import annotations
 
@@ -33,8 +27,7 @@ BATCHES = (20, 1_000, 7_000)
 
 
 def make_batches(count: int, batch: int, properties: int = 0) -> list[list[RecordTuple]]:
-    """``count`` records of a 100-byte payload, QoS cycling 0/1/2, split into batches: plain
-    tuples as the receiver builds them, with ``properties`` bytes of properties when not 0."""
+    """``count`` records of 100-byte payloads, QoS 0/1/2 in turns, as the receiver builds them."""
     payload, extra = bytes(range(100)), ((bytes(properties),) if properties else ())
     records: list[RecordTuple] = [
         (f"sensors/site-{i % 10}/temperature", payload, i % 3, False, False,
@@ -76,8 +69,7 @@ def _median(runs: Sequence[Measurement], seconds: Callable[[Measurement], float]
 def measure(
     where: str, layout: str, batches: list[list[RecordTuple]], fsync: bool, repetition: int
 ) -> Measurement:
-    """Append ``batches`` to a fresh WAL of ``layout`` at ``where``, one call each; check them
-    by reading them back."""
+    """Append ``batches`` to a fresh WAL of ``layout``, one call each, checked by a read back."""
     from connector.wal import WalWriter
     from connector.wal.opening import open_reader, open_writer
 
@@ -101,8 +93,7 @@ def measure(
 
 
 def run(root: Path, args: Any, layouts: Sequence[str], sizes: Sequence[int]) -> list[Measurement]:
-    """Every (repetition, batch size, layout), layouts in turns rotated per repetition; a first,
-    unmeasured append per layout and size (imports, the S3 client)."""
+    """Every repetition, size and layout in turns, after an unmeasured append of each."""
     from .ingest_s3 import S3Store
 
     s3 = S3Store.start(root / "s3-server") if "objects-s3" in layouts else None
@@ -140,8 +131,7 @@ def run(root: Path, args: Any, layouts: Sequence[str], sizes: Sequence[int]) -> 
 def summarize(
     results: list[Measurement], layouts: Sequence[str], sizes: Sequence[int]
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Per (batch, layout): medians over repetitions; per (batch, layout != files): the ratio
-    of its records/s to ``files``'s in the same repetition."""
+    """Medians per (batch, layout), and ratios to ``files`` paired by repetition."""
     rows: list[dict[str, Any]] = []
     ratios: dict[str, dict[str, Any]] = {}
     for size in sizes:
