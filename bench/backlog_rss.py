@@ -39,15 +39,10 @@ def measure(messages: int, bound: int) -> dict[str, Any]:
         in_wal = receiver.wal.next_offset
         receiver.stop()
     return {
-        "machine": machine_info(),
-        "messages_published": messages,
-        "max_backlog_messages": bound,
-        "records_in_wal_at_end": in_wal,
-        "waiting_at_broker_at_end": messages - in_wal,
-        "rss_kib_after_start": baseline,
-        "rss_kib_peak": peak,
-        "rss_growth_kib": peak - baseline,
-    }
+        "machine": machine_info(), "messages_published": messages, "max_backlog_messages": bound,
+        "records_in_wal_at_end": in_wal, "waiting_at_broker_at_end": messages - in_wal,
+        "rss_kib_after_start": baseline, "rss_kib_peak": peak, "rss_growth_kib": peak - baseline,
+    }  # fmt: skip
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:

@@ -101,14 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 SOAK_FAULTS = (
-    ("connection_cuts", "cuts"),
-    ("stalls", "stalls"),
+    ("connection_cuts", "cuts"), ("stalls", "stalls"),
     ("malformed_frames_sent", "malformed frames"),
     ("no_connack_connections", "no-CONNACK connections"),
-    ("source_process_kills", "source kill -9"),
-    ("driver_kills", "driver kills"),
+    ("source_process_kills", "source kill -9"), ("driver_kills", "driver kills"),
     ("broker_restarts", "broker restarts"),
-)
+)  # fmt: skip
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
@@ -117,17 +115,12 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
     for test, entry in data["tests"].items():
         c = entry["counters"]
         faults = ", ".join(f"{c[k]:,} {label}" for k, label in SOAK_FAULTS if c.get(k))
-        rows.append(
-            [
-                f"`{test.split('::')[-1]}`",
-                f"{entry['passed']}/{entry['runs']}",
-                f"{c.get('qos1_published', 0):,} / {c.get('qos2_published', 0):,}",
-                faults or "—",
-                f"{c.get('qos1_lost', 0) + c.get('qos2_lost', 0):,}",
-                f"{c.get('qos2_extra_rows', 0):,}",
-                f"{c.get('qos1_extra_rows', 0):,}",
-            ]
-        )
+        rows.append([
+            f"`{test.split('::')[-1]}`", f"{entry['passed']}/{entry['runs']}",
+            f"{c.get('qos1_published', 0):,} / {c.get('qos2_published', 0):,}", faults or "—",
+            f"{c.get('qos1_lost', 0) + c.get('qos2_lost', 0):,}",
+            f"{c.get('qos2_extra_rows', 0):,}", f"{c.get('qos1_extra_rows', 0):,}",
+        ])  # fmt: skip
     out = md_table(
         ["test", "runs passed", "published QoS 1 / 2", "faults", "lost", "QoS 2 extra rows",
          "QoS 1 extra rows"],

@@ -209,18 +209,14 @@ class Landing:
         return self.rows / self.seconds
 
     def as_dict(self) -> dict[str, Any]:
+        batches = [
+            {"id": b.batch_id, "rows": b.rows, "seconds": round(b.seconds, 3)} for b in self.batches
+        ]
         return {
-            "rows": self.rows,
-            "rate": round(self.rate),
-            "seconds": round(self.seconds, 3),
-            "batches": [
-                {"id": b.batch_id, "rows": b.rows, "seconds": round(b.seconds, 3)}
-                for b in self.batches
-            ],
-            "cpu_window_seconds": round(self.run.cpu_window, 3),
-            "cpu_seconds": {c: round(v, 3) for c, v in self.run.cpu.items()},
-            **self.details,
-        }
+            "rows": self.rows, "rate": round(self.rate), "seconds": round(self.seconds, 3),
+            "batches": batches, "cpu_window_seconds": round(self.run.cpu_window, 3),
+            "cpu_seconds": {c: round(v, 3) for c, v in self.run.cpu.items()}, **self.details,
+        }  # fmt: skip
 
 
 def received(landing: Landing, found: Mapping[str, Any]) -> Landing:
@@ -414,13 +410,10 @@ def run_synthetic(
     spark.range(0, count, 1, numPartitions=math.ceil(count / rows_per_batch) * per_batch).select(
         F.lit(TOPIC).alias("topic"),
         F.format_string(JSON_TEMPLATE, value, (value % 1000) / 8).cast("binary").alias("payload"),
-        F.lit(1).cast("int").alias("qos"),
-        F.lit(False).alias("retained"),
-        F.lit(False).alias("duplicate"),
-        (value % 65535 + 1).cast("int").alias("messageId"),
-        F.current_timestamp().alias("timestamp"),
-        value.alias("offset"),
-    ).write.parquet(str(source))
+        F.lit(1).cast("int").alias("qos"), F.lit(False).alias("retained"),
+        F.lit(False).alias("duplicate"), (value % 65535 + 1).cast("int").alias("messageId"),
+        F.current_timestamp().alias("timestamp"), value.alias("offset"),
+    ).write.parquet(str(source))  # fmt: skip
     rows = spark.readStream.schema(SCHEMA_DDL).option("maxFilesPerTrigger", str(per_batch))
     writer, created = job_sink(rows.parquet(str(source)), table, checkpoint, setup.trigger)
     run = run_query(writer, count, setup.timeout)

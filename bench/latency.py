@@ -284,18 +284,12 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         "",
     ]
     rows = [
-        [
-            num(r["rate"]),
-            r["trigger"],
-            num(r["table_checkpoint_interval"]),
-            num(r["publisher"].get("achieved_rate")),
-            num(r["measured_rows"]),
-            *(num(r["latency_seconds"][k], 3) for k in ("p50", "p95", "p99", "max")),
-            num(r.get("rows_per_commit_median")),
-            num((r.get("batch_duration_ms") or {}).get("p50")),
-        ]
+        [num(r["rate"]), r["trigger"], num(r["table_checkpoint_interval"]),
+         num(r["publisher"].get("achieved_rate")), num(r["measured_rows"]),
+         *(num(r["latency_seconds"][k], 3) for k in ("p50", "p95", "p99", "max")),
+         num(r.get("rows_per_commit_median")), num((r.get("batch_duration_ms") or {}).get("p50"))]
         for r in runs
-    ]
+    ]  # fmt: skip
     out += md_table(
         ["msg/s", "trigger", "table's checkpoint interval", "achieved msg/s", "rows measured",
          "p50 s", "p95 s", "p99 s", "max s", "rows/commit", "batch ms p50"],

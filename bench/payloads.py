@@ -85,11 +85,7 @@ class Tally:
     ) -> dict[str, Any]:
         """A drain worker's figures: what arrived, and its clocks from ``start``."""
         return {
-            "received": self.received,
-            "distinct": self.distinct,
-            "out_of_range": self.out_of_range,
-            "duplicates": self.extra_copies,
-            "connect_seconds": connected - start,
-            "drain_seconds": last - start,
-            "connections": connections,
-        }
+            "received": self.received, "distinct": self.distinct, "out_of_range": self.out_of_range,
+            "duplicates": self.extra_copies, "connect_seconds": connected - start,
+            "drain_seconds": last - start, "connections": connections,
+        }  # fmt: skip

@@ -115,18 +115,13 @@ SECTIONS: tuple[Part | Group, ...] = (
 
 def section_machine(results: Mapping[str, Any]) -> Lines:
     rows = [
-        [
-            f"`{name}.json`",
-            str(machine.get("date", "?")),
-            str(machine.get("git_revision", "?")),
-            f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
-            ", ".join(f"{v:.2f}" for v in load)
-            if (load := machine.get("load_average_at_start"))
-            else "—",
-        ]
+        [f"`{name}.json`", str(machine.get("date", "?")), str(machine.get("git_revision", "?")),
+         f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
+         ", ".join(f"{v:.2f}" for v in load) if (load := machine.get("load_average_at_start"))
+         else "—"]
         for name, data in results.items()
         if isinstance(machine := data.get("machine"), Mapping)
-    ]
+    ]  # fmt: skip
     first = next((d["machine"] for d in results.values() if "machine" in d), None)
     out = ["## Machine", ""]
     if first is not None:

@@ -100,14 +100,10 @@ def drain_point(peer: str, count: int, size: int, topics: int, timeout: float) -
     if code != 0 or (peer != "mosquitto_sub" and not lines):
         raise common.BenchError(f"{peer} failed ({code}): {out[-500:]} {err[-2000:]}")
     point = {
-        "peer": peer,
-        "messages": count,
-        "payload_bytes": size,
-        "topics": topics,
-        "rate": round(count / wall, 1),
-        "mb_per_s": round(count * size / wall / 1e6, 3),
+        "peer": peer, "messages": count, "payload_bytes": size, "topics": topics,
+        "rate": round(count / wall, 1), "mb_per_s": round(count * size / wall / 1e6, 3),
         "peak_rss_kib": rss,
-    }
+    }  # fmt: skip
     if peer != "mosquitto_sub":
         details = json.loads(lines[-1])
         if details["distinct"] != count:
@@ -245,21 +241,14 @@ def sweep_backlog(args: Any) -> dict[str, Any]:
 
 def _sweep_table(sweep: Mapping[str, Any], key: str, label: str) -> Lines:
     rows = [
-        [
-            num(int(x)),
-            peer,
-            num(cell.get("messages")),
-            num(cell["rate"]["median"]),
-            num(cell.get("in_process_rate")),
-            num(cell.get("mb_per_s"), 1),
-            mib(cell.get("peak_rss_kib")),
-            times(row.get("ours/paho")) if peer == "ours" else "",
-            times(row.get("ours/mosquitto_sub")) if peer == "ours" else "",
-        ]
+        [num(int(x)), peer, num(cell.get("messages")), num(cell["rate"]["median"]),
+         num(cell.get("in_process_rate")), num(cell.get("mb_per_s"), 1),
+         mib(cell.get("peak_rss_kib")), times(row.get("ours/paho")) if peer == "ours" else "",
+         times(row.get("ours/mosquitto_sub")) if peer == "ours" else ""]
         for x, row in sweep[key].items()
         for peer in PEER_COLOURS
         if isinstance(cell := row.get(peer), Mapping)
-    ]
+    ]  # fmt: skip
     return md_table(
         [label, "peer", "messages", "msg/s (wall)", "msg/s (in process)", "MB/s",
          "peak RSS MiB", "ours/paho", "ours/mosquitto_sub"],

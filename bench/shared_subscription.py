@@ -157,13 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return {
-            "machine": machine_info(),
-            "load_average_1min": loads,
-            "messages": args.messages,
-            "payload_bytes": len(PAYLOAD),
-            "qos": 1,
-            "jobs": args.jobs,
-            "trigger": args.trigger,
+            "machine": machine_info(), "load_average_1min": loads, "messages": args.messages,
+            "payload_bytes": len(PAYLOAD), "qos": 1, "jobs": args.jobs, "trigger": args.trigger,
             **{
                 f"{figure}_{n}": Stats.of(r[figure] for r in runs).as_dict()
                 for figure in ("rate", "publish_rate")
@@ -171,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "rows_per_job_many": [r["rows_per_job"] for r in many],
             "ratio": paired_ratio([m["rate"] for m in many], [o["rate"] for o in one]).as_dict(),
-        }
+        }  # fmt: skip
 
     return finish("shared_subscription", measure, args.output, section)
 
@@ -225,16 +220,11 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
             "",
             *md_table(
                 ["round", *(f"rows, job {i}" for i in range(jobs)), "total"],
-                [
-                    [
-                        str(r),
-                        *(num(n) if n >= 0 else "—" for n in counts),
-                        num(sum(counts)) if min(counts) >= 0 else "—",
-                    ]
-                    for r, counts in enumerate(per_round)
-                ],
+                [[str(r), *(num(n) if n >= 0 else "—" for n in counts),
+                  num(sum(counts)) if min(counts) >= 0 else "—"]
+                 for r, counts in enumerate(per_round)],
             ),
-        ]
+        ]  # fmt: skip
     return out
 
 

@@ -181,18 +181,11 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         layout, batch = row["layout"], int(row["batch"])
         stats = ratios.get(f"{layout}/files, {batch:,} records per append")
         paired = isinstance(stats, Mapping)
-        rows.append(
-            [
-                num(batch),
-                layout,
-                num(row["append_ms_median"], 2),
-                num(row["append_ms_p90"], 2),
-                *stats_cells(row["records_per_s"]),
-                num(row.get("cpu_ms_per_append"), 2),
-                per_repetition(stats) if paired else "",
-                times(stats.get("median")) if paired else "",
-            ]
-        )
+        rows.append([
+            num(batch), layout, num(row["append_ms_median"], 2), num(row["append_ms_p90"], 2),
+            *stats_cells(row["records_per_s"]), num(row.get("cpu_ms_per_append"), 2),
+            per_repetition(stats) if paired else "", times(stats.get("median")) if paired else "",
+        ])  # fmt: skip
     return out + md_table(
         ["records per append", "layout", "ms/append p50", "p90", "records/s median", "min",
          "max", "CPU ms/append", "ratio to files, per repetition", "median"],
