@@ -17,17 +17,7 @@ from connector.mqtt.packets import Publish
 from connector.mqtt.receive_buffer import ReceiveBuffer
 from connector.mqtt.session import ClientSession
 
-from .common import (
-    BenchError,
-    Stats,
-    arguments,
-    at_least,
-    finish,
-    goal,
-    in_turns,
-    machine_info,
-    paired_ratio,
-)
+from . import common
 from .payloads import numbered
 from .render import Charts, Lines, goals_table, md_table, num, ratios_table, stats_cells
 
@@ -184,7 +174,7 @@ def run_paho(
         rc = read()
     elapsed = time.perf_counter() - start
     if rc != -1:  # MQTT_ERR_AGAIN: the fake socket ran dry; anything else is a failure
-        raise BenchError(f"paho's packet reader failed with code {rc}")
+        raise common.BenchError(f"paho's packet reader failed with code {rc}")
     client._sock = None
     return elapsed, len(work.messages) if on_message else count, sock.sent
 
@@ -205,9 +195,11 @@ def verify(work: Workload) -> None:
     )
     for peer, got in found.items():
         if got != work.messages:
-            raise BenchError(f"{peer} decoded {len(got)} messages, not the {len(work.messages)}")
+            raise common.BenchError(
+                f"{peer} decoded {len(got)} messages, not the {len(work.messages)}"
+            )
     if acked != sent or sent != 4 * len(work.messages):
-        raise BenchError(f"PUBACK bytes: ours {acked}, paho {sent}")
+        raise common.BenchError(f"PUBACK bytes: ours {acked}, paho {sent}")
 
 
 def measure(work: Workload, repeat: int) -> dict[str, list[float]]:
@@ -219,10 +211,10 @@ def measure(work: Workload, repeat: int) -> dict[str, list[float]]:
         PAHO: lambda: run_paho(work)[:2],
     }
     rates: dict[str, list[float]] = {peer: [] for peer in PEERS}
-    for _, peer in in_turns(PEERS, repeat):
+    for _, peer in common.in_turns(PEERS, repeat):
         seconds, count = runners[peer]()
         if count != len(work.messages):
-            raise BenchError(f"{peer} counted {count} of {len(work.messages)}")
+            raise common.BenchError(f"{peer} counted {count} of {len(work.messages)}")
         rates[peer].append(count / seconds)
     return rates
 
@@ -247,18 +239,20 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = arguments("codec", __doc__, messages=200_000, repeat=5, size=100)
-    parser.add_argument("--chunk", type=at_least(1), default=65_536, help="largest read in bytes")
+    parser = common.arguments("codec", __doc__, messages=200_000, repeat=5, size=100)
+    parser.add_argument(
+        "--chunk", type=common.at_least(1), default=65_536, help="largest read in bytes"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
 
     def results() -> dict[str, Any]:
-        info = machine_info()
+        info = common.machine_info()
         work = build_workload(args.messages, args.size, args.chunk, args.seed)
         verify(work)
         rates = measure(work, args.repeat)
-        stats = {peer: Stats.of(values) for peer, values in rates.items()}
-        vs_paho = {peer: paired_ratio(rates[peer], rates[PAHO]) for peer in PEERS[:-1]}
+        stats = {peer: common.Stats.of(values) for peer, values in rates.items()}
+        vs_paho = {peer: common.paired_ratio(rates[peer], rates[PAHO]) for peer in PEERS[:-1]}
         headline = vs_paho[OURS_CALLBACK].median
         params = {
             "messages": args.messages, "qos": 1, "payload_bytes": args.size,
@@ -272,10 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for peer, st in stats.items()
             },
             "ratios_vs_paho": {peer: r.as_dict(3) for peer, r in vs_paho.items()},
-            "goal": goal(f"'{OURS_CALLBACK}' / paho", GOAL_VS_PAHO, headline),
+            "goal": common.goal(f"'{OURS_CALLBACK}' / paho", GOAL_VS_PAHO, headline),
         }
 
-    return finish("codec", results, args.output, section)
+    return common.finish("codec", results, args.output, section)
 
 
 if __name__ == "__main__":

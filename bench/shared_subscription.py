@@ -17,17 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    REPO_ROOT,
-    BenchError,
-    Stats,
-    arguments,
-    finish,
-    machine_info,
-    paired_ratio,
-    publish_windowed,
-    wait_for,
-)
+from bench import common
 from bench.drainer import TableTail
 from bench.render import Charts, Lines, md_table, num, per_repetition, stats_cells, times
 from connector.mqtt.topics import SHARE_PREFIX
@@ -37,6 +27,7 @@ TOPICS = 8
 PAYLOAD = b"x" * 100
 START_TIMEOUT = 300.0
 STOP_TIMEOUT = 120.0
+INGEST = common.REPO_ROOT / "streaming_jobs" / "ingest.py"
 SUMMARY = re.compile(r"stopped: \d+ batch(?:es)?, (\d+) rows")
 
 
@@ -50,7 +41,7 @@ class IngestJob:
         self.out = base / f"job-{index}.log"
         command = [
             str(Path(sys.executable).parent / "spark-submit"), "--jars", ",".join(delta_jars()),
-            "--conf", "spark.ui.enabled=false", str(REPO_ROOT / "streaming_jobs" / "ingest.py"),
+            "--conf", "spark.ui.enabled=false", str(INGEST),
             "--broker", url, "--topic", SHARED, "--qos", "1", "--client-id", self.client_id,
             "--table", str(table), "--checkpoint", str(base / f"checkpoint-{index}"),
             "--trigger", trigger,
@@ -58,7 +49,7 @@ class IngestJob:
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
         with self.out.open("wb") as log:
             self.proc = subprocess.Popen(
-                command, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                command, cwd=common.REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
 
@@ -66,7 +57,7 @@ class IngestJob:
         code = self.proc.poll()
         if code is not None:
             tail = self.out.read_text(errors="replace")[-3000:]
-            raise BenchError(f"job {self.client_id} exited with {code}:\n{tail}")
+            raise common.BenchError(f"job {self.client_id} exited with {code}:\n{tail}")
         return True
 
     def stop(self) -> int:
@@ -77,7 +68,7 @@ class IngestJob:
             self.proc.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise BenchError(f"job {self.client_id} did not stop") from None
+            raise common.BenchError(f"job {self.client_id} did not stop") from None
         found = SUMMARY.search(self.out.read_text(errors="replace"))
         return int(found[1]) if found else -1
 
@@ -103,25 +94,25 @@ def one_run(workdir: Path, args: Any, jobs: int, tag: str) -> dict[str, Any]:
             for index in range(jobs):
                 started.append(IngestJob(base, index, broker.url, table, args.trigger))
             lines = [f": {job.client_id} 1 {SHARED}\n" for job in started]
-            wait_for(
+            common.wait_for(
                 lambda: all(job.check_alive() for job in started)
                 and all(line in broker.log_text() for line in lines),
                 START_TIMEOUT, lambda: "the jobs did not subscribe in time", 0.2,
             )  # fmt: skip
             began = time.time()
-            published = publish_windowed(
+            published = common.publish_windowed(
                 broker.url, count, lambda seq: (f"bench/shared/{seq % TOPICS}", PAYLOAD),
                 args.timeout,
             )  # fmt: skip
             landed = TableTail(table)
-            wait_for(
+            common.wait_for(
                 lambda: all(job.check_alive() for job in started) and landed.poll() >= count,
                 args.timeout, lambda: f"only {landed.rows} of {count} rows landed", 0.2,
             )  # fmt: skip
             elapsed = landed.committed_at - began
             per_job = [job.stop() for job in started]
         if landed.poll() != count:
-            raise BenchError(f"{landed.rows} rows in the table, expected {count}")
+            raise common.BenchError(f"{landed.rows} rows in the table, expected {count}")
         return {"rate": count / elapsed, "publish_rate": published, "rows_per_job": per_job}
     finally:
         for job in started:
@@ -131,7 +122,7 @@ def one_run(workdir: Path, args: Any, jobs: int, tag: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = arguments("shared_subscription", __doc__, messages=50_000, timeout=900.0)
+    parser = common.arguments("shared_subscription", __doc__, messages=50_000, timeout=900.0)
     parser.add_argument("--jobs", type=int, default=2, help="jobs sharing the subscription")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--trigger", default="processing-time=500 milliseconds")
@@ -156,19 +147,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+        ratio = common.paired_ratio([r["rate"] for r in many], [r["rate"] for r in one])
         return {
-            "machine": machine_info(), "load_average_1min": loads, "messages": args.messages,
+            "machine": common.machine_info(), "load_average_1min": loads, "messages": args.messages,
             "payload_bytes": len(PAYLOAD), "qos": 1, "jobs": args.jobs, "trigger": args.trigger,
             **{
-                f"{figure}_{n}": Stats.of(r[figure] for r in runs).as_dict()
+                f"{figure}_{n}": common.Stats.of(r[figure] for r in runs).as_dict()
                 for figure in ("rate", "publish_rate")
                 for n, runs in (("one", one), ("many", many))
             },
             "rows_per_job_many": [r["rows_per_job"] for r in many],
-            "ratio": paired_ratio([m["rate"] for m in many], [o["rate"] for o in one]).as_dict(),
+            "ratio": ratio.as_dict(),
         }  # fmt: skip
 
-    return finish("shared_subscription", measure, args.output, section)
+    return common.finish("shared_subscription", measure, args.output, section)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:

@@ -19,20 +19,8 @@ from typing import Any
 
 from connector.sparkplug.state import SEQ_MODULO
 
-from . import common, drainer
+from . import common, drainer, ingest
 from .cpu_sampler import NOT_THE_PIPELINE
-from .ingest import (
-    CLOCKS,
-    FIRST_BATCH,
-    JOB_SINK,
-    Landing,
-    Setup,
-    cpu_per_100k,
-    others_share,
-    received,
-    run_job,
-    spark_session,
-)
 from .render import (
     Charts,
     Lines,
@@ -190,9 +178,9 @@ def job_arguments(peer: str, client_id: str, source_options: Sequence[str] = ())
 
 
 def run_peer(
-    spark: Any, peer: str, backlog: Sequence[tuple[str, bytes]], rows: int, setup: Setup,
+    spark: Any, peer: str, backlog: Sequence[tuple[str, bytes]], rows: int, setup: ingest.Setup,
     workdir: Path,
-) -> Landing:  # fmt: skip
+) -> ingest.Landing:  # fmt: skip
     """``peer``'s query over a fresh backlog until ``rows`` rows landed, its table checked."""
     from pyspark.sql import functions as F
 
@@ -207,7 +195,7 @@ def run_peer(
 
     flags = job_arguments(peer, client_id, setup.source_options)
     payload_format = "sparkplug" if peer == SPARKPLUG else "binary"
-    landing, table = run_job(spark, peer, rows, setup, workdir, queue, flags, payload_format)
+    landing, table = ingest.run_job(spark, peer, rows, setup, workdir, queue, flags, payload_format)
     landing.details["messages"] = count
     figures = {
         "rows": F.count("*"), "messages": F.countDistinct("offset"),
@@ -222,7 +210,7 @@ def run_peer(
         figures["named"] = F.count("metric_name")
         figures["reasons"] = F.count("reason")
         want.update(rows=rows, distinct_metrics=rows, named=rows, reasons=0)
-    return received(landing, drainer.check_table(spark, table, figures, want))
+    return ingest.received(landing, drainer.check_table(spark, table, figures, want))
 
 
 def warmup_note(rounds: int) -> str:
@@ -234,14 +222,14 @@ def warmup_note(rounds: int) -> str:
     )
 
 
-def message_rate(landing: Landing) -> float:
+def message_rate(landing: ingest.Landing) -> float:
     return int(landing.details["messages"]) / landing.seconds
 
 
 def build_results(
-    runs: dict[str, list[Landing]],
+    runs: dict[str, list[ingest.Landing]],
     orders: list[list[str]],
-    warmups: dict[str, list[Landing]],
+    warmups: dict[str, list[ingest.Landing]],
     decoder: dict[str, Any],
     profile: list[dict[str, Any]] | None,
     info: dict[str, Any],
@@ -268,14 +256,14 @@ def build_results(
     return {
         "machine": info,
         "parameters": parameters,
-        "clocks": {FIRST_BATCH: CLOCKS[FIRST_BATCH]},
+        "clocks": {ingest.FIRST_BATCH: ingest.CLOCKS[ingest.FIRST_BATCH]},
         "peers": peers,
         "ratios": {f"{SPARKPLUG}/{RAW}": paired.as_dict(3)},
         "repetitions": repetitions,
         "decoder": decoder,
         "decoder_profile": profile,
-        "other_processes_cpu_share": round(others_share(runs), 3),
-        "cpu_seconds_per_100k_messages": cpu_per_100k(runs, lambda r: r.details["messages"]),
+        "other_processes_cpu_share": round(ingest.others_share(runs), 3),
+        "cpu_seconds_per_100k_messages": ingest.cpu_per_100k(runs, lambda r: r.details["messages"]),
     }
 
 
@@ -301,7 +289,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    setup = Setup(args.trigger, args.timeout, tuple(args.source_option))
+    setup = ingest.Setup(args.trigger, args.timeout, tuple(args.source_option))
 
     def measure() -> dict[str, Any]:
         info = common.machine("pyspark", "delta-spark", "pyarrow")
@@ -317,9 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         decoder = decoder_alone(backlog, args.decoder_repeat)  # before the JVM: a quiet machine
         profile = profile_decoder(backlog) if args.profile else None
         work = Path(tempfile.mkdtemp(prefix="bench-sparkplug-"))
-        spark = spark_session("bench-sparkplug")
-        runs: dict[str, list[Landing]] = {peer: [] for peer in PEERS}
-        warmups: dict[str, list[Landing]] = {peer: [] for peer in PEERS}
+        spark = ingest.spark_session("bench-sparkplug")
+        runs: dict[str, list[ingest.Landing]] = {peer: [] for peer in PEERS}
+        warmups: dict[str, list[ingest.Landing]] = {peer: [] for peer in PEERS}
         orders = [common.turn(PEERS, rep) for rep in range(args.repeat)]
         # The warm-up rounds first: JIT, class loading, the data source lookup.
         rounds = [(warmups, list(PEERS))] * args.warmup_rounds + [(runs, o) for o in orders]
@@ -337,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "metric_datatypes": [KINDS[k % len(KINDS)][0] for k in range(args.metrics)],
             "ndata_payload_bytes": {"median": statistics.median_low(payload_bytes)},
             "qos": QOS, "repeat": args.repeat, "master": "local[2]",
-            "trigger": f"processingTime={args.trigger}", "sink": JOB_SINK,
+            "trigger": f"processingTime={args.trigger}", "sink": ingest.JOB_SINK,
             "source_options": list(args.source_option), "warmup": warmup_note(args.warmup_rounds),
             "publish_inflight": common.MOSQUITTO_INFLIGHT,
         }  # fmt: skip
