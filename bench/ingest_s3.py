@@ -93,15 +93,13 @@ class Appends:
         sizes = sorted(c[0] for c in self.calls if c[0])
         spent = sorted(c[2] for c in self.calls)
         return {
-            "live": self.live,
-            "messages": self.messages,
-            "rate": round(self.rate),
+            "live": self.live, "messages": self.messages, "rate": round(self.rate),
             "appends": len(self.calls),
             "appends_of_releases_only": sum(1 for c in self.calls if not c[0] and c[1]),
             "messages_per_append": _spread(sizes, 1),
             "append_ms": _spread([t * 1000 for t in spent], 1000),
             "share_of_time_in_appends": round(sum(spent) / self.seconds, 3),
-        }
+        }  # fmt: skip
 
 
 def _spread(ordered: Sequence[float], scale: int) -> dict[str, float]:
@@ -174,17 +172,14 @@ def receiver_appends(
 
 def append_profile(run: IngestRun) -> dict[str, Any]:
     """The receiver alone into a local WAL and an S3 one, backlog and live, in turns."""
-    peers = [
-        OursPeer("wal", qos, store, window)
-        for window in run.windows
-        for qos in run.levels
-        for store in ("local", "s3")
-    ]
     lives = (False, True) if run.args.live_messages > 0 else (False,)
+    turns = [
+        (OursPeer("wal", qos, store, window), live)
+        for live in lives for window in run.windows for qos in run.levels
+        for store in ("local", "s3")
+    ]  # fmt: skip
     found: dict[str, list[Appends]] = {}
-    for rep, (peer, live) in in_turns(
-        [(p, live) for live in lives for p in peers], run.args.repeat
-    ):
+    for rep, (peer, live) in in_turns(turns, run.args.repeat):
         kind = "live" if live else "backlog"
         local_dir = run.work / f"appends-{peer.name}-{kind}-{rep}"
         where = str(local_dir) if peer.store == "local" else run.s3.fresh(f"{peer.name}-{kind}")
