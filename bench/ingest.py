@@ -27,6 +27,7 @@ from .render import (
     Charts,
     Lines,
     clock_notes,
+    cpu_share_note,
     goals_table,
     num,
     peer_clock_table,
@@ -340,15 +341,9 @@ def check_rows(spark: Any, table: Path, rows: int) -> Any:
 
 
 def run_job(
-    spark: Any,
-    peer: str,
-    rows: int,
-    setup: Setup,
-    workdir: Path,
-    backlog: Callable[[], drainer.Backlog],
-    flags: Sequence[str],
-    payload_format: str = "binary",
-) -> tuple[Landing, Path]:
+    spark: Any, peer: str, rows: int, setup: Setup, workdir: Path,
+    backlog: Callable[[], drainer.Backlog], flags: Sequence[str], payload_format: str = "binary",
+) -> tuple[Landing, Path]:  # fmt: skip
     """The ingest job's query (``flags``) over a fresh ``backlog()`` until ``rows`` rows landed."""
     collect_garbage(spark)
     table, checkpoint = workdir / f"{peer}-table", workdir / f"{peer}-checkpoint"
@@ -662,14 +657,8 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         "",
         *goals_table(data.get("goal")),
     ]
-    share = data.get("other_processes_cpu_share")
-    if share is not None:
-        out += [
-            "",
-            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU "
-            "during the run.",
-        ]
-    return out
+    shared = cpu_share_note(data, "during the run")
+    return [*out, "", *shared] if shared else out
 
 
 if __name__ == "__main__":

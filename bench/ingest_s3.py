@@ -26,6 +26,7 @@ from .payloads import JSON_BYTES
 from .render import (
     Charts,
     Lines,
+    cpu_share_note,
     inflight_label,
     md_table,
     num,
@@ -257,12 +258,8 @@ def section(data: Data, charts: Charts, detail: bool = True) -> Lines:
         f"with `partitionData` {modes}; median of {params.get('repeat')}.",
         "",
     ]
-    if (share := data.get("other_processes_cpu_share")) is not None:
-        out += [
-            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU in the "
-            "measured windows (median over the runs).",
-            "",
-        ]
+    if shared := cpu_share_note(data, "in the measured windows (median over the runs)"):
+        out += [*shared, ""]
     out += warmup_notes(params.get("warmup"), None)
     clocks = data.get("clocks", {})
     if FIRST_BATCH in clocks:

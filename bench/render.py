@@ -131,6 +131,13 @@ def warmup_notes(warmup: object, peers: object) -> Lines:
     return [f"Warm-up: {warmup}{listed}.", ""]
 
 
+def cpu_share_note(data: Mapping[str, Any], when: str) -> Lines:
+    """The share of the machine's CPU other processes took ``when``, if the run measured it."""
+    share = data.get("other_processes_cpu_share")
+    text = f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU {when}."
+    return [] if share is None else [text]
+
+
 def machine_line(machine: Mapping[str, Any]) -> str:
     """One line naming the machine and software of a run."""
     parts = [

@@ -25,6 +25,7 @@ from .render import (
     Charts,
     Lines,
     clock_notes,
+    cpu_share_note,
     md_table,
     num,
     ratios_table,
@@ -227,14 +228,10 @@ def message_rate(landing: ingest.Landing) -> float:
 
 
 def build_results(
-    runs: dict[str, list[ingest.Landing]],
-    orders: list[list[str]],
-    warmups: dict[str, list[ingest.Landing]],
-    decoder: dict[str, Any],
-    profile: list[dict[str, Any]] | None,
-    info: dict[str, Any],
-    parameters: dict[str, Any],
-) -> dict[str, Any]:
+    runs: dict[str, list[ingest.Landing]], orders: list[list[str]],
+    warmups: dict[str, list[ingest.Landing]], decoder: dict[str, Any],
+    profile: list[dict[str, Any]] | None, info: dict[str, Any], parameters: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
     """The JSON document of a run (``bench/results/sparkplug.json``)."""
     msg_rates = {peer: [message_rate(r) for r in found] for peer, found in runs.items()}
     paired = common.paired_ratio(msg_rates[SPARKPLUG], msg_rates[RAW])
@@ -425,13 +422,7 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
             *md_table(["function", "calls", "own s", "cumulative s"], top),
             "",
         ]
-    share = data.get("other_processes_cpu_share")
-    if share is not None:
-        out += [
-            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU "
-            "during the measured batches.",
-        ]
-    return out
+    return out + cpu_share_note(data, "during the measured batches")
 
 
 if __name__ == "__main__":
