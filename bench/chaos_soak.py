@@ -1,17 +1,9 @@
-"""Loop chaos tests and add up what they did: ``bench/results/chaos_soak.json``.
-
-Each run is a pytest process of its own on one chaos test (a fresh seed each time; the seed is
-kept with the run), writing its tally (``CHAOS_RESULTS``, see ``tests/chaos/tally.py``).
-``--loops`` runs that many loops side by side, as two soaks on a 2-core machine do, which
-makes timing faults likelier. The result, per test: runs, runs passed, the seeds of the runs
-that failed, and the sum of every counter (faults applied, messages published per QoS, lost,
-extra rows). Run it from a worktree of its own when the code under test is being edited.
-This module also renders the chaos tests' own counters (``make chaos``: ``chaos.json``).
-"""
+"""Loop the chaos tests (``python -m bench.chaos_soak``): each run a pytest process of its own
+with a fresh seed, ``--loops`` side by side; per test the runs passed, the seeds that failed and
+every counter summed (``chaos_soak.json``). Also renders the chaos tests' ``chaos.json``."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -22,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, machine_info, write_results
+from .common import REPO_ROOT, arguments, machine_info, write_results
 from .render import Charts, Lines, md_table
 
 DEFAULT_TESTS = (
@@ -30,24 +22,16 @@ DEFAULT_TESTS = (
     "tests/chaos/test_source_kills.py@3",
     "tests/chaos/test_driver_failover.py@3",
 )
-"""The network-faults test ``--runs`` times, the kill -9 and failover tests three times each
-(``@RUNS`` after a test sets its own number of runs)."""
-RUN_TIMEOUT = 1800.0
+"""``@RUNS`` after a test sets its own number of runs (else ``--runs``)."""
 
 
 def run_once(test: str, results: Path) -> dict[str, Any]:
-    """One pytest process on ``test``, its tally written to ``results``: the tally and
-    whether it passed (the tally holds the run's seed)."""
-    env = {**os.environ, "CHAOS_RESULTS": str(results)}
+    """One pytest process on ``test``: whether it passed, and its tally (with its seed)."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
+        cwd=REPO_ROOT, env={**os.environ, "CHAOS_RESULTS": str(results)}, capture_output=True,
+        text=True, timeout=1800.0, check=False,
+    )  # fmt: skip
     tally = json.loads(results.read_text()) if results.exists() else {}
     return {"passed": done.returncode == 0, "tally": tally, "tail": done.stdout[-2000:]}
 
@@ -94,31 +78,22 @@ def soak_one(test: str, runs: int, loops: int, workdir: Path) -> list[dict[str, 
     return results
 
 
-def soak(tests: Sequence[str], runs: int, loops: int, workdir: Path) -> dict[str, Any]:
-    """``runs`` runs of each test, ``loops`` at a time; one entry per test."""
-    out: dict[str, Any] = {}
-    for index, spec in enumerate(tests):
-        test, _, own = spec.partition("@")
-        place = workdir / str(index)
-        place.mkdir()
-        out[test] = add_up(soak_one(test, int(own) if own else runs, loops, place))
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos_soak", description=__doc__)
+    parser = arguments("chaos_soak", __doc__)
     parser.add_argument("--runs", type=int, default=20, help="runs per test (unless @RUNS)")
     parser.add_argument("--loops", type=int, default=1, help="runs side by side")
-    parser.add_argument("--test", action="append", help="a chaos test (repeatable)")
-    parser.add_argument("--output", type=Path, help="results file")
+    parser.add_argument("--test", action="append", help="a chaos test[@RUNS] (repeatable)")
     args = parser.parse_args(argv)
+    tests: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="chaos-soak-") as tmp:
-        tests = args.test or list(DEFAULT_TESTS)
-        data = {
-            "tests": soak(tests, args.runs, args.loops, Path(tmp)),
-            "loops": args.loops,
-            "machine": machine_info(),
-        }
+        for index, spec in enumerate(args.test or DEFAULT_TESTS):
+            test, _, own = spec.partition("@")
+            (Path(tmp) / str(index)).mkdir()
+            runs = soak_one(
+                test, int(own) if own else args.runs, args.loops, Path(tmp) / str(index)
+            )
+            tests[test] = add_up(runs)
+    data = {"tests": tests, "loops": args.loops, "machine": machine_info()}
     path = write_results("chaos_soak", data, args.output)
     failed = sum(t["runs"] - t["passed"] for t in data["tests"].values())
     print(f"wrote {path}; {failed} run(s) failed")
@@ -126,46 +101,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 SOAK_FAULTS = (
-    ("connection_cuts", "cuts"),
-    ("stalls", "stalls"),
+    ("connection_cuts", "cuts"), ("stalls", "stalls"),
     ("malformed_frames_sent", "malformed frames"),
     ("no_connack_connections", "no-CONNACK connections"),
-    ("source_process_kills", "source kill -9"),
-    ("driver_kills", "driver kills"),
+    ("source_process_kills", "source kill -9"), ("driver_kills", "driver kills"),
     ("broker_restarts", "broker restarts"),
-)
+)  # fmt: skip
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """Per test: runs, messages per QoS, faults, lost and extra rows (QoS 2 must have none;
-    QoS 1 extra rows are counted resends)."""
+    """Per test: runs, messages per QoS, faults, lost and extra rows."""
     rows = []
     for test, entry in data["tests"].items():
         c = entry["counters"]
         faults = ", ".join(f"{c[k]:,} {label}" for k, label in SOAK_FAULTS if c.get(k))
-        rows.append(
-            [
-                f"`{test.split('::')[-1]}`",
-                f"{entry['passed']}/{entry['runs']}",
-                f"{c.get('qos1_published', 0):,} / {c.get('qos2_published', 0):,}",
-                faults or "—",
-                f"{c.get('qos1_lost', 0) + c.get('qos2_lost', 0):,}",
-                f"{c.get('qos2_extra_rows', 0):,}",
-                f"{c.get('qos1_extra_rows', 0):,}",
-            ]
-        )
+        rows.append([
+            f"`{test.split('::')[-1]}`", f"{entry['passed']}/{entry['runs']}",
+            f"{c.get('qos1_published', 0):,} / {c.get('qos2_published', 0):,}", faults or "—",
+            f"{c.get('qos1_lost', 0) + c.get('qos2_lost', 0):,}",
+            f"{c.get('qos2_extra_rows', 0):,}", f"{c.get('qos1_extra_rows', 0):,}",
+        ])  # fmt: skip
     out = md_table(
-        [
-            "test",
-            "runs passed",
-            "published QoS 1 / 2",
-            "faults",
-            "lost",
-            "QoS 2 extra rows",
-            "QoS 1 extra rows",
-        ],
+        ["test", "runs passed", "published QoS 1 / 2", "faults", "lost", "QoS 2 extra rows",
+         "QoS 1 extra rows"],
         rows,
-    )
+    )  # fmt: skip
     failed = {t: e["failed_seeds"] for t, e in data["tests"].items() if e["failed_seeds"]}
     notes = [
         f"{data.get('loops', 1)} loop(s) side by side. QoS 1 extra rows are broker resends "
@@ -188,8 +148,7 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def section_chaos(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """``bench/results/chaos.json``, written by the chaos tests (``make chaos``): whatever
-    counters they recorded (any dict, nested dicts flattened)."""
+    """Whatever counters the chaos tests wrote to ``chaos.json``, nested dicts flattened."""
     counters = _flatten({k: v for k, v in data.items() if k != "machine"})
     rows = [
         [f"`{k}`", json.dumps(v) if isinstance(v, list | dict) else str(v)] for k, v in counters

@@ -1,8 +1,9 @@
-"""What every benchmark shares: statistics, the machine a run was measured on, its results
-file, and the broker sessions and publishers that make its backlogs."""
+"""What every benchmark shares: statistics, the machine, results files, command lines, and the
+sessions and publishers that make backlogs."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -12,11 +13,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
+
+from connector.mqtt.cli import SEQUENCE_DIGITS
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -150,19 +153,115 @@ def write_results(name: str, data: Mapping[str, Any], path: Path | None = None) 
     return target
 
 
-def finish(name: str, data: Mapping[str, Any], output: Path | None, render: Any) -> int:
-    """Write a run's results, then print its section of the report (``render``)."""
+FAILURES = (BenchError, subprocess.TimeoutExpired, RuntimeError, OSError)
+"""What ends a run with a message, not a traceback (RuntimeError: the broker helpers' too)."""
+
+
+def finish(
+    name: str, measure: Callable[[], Mapping[str, Any]], output: Path | None, render: Any
+) -> int:
+    """Run ``measure``, write its results, then print its section of the report (``render``);
+    on a failure its message and exit status 1."""
     from .render import print_section
 
+    try:
+        data = measure()
+    except FAILURES as exc:
+        sys.stderr.write(f"bench.{name}: {exc}\n")
+        return 1
     path = write_results(name, data, output)
     print_section(data, render)
     print(f"results: {path}")
     return 0
 
 
-MOSQUITTO_INFLIGHT = 20
-"""Mosquitto's default ``max_inflight_messages``: a publisher keeps at most this many QoS 1/2
-messages unacknowledged (beyond it Mosquitto acknowledges but drops incoming QoS 2)."""
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        if int(text) < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return int(text)
+
+    return parse
+
+
+SHARED_ARGUMENTS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "messages": (at_least(1), "messages per backlog"),
+    "repeat": (at_least(1), "repetitions, peers in turns"),
+    "size": (at_least(SEQUENCE_DIGITS), "payload bytes"),
+    "timeout": (float, "per step, in seconds"),
+}
+
+
+def arguments(name: str, doc: str | None, **defaults: Any) -> argparse.ArgumentParser:
+    """The parser of ``python -m bench.<name>``: ``--output`` and the shared arguments given a
+    default in ``defaults`` (messages, repeat, size, timeout)."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc)
+    for key, default in defaults.items():
+        kind, text = SHARED_ARGUMENTS[key]
+        parser.add_argument(f"--{key}", type=kind, default=default, help=text)
+    parser.add_argument("--output", type=Path, help=f"default bench/results/{name}.json")
+    return parser
+
+
+def in_turns(items: Sequence[T], repeat: int) -> Iterator[tuple[int, T]]:
+    """(repetition, item) for ``repeat`` repetitions, the items in each one's :func:`turn`."""
+    for repetition in range(repeat):
+        for item in turn(items, repetition):
+            yield repetition, item
+
+
+def wait_for(
+    done: Callable[[], object], timeout: float, failure: Callable[[], str], interval: float = 0.05
+) -> float:
+    """Poll ``done()`` until it holds; BenchError(``failure()``) after ``timeout`` seconds.
+    Returns the seconds waited."""
+    began = time.perf_counter()
+    while not done():
+        if time.perf_counter() - began > timeout:
+            raise BenchError(failure())
+        time.sleep(interval)
+    return time.perf_counter() - began
+
+
+def goal(
+    ratio: str, target: float, measured: float, digits: int | None = 3, **more: Any
+) -> dict[str, Any]:
+    """A goal of the results: ``measured`` must reach ``target``."""
+    return {"ratio": ratio, **more, "target": target, "measured": round(measured, digits),
+            "met": measured >= target}  # fmt: skip
+
+
+MOSQUITTO_INFLIGHT = 20  # Mosquitto's default max_inflight_messages
+
+
+def json_line(command: Sequence[str], timeout: float, what: str) -> Any:
+    """Run ``command`` in ``REPO_ROOT``: the last line it printed, as JSON; BenchError unless
+    it exited 0."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise BenchError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def check_broker(broker: Any) -> None:
+    """BenchError with the end of its log when the broker process died."""
+    if broker.crashed:
+        raise BenchError(f"{broker.name} crashed:\n{broker.log_text()[-4000:]}")
+
+
+def new_receiver(
+    url: str, topic_filter: str, client_id: str, wal: Any, *, qos: int = 1, **more: str
+) -> Any:
+    """The source's receiver (``connector.receiver``) of ``topic_filter`` into the WAL at
+    ``wal``, with more options of ``format("mqtt")``; not started."""
+    from connector.options.source import SourceOptions
+    from connector.receiver.receiver import Receiver
+
+    options = {"brokerUrl": url, "topic": topic_filter, "qos": str(qos), "clientId": client_id}
+    return Receiver(SourceOptions.parse({**options, "walPath": str(wal), **more}))
 
 
 def pub_command(url: str, topic: str, qos: int, count: int, size: int) -> list[str]:

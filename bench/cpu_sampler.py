@@ -1,11 +1,5 @@
-"""CPU time of a Spark peer's run, per component, sampled from ``/proc`` in a thread.
-
-The sampler shares the two cores with the pipeline it measures, so a sample reads as little
-as it can: the stat line of each process of ours, and inside the driver JVM only the threads
-of the named groups (task threads, JIT, GC, stream execution; a few dozen of its several
-hundred). The JVM's other threads are its process total minus those groups. Files are read
-with ``os.read``, not ``pathlib``.
-"""
+"""CPU time of a Spark peer's run per component, sampled from ``/proc`` in a thread: the stat
+line of each process of ours and, in the driver JVM, only the threads of the named groups."""
 
 from __future__ import annotations
 
@@ -18,8 +12,6 @@ from devtools.process_tree import read_small, stat_fields
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHER_JVM_THREADS = "jvm: other threads"
-# Components of a Spark peer's run, by process (descendants of this process) and, inside the
-# JVM, by thread name (Linux keeps the first 15 characters).
 JVM_THREADS = (
     ("jvm: task threads", re.compile(r"^Executor task")),
     ("jvm: JIT compiler", re.compile(r"Compiler")),
@@ -27,30 +19,20 @@ JVM_THREADS = (
     ("jvm: stream execution", re.compile(r"^stream exec")),
 )
 COMPONENTS = (
-    "jvm: task threads",
-    "jvm: stream execution",
-    "jvm: JIT compiler",
-    "jvm: GC",
-    OTHER_JVM_THREADS,
-    "python: source runner (receiver, offsets, partitions)",
-    "python: task workers (read)",
-    "mosquitto",
-    "driver Python process (foreachBatch, Py4J)",
-    "bench: this CPU sampler",
-    "other descendants",
-    "not ours (other processes)",
-)
-"""``not ours``: the machine's busy time minus ours, so other processes, the kernel's own
-threads and hypervisor steal."""
+    "jvm: task threads", "jvm: stream execution", "jvm: JIT compiler", "jvm: GC",
+    OTHER_JVM_THREADS, "python: source runner (receiver, offsets, partitions)",
+    "python: task workers (read)", "mosquitto", "driver Python process (foreachBatch, Py4J)",
+    "bench: this CPU sampler", "other descendants", "not ours (other processes)",
+)  # fmt: skip
+"""By process (this one's descendants) and, in the JVM, by thread name (its first 15
+characters); ``not ours``: the machine's busy time minus ours (others, kernel, steal)."""
 NOT_THE_PIPELINE = frozenset({"bench: this CPU sampler", "not ours (other processes)"})
 
 
 def stat_ticks(path: str) -> tuple[int, int] | None:
     """(parent pid, user + system clock ticks) from a ``stat`` file, or None."""
     fields = stat_fields(path)
-    if fields is None:
-        return None
-    return int(fields[1]), int(fields[11]) + int(fields[12])
+    return None if fields is None else (int(fields[1]), int(fields[11]) + int(fields[12]))
 
 
 def classify_process(cmdline: str, is_me: bool) -> str:
@@ -74,12 +56,7 @@ def classify_thread(name: str) -> str:
 
 
 class CpuSampler:
-    """Samples the CPU time of this process's descendants, grouped into COMPONENTS, and of the
-    whole machine, every ``interval`` seconds in a thread.
-
-    A process's CPU time after its last sample is lost when it exits; totals carry every
-    process's and named JVM thread's last value forward. The sampler's own CPU time (in this
-    process) is kept in ``own_cpu``. ``proc`` is the procfs root (tests pass a directory)."""
+    """CPU time of this process's descendants by COMPONENTS, and the machine's, in a thread."""
 
     def __init__(self, interval: float = 0.25, proc: str = "/proc") -> None:
         self.interval = interval
@@ -140,9 +117,7 @@ class CpuSampler:
         self._last[("jvm", pid)] = (OTHER_JVM_THREADS, max(0, ticks - in_groups))
 
     def _system_busy(self) -> int:
-        """Busy clock ticks of all CPUs since boot (``stat``: user, nice, system, irq, softirq
-        and steal, the time the hypervisor ran something else while this machine's CPUs had
-        work; guest time is already inside user and nice)."""
+        """Busy clock ticks of all CPUs since boot (guest time is inside user and nice)."""
         raw = read_small(f"{self.proc}/stat") or b"cpu 0 0 0 0 0"
         values = [int(v) for v in raw.split(b"\n", 1)[0].split()[1:9]]
         return sum(values) - values[3] - values[4]
@@ -181,8 +156,7 @@ class CpuSampler:
         self.own_cpu += time.thread_time() - began
 
     def window(self, start: float, end: float) -> tuple[float, dict[str, float]]:
-        """Seconds covered and CPU seconds per component from the last sample at or before
-        ``start`` to the first at or after ``end`` (epoch seconds)."""
+        """Seconds covered and CPU seconds per component from ``start`` to ``end``."""
         before = [s for s in self.samples if s[0] <= start] or self.samples[:1]
         after = [s for s in self.samples if s[0] >= end] or self.samples[-1:]
         (t0, first), (t1, last) = before[-1], after[0]

@@ -1,52 +1,37 @@
-"""Backlogs and what drains them, for every benchmark.
-
-* :func:`backlog`: a fresh Mosquitto holding N messages queued for persistent sessions.
-* The drain workers, one process per drain (``python -m bench.drainer PEER URL CLIENT_ID
-  COUNT [--qos Q] [--seq-at N] [--option KEY=VALUE ...]``, one JSON line out; :func:`run`):
-  ``ours`` (``MqttClient``, a poll/acknowledge loop), ``ours-wal`` (the source's receiver:
-  every socket read appended to a write-ahead log with one fsync before its acknowledgements
-  go out; options of ``format("mqtt")`` added) and ``paho`` (paho-mqtt 2.x, automatic
-  acknowledgements, driven by ``loop_forever``'s cycle so that it can stop after its last
-  PUBACK). Each checks the payloads' sequence numbers (:class:`bench.payloads.Tally`; ours-wal
-  on its WAL read back after the drain) and stops at N distinct messages; at QoS 2 only once
-  every exchange is complete (ours: every PUBREL answered and no id awaiting one; ours-wal: no
-  id pending in the WAL; paho: no message awaiting its PUBREL, the last PUBCOMP written).
-* :func:`left_in_session`: what a broker still sends when the session resumes.
-* :func:`check_table` and :class:`TableTail`: a Delta table read back, by Spark or from its
-  commit log.
-"""
+"""Backlogs (a fresh Mosquitto holding N messages for persistent sessions) and the drain
+workers, one process per drain (``python -m bench.drainer PEER URL CLIENT_ID COUNT``): ``ours``,
+``ours-wal`` (the receiver into a WAL) and ``paho``; what a resumed session still holds; Delta
+tables read back."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
-from .common import MOSQUITTO_INFLIGHT, REPO_ROOT, BenchError
+from .common import MOSQUITTO_INFLIGHT, REPO_ROOT, BenchError, json_line, new_receiver, pub_command
 from .payloads import Tally
 
 TOPIC = "plant/line-3/sensor-17/telemetry"
 TOPIC_FILTER = "plant/+/+/telemetry"
 PUB_INFLIGHT = 20  # the pub tool's default --inflight
-PEERS = ("ours", "ours-wal", "paho")
+Sessions = Sequence[tuple[str, str]]  # (client id, topic filter)
 
 
-# ------------------------------------------------------------------------------ backlogs
-
-
-@dataclass(slots=True)
-class Backlog:
+class Backlog(NamedTuple):
     """A started broker holding a backlog, and the rate it was published at."""
 
     broker: Any
@@ -54,25 +39,17 @@ class Backlog:
 
 
 def backlog(
-    count: int,
-    sessions: Sequence[tuple[str, str]],
-    publish: Callable[[str], float],
-    *,
-    qos: int = 1,
+    count: int, sessions: Sessions, publish: Callable[[str], float], qos: int = 1,
     inflight: int = MOSQUITTO_INFLIGHT,
-    workdir: Path | None = None,
-) -> Backlog:
-    """A fresh Mosquitto (``max_inflight_messages`` ``inflight``, 0: unbounded) where each
-    (client id, filter) of ``sessions`` subscribed with ``qos`` and left; then
-    ``publish(url)`` queues ``count`` messages for them and returns its rate."""
+) -> Backlog:  # fmt: skip
+    """A fresh Mosquitto where ``sessions`` subscribed and left, then ``publish(url)``."""
     from devtools.mosquitto import MosquittoBroker
 
     from .common import create_session
 
     broker = MosquittoBroker(
-        workdir, max_queued_messages=max(1_000_000, 2 * count), max_inflight_messages=inflight
-    )
-    broker.start()
+        max_queued_messages=max(1_000_000, 2 * count), max_inflight_messages=inflight
+    ).start()
     try:
         for client_id, topic_filter in sessions:
             create_session(broker.url, client_id, topic_filter, qos)
@@ -82,47 +59,25 @@ def backlog(
         raise
 
 
-def publisher_args(qos: int, inflight: int) -> list[str]:
-    """The pub tool's QoS (and in-flight) arguments for a backlog. At QoS 2 it keeps no more
-    messages in flight than the broker's ``max_inflight_messages`` (Mosquitto acknowledges but
-    drops QoS 2 messages beyond it)."""
-    command = ["--qos", str(qos)]
-    if qos == 2 and 0 < inflight < PUB_INFLIGHT:
-        command += ["--inflight", str(inflight)]
-    return command
+def pub_inflight(qos: int, inflight: int) -> list[str]:
+    """The pub tool's ``--inflight``: at QoS 2 within the broker's window (beyond: dropped)."""
+    return ["--inflight", str(inflight)] if qos == 2 and 0 < inflight < PUB_INFLIGHT else []
 
 
 def publish_numbered(
-    url: str,
-    count: int,
-    size: int,
-    timeout: float,
-    qos: int = 1,
-    inflight: int = PUB_INFLIGHT,
+    url: str, count: int, size: int, timeout: float, qos: int = 1, inflight: int = PUB_INFLIGHT,
     topic: str = TOPIC,
-) -> float:
-    """``count`` numbered messages (:func:`bench.payloads.numbered`) published by our pub tool;
-    returns its rate. It exits once every message was acknowledged (QoS 2: completed)."""
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", topic,
-            *publisher_args(qos, inflight), "--count", str(count), "--size", str(size),
-        ],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise BenchError(f"publishing the backlog failed ({done.returncode}): {done.stderr}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+) -> float:  # fmt: skip
+    """Numbered messages by our pub tool until every one was acknowledged; its rate."""
+    command = [*pub_command(url, topic, qos, count, size), *pub_inflight(qos, inflight)]
+    report = json_line(command, timeout, "publishing the backlog")
     if report.get("published") != count:
         raise BenchError(f"the pub tool published {report.get('published')} of {count}")
     return float(report["rate"])
 
 
 def left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, int]:
-    """(messages, PUBRELs) the broker sends when the session resumes: a bare socket sends
-    CONNECT, reads for ``wait`` seconds after CONNACK, answers nothing and closes. (Our
-    client would answer a PUBREL for an id it does not hold with PUBCOMP at once and report
-    nothing.) Raises BenchError unless the broker still held the session."""
+    """(messages, PUBRELs) a resumed session still sends to a bare socket that answers nothing."""
     from connector.mqtt.encode import encode
     from connector.mqtt.packets import Connack, Connect, Publish, Pubrel
     from connector.mqtt.receive_buffer import ReceiveBuffer
@@ -156,43 +111,30 @@ def left_in_session(url: str, client_id: str, wait: float = 0.3) -> tuple[int, i
     return messages, releases
 
 
-# ------------------------------------------------------------------------------ workers
-
-
-def wait_stored(receiver: Any, count: int, deadline: float, stall: float) -> float:
-    """Watch a started receiver's WAL until it holds ``count`` records, ``deadline`` (a
-    ``time.perf_counter()`` time) passes, nothing new is stored for ``stall`` seconds, or the
-    receiver fails; returns the time it stopped watching."""
-    last, stored = time.perf_counter(), 0
-    while receiver.wal.next_offset < count:
-        now = time.perf_counter()
-        if now > deadline or now - last > stall or receiver.error is not None:
-            break
-        if receiver.wal.next_offset != stored:
-            stored, last = receiver.wal.next_offset, now
-        time.sleep(0.0005)
-    return time.perf_counter()
-
-
-def _wait_released(receiver: Any, deadline: float, stall: float) -> tuple[float, int]:
-    """Wait until the receiver's WAL has no pending QoS 2 id (every release recorded); returns
-    the time that was seen and the ids still pending (0 unless it stalled or timed out).
-
-    ``wal.qos2_pending`` copies the set, so the poll interval grows with the copy's cost: the
-    copies take at most ~5% of the time from the receiver's thread."""
-    progress = time.perf_counter()
-    pending = -1
+def _watch(
+    receiver: Any, figure: Callable[[], int], done: Callable[[int], bool], deadline: float,
+    stall: float,
+) -> tuple[float, int]:  # fmt: skip
+    """Poll ``figure()`` until ``done``, the deadline, a stall or a failure; (time, figure)."""
+    progress, seen = time.perf_counter(), None
     while True:
         before = time.perf_counter()
-        left = len(receiver.wal.qos2_pending)
+        value = figure()
         now = time.perf_counter()
-        if not left:
-            return now, 0
-        if left != pending:
-            pending, progress = left, now
+        if done(value):
+            return now, value
+        if value != seen:
+            seen, progress = value, now
         if now > deadline or now - progress > stall or receiver.error is not None:
-            return now, left
+            return now, value
         time.sleep(max(0.0005, 20 * (now - before)))
+
+
+def _finished(result: dict[str, Any], qos: int, seconds: float, still_open: int) -> dict:
+    """A worker's figures, at QoS 2 with the time to the last complete exchange."""
+    if qos == 2:
+        result.update(complete_seconds=seconds, open_exchanges=still_open)
+    return result
 
 
 def drain_ours(args: argparse.Namespace) -> dict[str, Any]:
@@ -211,69 +153,34 @@ def drain_ours(args: argparse.Namespace) -> dict[str, Any]:
     connected = time.perf_counter()
     last = active = connected
     released = 0
-
-    def open_exchanges() -> bool:
-        # One Released event per exchange: the count keeps the set (built on each call)
-        # from being made on every read of a long tail of releases.
-        return qos == 2 and (released < count or bool(session.export_qos2_pending()))
-
-    while tally.distinct < count or open_exchanges():
+    # One Released event per exchange: the count keeps the pending set (built on each call)
+    # from being made on every read of a long tail of releases.
+    while tally.distinct < count or (
+        qos == 2 and (released < count or bool(session.export_qos2_pending()))
+    ):
         now = time.perf_counter()
         if now > deadline or now - active > args.stall:
             break
         read = client.poll(min(1.0, deadline - now))
-        messages = read.messages
-        if messages:
-            for message in messages:
-                tally.note(message.payload)
+        for message in read.messages:
+            tally.note(message.payload)
+        if read.messages:
             last = active = time.perf_counter()
         if read.released:
             released += len(read.released)
             active = time.perf_counter()
-        client.acknowledge(messages, read.released)
+        client.acknowledge(read.messages, read.released)
     complete = time.perf_counter()
     still_open = len(session.export_qos2_pending())
     client.disconnect()
     result = tally.result(start, connected, last, client.connections)
     if qos == 2:
-        result.update(complete_seconds=complete - start, releases=released)
-        result["open_exchanges"] = still_open
-    return result
-
-
-def paho_loop(
-    client: Any,
-    done: Callable[[], bool],
-    last: Callable[[], float | None],
-    start: float,
-    timeout: float,
-    stall: float,
-) -> None:
-    """Drive a connected paho-mqtt client until ``done()``, ``timeout`` seconds after ``start``,
-    or ``stall`` seconds without a message (``last()`` is the newest message's time).
-
-    It is loop_forever's cycle through paho's external-loop API, so the caller can stop right
-    after the PUBACK of the last message was written (before DISCONNECT)."""
-    import paho.mqtt.client as paho
-
-    sock = client.socket()
-    deadline = start + timeout
-    while not done():
-        now = time.perf_counter()
-        if now > deadline or now - (last() or start) > stall:
-            break
-        writable = [sock] if client.want_write() else []
-        readable, _, _ = select.select([sock], writable, [], 1.0)
-        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
-            break
-        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
-            break
-        client.loop_misc()
+        result["releases"] = released
+    return _finished(result, qos, complete - start, still_open)
 
 
 def drain_paho(args: argparse.Namespace) -> dict[str, Any]:
-    """paho-mqtt 2.x: on_message checks, paho acknowledges (QoS 2: PUBREC and PUBCOMP;
-    on_message comes with the PUBREL)."""
+    """paho-mqtt 2.x in loop_forever's cycle, to stop right after its last acknowledgement."""
     from paho.mqtt import client as paho
 
     parts = urlsplit(args.url)
@@ -290,66 +197,60 @@ def drain_paho(args: argparse.Namespace) -> dict[str, Any]:
         state["last"] = time.perf_counter()
 
     client = paho.Client(
-        paho.CallbackAPIVersion.VERSION2,
-        client_id=args.client_id,
-        clean_session=False,
+        paho.CallbackAPIVersion.VERSION2, client_id=args.client_id, clean_session=False,
         protocol=paho.MQTTv311,
-    )
+    )  # fmt: skip
     client.on_connect = on_connect
     client.on_message = on_message
-
-    def done() -> bool:
-        if tally.distinct < count:
-            return False
-        # _in_messages: paho 2.x's QoS 2 messages answered with PUBREC, awaiting PUBREL.
-        return qos == 1 or not (client._in_messages or client.want_write())
-
     start = time.perf_counter()
     client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=60)
-    paho_loop(client, done, lambda: state["last"], start, args.timeout, args.stall)
+    sock: Any = client.socket()
+    # _in_messages: paho 2.x's QoS 2 messages answered with PUBREC, awaiting PUBREL.
+    while tally.distinct < count or (qos == 2 and (client._in_messages or client.want_write())):
+        now = time.perf_counter()
+        if now > start + args.timeout or now - (state["last"] or start) > args.stall:
+            break
+        writable = [sock] if client.want_write() else []
+        readable, _, _ = select.select([sock], writable, [], 1.0)
+        if readable and client.loop_read() != paho.MQTT_ERR_SUCCESS:
+            break
+        if client.want_write() and client.loop_write() != paho.MQTT_ERR_SUCCESS:
+            break
+        client.loop_misc()
     complete = time.perf_counter()
     still_open = len(client._in_messages)
     client.disconnect()
     connected = state["connected"] or start
     result = tally.result(start, connected, state["last"] or connected, 1)
-    if qos == 2:
-        result["complete_seconds"] = complete - start
-        result["open_exchanges"] = still_open
-    return result
+    return _finished(result, qos, complete - start, still_open)
 
 
 def drain_receiver(args: argparse.Namespace) -> dict[str, Any]:
-    """The source's receiver into a fresh WAL (fsync per socket read, acknowledgements after
-    it); the clock stops once ``count`` records are durable (QoS 2: a second clock once the WAL
-    holds no pending QoS 2 id, i.e. every release is recorded), then the WAL is read back."""
-    import shutil
-    import tempfile
-
-    from connector.options.source import SourceOptions
-    from connector.receiver.receiver import Receiver
+    """The source's receiver into a fresh WAL until ``count`` records are durable (and released)."""
     from connector.wal import WalReader
 
     count, qos = args.count, args.qos
     wal_dir = Path(tempfile.mkdtemp(prefix="bench-drain-wal-")) / "wal"
-    options = SourceOptions.parse(
-        {"brokerUrl": args.url, "topic": TOPIC_FILTER, "qos": str(qos), "clientId": args.client_id,
-         "walPath": str(wal_dir), "maxBacklogMessages": str(max(count, 10_000) * 2),
-         **dict(option.split("=", 1) for option in args.option)}
-    )  # fmt: skip
+    more = {"maxBacklogMessages": str(max(count, 10_000) * 2)} | dict(
+        option.split("=", 1) for option in args.option
+    )
     tally = Tally(count, args.seq_at)
-    still_open = 0
     try:
         start = time.perf_counter()
-        receiver = Receiver(options)
+        receiver = new_receiver(args.url, TOPIC_FILTER, args.client_id, wal_dir, qos=qos, **more)
         receiver.start()  # connects, then runs its loop in a thread
         connected = time.perf_counter()
         deadline = start + args.timeout
         try:
-            last = complete = wait_stored(receiver, count, deadline, args.stall)
-            if qos == 2 and receiver.wal.next_offset >= count:
-                complete, still_open = _wait_released(receiver, deadline, args.stall)
-            elif qos == 2:
-                still_open = len(receiver.wal.qos2_pending)
+            wal = receiver.wal
+            last, stored = _watch(
+                receiver, lambda: wal.next_offset, lambda n: n >= count, deadline, args.stall
+            )
+            complete, still_open = last, len(wal.qos2_pending)
+            if qos == 2 and stored >= count:
+                complete, still_open = _watch(
+                    receiver, lambda: len(wal.qos2_pending), lambda n: n == 0, deadline, args.stall
+                )
         finally:
             receiver.stop()  # the loop thread finishes its read (PUBCOMPs) before DISCONNECT
         stored = receiver.wal.next_offset
@@ -359,29 +260,17 @@ def drain_receiver(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(wal_dir.parent, ignore_errors=True)
     result = tally.result(start, connected, last, receiver.stats.connections)
     result["wal_records"] = stored
-    if qos == 2:
-        result["complete_seconds"] = complete - start
-        result["open_exchanges"] = still_open
-    return result
+    return _finished(result, qos, complete - start, still_open)
 
 
 WORKERS = {"ours": drain_ours, "ours-wal": drain_receiver, "paho": drain_paho}
 
 
 def command(
-    peer: str,
-    url: str,
-    client_id: str,
-    count: int,
-    timeout: float,
-    *,
-    qos: int = 1,
-    stall: float = 5.0,
-    seq_at: int = 0,
-    options: Sequence[str] = (),
-) -> list[str]:
-    """The command line of a drain worker; for ``mosquitto_sub``, its own (``-C N``: it exits
-    0 only after N messages, which go to stdout)."""
+    peer: str, url: str, client_id: str, count: int, timeout: float, *, qos: int = 1,
+    stall: float = 5.0, seq_at: int = 0, options: Sequence[str] = (),
+) -> list[str]:  # fmt: skip
+    """A drain worker's command line; ``mosquitto_sub``'s own (``-C N``: exit 0 after N)."""
     if peer == "mosquitto_sub":
         from devtools.system_tools import find_tool
 
@@ -401,16 +290,10 @@ def command(
 def run(
     peer: str, url: str, client_id: str, count: int, timeout: float, **kwargs: Any
 ) -> tuple[float, dict[str, Any]]:
-    """A drain worker's process: its wall time (process start -> exit) and its figures.
-    Raises BenchError unless it drained ``count`` distinct messages, every exchange complete."""
+    """A drain worker's process: (start -> exit, its figures); BenchError unless complete."""
+    argv = command(peer, url, client_id, count, timeout, **kwargs)
     start = time.perf_counter()
-    done = subprocess.run(
-        command(peer, url, client_id, count, timeout, **kwargs),
-        capture_output=True,
-        text=True,
-        timeout=timeout + 60,
-        cwd=REPO_ROOT,
-    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 60, cwd=REPO_ROOT)
     wall = time.perf_counter() - start
     lines = done.stdout.strip().splitlines()
     if not lines:
@@ -436,9 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--stall", type=float, default=5.0, help="give up after a silence")
     parser.add_argument("--seq-at", type=int, default=0, help="where a payload's number sits")
-    parser.add_argument(
-        "--option", action="append", default=[], metavar="KEY=VALUE", help="ours-wal's options"
-    )
+    parser.add_argument("--option", action="append", default=[], help="ours-wal's KEY=VALUE")
     args = parser.parse_args(argv)
     result = WORKERS[args.peer](args)
     sys.stdout.write(json.dumps(result) + "\n")
@@ -446,14 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if complete and not result.get("open_exchanges") else 1
 
 
-# ------------------------------------------------------------------------------ tables
-
-
 def check_table(
     spark: Any, table: Path, figures: Mapping[str, Any], want: Mapping[str, Any]
 ) -> Any:
-    """``figures`` (name -> aggregate Column) of a Delta table, read by Spark once its query
-    stopped, with its first and last receive time; BenchError unless they are ``want``."""
+    """``figures`` of a Delta table, first and last receive time; BenchError unless ``want``."""
     from pyspark.sql import functions as F
 
     found = (
@@ -482,9 +359,7 @@ class Commit:
 
 
 class TableTail:
-    """A Delta table's commits read from its log (``devtools.delta_log``) as they appear:
-    when each was first seen, the files and rows it added. Delta's local log store creates a
-    commit file by an atomic rename, so a reader sees a commit whole from that moment on."""
+    """A Delta table's commits read from its log as they appear: when seen, what they added."""
 
     def __init__(self, table: Path) -> None:
         self.table = table

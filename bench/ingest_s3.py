@@ -1,42 +1,32 @@
 """The WAL on an S3-compatible server on loopback against a local WAL: ``bench.ingest``'s S3
-peers, the receiver alone timing every append (``--append-profile``), and their section of the
-report, which puts the figures of several runs side by side.
-
-``ours-s3`` / ``ours-s3-inline`` (``python -m bench.ingest --s3-modes wal inline``) run the
-ingest query with ``walPath`` on an S3-compatible server (``devtools.s3_server``, s3proxy) that
-``bench.ingest`` starts on a free loopback port before the Spark JVM, a fresh prefix per run
-(docs/wal-storage.md: one PUT per append). ``ours-s3`` ships records with
-``partitionData=wal``, the source's default for a WAL on shared storage, so the tasks read the
-parts from the store; ``ours-s3-inline`` ships them from the driver. They join ``ours-wal`` in
-the same repetitions, in turns, and are compared with it run by run (goal: at least
-``SHARED_WAL_GOAL`` of its rate).
-
-``--append-profile`` runs, after the Spark runs, the source's receiver alone (in this process,
-no Spark) into a local WAL and into one on the S3 server, in turns, on the same backlogs and on
-``--live-messages`` sent by a publisher while it is connected (peers ``(live)``), and times
-every WAL append it makes: messages per append (one socket read), milliseconds per append, the
-share of the drain spent appending.
+peers (``--s3-modes``: the ingest query with ``walPath`` on s3proxy, a fresh prefix per run,
+in turns with ``ours-wal`` and paired with it run by run; goal: at least half its rate), the
+receiver alone with every WAL append timed (``--append-profile``: backlogs and a live stream,
+a local WAL and one on the server in turns), and the report's section over several such runs.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, BenchError, Stats, pub_command, turn
+from .common import REPO_ROOT, BenchError, Stats, in_turns, new_receiver, pub_command
 from .cpu_sampler import NOT_THE_PIPELINE
 from .drainer import TOPIC, TOPIC_FILTER, backlog
-from .ingest import IngestRun, OursPeer, json_backlog
+from .ingest import FIRST_BATCH, RECEIVER, IngestRun, OursPeer, json_backlog
 from .payloads import JSON_BYTES
 from .render import (
     Charts,
     Lines,
+    cpu_share_note,
     inflight_label,
     md_table,
     num,
@@ -47,35 +37,28 @@ from .render import (
 )
 
 SHARED_WAL_GOAL = 0.5
-"""A query with its WAL on the S3-compatible server on loopback against the same query with a
-local WAL, same QoS and broker window, same repetition."""
+"""The query with its WAL on the server against it with a local WAL: QoS, window, repetition."""
 
 
 class S3Store:
-    """The run's S3-compatible server on loopback (``devtools.s3_server``, s3proxy) with one
-    bucket; every WAL on it gets a fresh prefix."""
+    """An S3 server on loopback (s3proxy) with one bucket; a fresh prefix per WAL."""
 
-    BUCKET = "bench-wal"
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-        self._made = 0
+    def __init__(self, server: Any, bucket: str) -> None:
+        self.server, self.bucket, self._made = server, bucket, 0
 
     @classmethod
-    def start(cls, workdir: Path) -> S3Store:
-        """Put the test credentials into the environment (before any S3 client or Spark JVM
-        starts), start the server, create the bucket."""
+    def start(cls, workdir: Path, bucket: str = "bench-wal") -> S3Store:
+        """The test credentials (before any S3 client or JVM), then the server and the bucket."""
         from devtools.s3_server import S3Server, use_test_credentials
 
         use_test_credentials()
-        server = S3Server(workdir)
-        server.start()
+        server = S3Server(workdir).start()
         try:
-            server.make_bucket(cls.BUCKET)
+            server.make_bucket(bucket)
         except BaseException:
             server.close()
             raise
-        return cls(server)
+        return cls(server, bucket)
 
     @property
     def version(self) -> str:
@@ -87,7 +70,7 @@ class S3Store:
     def fresh(self, label: str) -> str:
         """A ``walPath`` under a prefix no WAL used before."""
         self._made += 1
-        return self.server.uri(self.BUCKET, f"{label}-{self._made}")
+        return str(self.server.uri(self.bucket, f"{label}-{self._made}"))
 
     def close(self) -> None:
         self.server.close()
@@ -99,9 +82,7 @@ class Appends:
 
     peer: str
     messages: int
-    seconds: float
-    """Backlog: connect -> the last message durable (QoS 2: and every release recorded);
-    live: from the first append on."""
+    seconds: float  # connect -> the last message durable (and released); live: first append on
     calls: list[tuple[int, int, float]]  # (records, QoS 2 releases, seconds) per append
     live: bool = False
 
@@ -110,68 +91,44 @@ class Appends:
         return self.messages / self.seconds
 
     def as_dict(self) -> dict[str, Any]:
-        with_records = sorted(c[0] for c in self.calls if c[0])
-        times = sorted(c[2] for c in self.calls)
-        stored = sorted(c[2] for c in self.calls if c[0])
+        sizes = sorted(c[0] for c in self.calls if c[0])
+        spent = sorted(c[2] for c in self.calls)
         return {
-            "peer": self.peer,
-            "live": self.live,
-            "messages": self.messages,
-            "seconds": round(self.seconds, 3),
-            "rate": round(self.rate),
+            "live": self.live, "messages": self.messages, "rate": round(self.rate),
             "appends": len(self.calls),
-            "appends_with_messages": len(with_records),
             "appends_of_releases_only": sum(1 for c in self.calls if not c[0] and c[1]),
-            "messages_per_append": _spread(with_records, 1),
-            "append_ms": _spread([t * 1000 for t in times], 1000),
-            "append_ms_with_messages": _spread([t * 1000 for t in stored], 1000),
-            "share_of_time_in_appends": round(sum(times) / self.seconds, 3),
-        }
+            "messages_per_append": _spread(sizes, 1),
+            "append_ms": _spread([t * 1000 for t in spent], 1000),
+            "share_of_time_in_appends": round(sum(spent) / self.seconds, 3),
+        }  # fmt: skip
 
 
 def _spread(ordered: Sequence[float], scale: int) -> dict[str, float]:
-    """Median, 10th and 90th percentile, min, max of sorted values (rounded to 1/scale)."""
+    """Median, 90th percentile and max of sorted values (rounded to 1/scale)."""
     if not ordered:
         return {}
 
     def at(q: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * scale) / scale
 
-    return {
-        "median": at(0.5),
-        "p10": at(0.1),
-        "p90": at(0.9),
-        "min": at(0.0),
-        "max": round(ordered[-1] * scale) / scale,
-    }
+    return {"median": at(0.5), "p90": at(0.9), "max": round(ordered[-1] * scale) / scale}
 
 
 def receiver_appends(
     peer: OursPeer, count: int, wal: str, timeout: float, *, live: bool = False
 ) -> Appends:
-    """The source's receiver alone (no Spark), in this process, storing ``count`` messages
-    (``peer.qos``, broker window ``peer.inflight``) into the WAL at ``wal``, every
-    ``append`` call timed: how many messages one append (one socket read) stores and what it
-    costs in that layout. The messages wait at the broker before the receiver connects (a
-    backlog) or, ``live``, a publisher (``connector.mqtt pub`` in a subprocess, 20 in flight)
-    sends them while it is connected, where a broker that holds its window sends at most that
-    many per read (Mosquitto 2.0.11 holds it for neither: docs/brokers.md)."""
-    from connector.options.source import SourceOptions
-    from connector.receiver.receiver import Receiver
-
+    """The receiver alone storing ``count`` messages (backlog or ``live``), appends timed."""
     client_id = "bench-ingest-appends"
     sessions = [(client_id, TOPIC_FILTER)]
     if live:  # the session only: the publisher sends while the receiver is connected
         queued = backlog(count, sessions, lambda url: 0.0, qos=peer.qos, inflight=peer.inflight)
     else:
         queued = json_backlog(count, sessions, timeout, peer.qos, peer.inflight)
-    broker = queued.broker
     calls: list[tuple[int, int, float]] = []
     first: list[float] = []
     publisher: subprocess.Popen[bytes] | None = None
-    with broker:
-        options = {"brokerUrl": broker.url, "topic": TOPIC_FILTER, "qos": str(peer.qos)}
-        receiver = Receiver(SourceOptions.parse({**options, "clientId": client_id, "walPath": wal}))
+    with queued.broker as broker:
+        receiver = new_receiver(broker.url, TOPIC_FILTER, client_id, wal, qos=peer.qos)
         log = receiver.wal
         append = log.append
 
@@ -187,20 +144,16 @@ def receiver_appends(
         setattr(log, "append", timed)  # noqa: B010 (this instance only)
         start = time.perf_counter()
         receiver.start()
-        deadline = start + timeout
         try:
             if live:
-                command = pub_command(broker.url, TOPIC, peer.qos, count, JSON_BYTES)
                 publisher = subprocess.Popen(
-                    command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-                )
+                    pub_command(broker.url, TOPIC, peer.qos, count, JSON_BYTES),
+                    cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                )  # fmt: skip
             while log.next_offset < count or log.qos2_pending:
                 receiver.check()
-                if time.perf_counter() > deadline:
-                    raise BenchError(
-                        f"{peer.name}: the receiver stored {log.next_offset} of {count} "
-                        f"messages within {timeout} s"
-                    )
+                if time.perf_counter() > start + timeout:
+                    raise BenchError(f"{peer.name}: {log.next_offset} of {count} stored")
                 time.sleep(0.002)
             seconds = time.perf_counter() - (first[0] if live else start)
         finally:
@@ -219,35 +172,24 @@ def receiver_appends(
 
 
 def append_profile(run: IngestRun) -> dict[str, Any]:
-    """``--append-profile``: for every repetition, window and QoS, the receiver alone into a
-    local WAL and into one on the S3 server, draining the backlog and (``--live-messages``)
-    taking a live stream, in turns; the figures per peer."""
-    peers = [
-        OursPeer("wal", qos, store, window)
-        for window in run.windows
-        for qos in run.levels
+    """The receiver alone into a local WAL and an S3 one, backlog and live, in turns."""
+    lives = (False, True) if run.args.live_messages > 0 else (False,)
+    turns = [
+        (OursPeer("wal", qos, store, window), live)
+        for live in lives for window in run.windows for qos in run.levels
         for store in ("local", "s3")
-    ]
-    live_sizes = {q: min(run.args.live_messages, size) for q, size in run.sizes.items()}
-    turns = [(peer, False) for peer in peers]
-    if run.args.live_messages > 0:
-        turns += [(peer, True) for peer in peers]
+    ]  # fmt: skip
     found: dict[str, list[Appends]] = {}
-    for rep in range(run.args.repeat):
-        for peer, live in turn(turns, rep):
-            local_dir = run.work / f"appends-{peer.name}-{int(live)}-{rep}"
-            kind = "live" if live else "backlog"
-            where = (
-                str(local_dir)
-                if peer.store == "local"
-                else run.s3.fresh(f"{peer.name}-{kind}-rep{rep}")
-            )
-            count = (live_sizes if live else run.sizes)[peer.qos]
-            label = f"{peer.name} (live)" if live else peer.name
-            found.setdefault(label, []).append(
-                receiver_appends(peer, count, where, run.args.timeout, live=live)
-            )
-            shutil.rmtree(local_dir, ignore_errors=True)
+    for rep, (peer, live) in in_turns(turns, run.args.repeat):
+        kind = "live" if live else "backlog"
+        local_dir = run.work / f"appends-{peer.name}-{kind}-{rep}"
+        where = str(local_dir) if peer.store == "local" else run.s3.fresh(f"{peer.name}-{kind}")
+        count = min(run.args.live_messages, run.sizes[peer.qos]) if live else run.sizes[peer.qos]
+        label = f"{peer.name} (live)" if live else peer.name
+        found.setdefault(label, []).append(
+            receiver_appends(peer, count, where, run.args.timeout, live=live)
+        )
+        shutil.rmtree(local_dir, ignore_errors=True)
     return {
         peer: {
             "rate": Stats.of(a.rate for a in runs).as_dict(1),
@@ -259,48 +201,35 @@ def append_profile(run: IngestRun) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ the report
 
-HEADLINE_CLOCK = "first batch -> last commit"
-RECEIVER_CLOCK = "receiver: first -> last WAL append"
 S3_CPU_COMPONENTS = (
     ("other descendants", "s3proxy (other descendants)"),
     ("python: source runner (receiver, offsets, partitions)", "source runner"),
     ("python: task workers (read)", "task workers (read)"),
 )
 INGEST_S3_FILES = ("ingest_s3", "ingest_s3_inline", "ingest_s3_qos2", "ingest_s3_long")
+Data = Mapping[str, Any]
 
 
-def _median(values: Sequence[float]) -> float:
+def _median(values: Iterable[float]) -> float:
     return float(statistics.median(values))
 
 
-def _ratio_verdict(goal: Any) -> str:
-    """``0.568 ≥ 0.5: met`` from a ratio goal: three decimals, so that a miss never shows as
-    the target rounded."""
-    if not isinstance(goal, Mapping) or "met" not in goal:
-        return "—"
-    measured, target = float(goal["measured"]), float(goal["target"])
-    if goal["met"]:
-        return f"{measured:.3f} ≥ {target:g}: met"
-    return f"{measured:.3f} < {target:g}: **not met**"
-
-
-def _s3_pairs(data: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+def _s3_pairs(data: Data) -> dict[str, tuple[str, Data]]:
     """Each S3 peer of an ingest run: its local-WAL peer and their paired ratio."""
-    pairs: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    for name, stats in data.get("ratios", {}).items():
-        s3, _, local = name.partition("/")
-        if local and isinstance(stats, Mapping):
-            pairs[s3] = (local, stats)
-    return pairs
+    return {
+        s3: (local, stats)
+        for name, stats in data.get("ratios", {}).items()
+        for s3, _, local in [name.partition("/")]
+        if local and isinstance(stats, Mapping)
+    }
 
 
-def _peer_rate(data: Mapping[str, Any], peer: str, clock: str = HEADLINE_CLOCK) -> float:
+def _peer_rate(data: Data, peer: str, clock: str = FIRST_BATCH) -> float:
     return float(data["peers"][peer]["rates"][clock]["median"])
 
 
-def _pipeline_cpu(peer: Mapping[str, Any]) -> float | None:
-    """CPU seconds per 100,000 messages of the pipeline (every component but the sampler and
-    other processes), median over the runs."""
+def _pipeline_cpu(peer: Data) -> float | None:
+    """CPU seconds per 100,000 messages of the pipeline, median over the runs."""
     values = [
         sum(v for c, v in run["cpu_seconds"].items() if c not in NOT_THE_PIPELINE)
         / run["rows"]
@@ -311,13 +240,12 @@ def _pipeline_cpu(peer: Mapping[str, Any]) -> float | None:
     return _median(values) if values else None
 
 
-def _batch_rows(run: Mapping[str, Any]) -> list[int]:
+def _batch_rows(run: Data) -> list[int]:
     return [int(b["rows"]) for b in run.get("batches", []) if b.get("rows")]
 
 
-def _ingest_s3_lines(data: Mapping[str, Any], *, detail: bool) -> Lines:
-    """An ingest run with S3 peers: rates, paired ratios and, with ``detail``, rows per
-    micro-batch and CPU per component."""
+def section(data: Data, charts: Charts, detail: bool = True) -> Lines:
+    """The S3 peers' rates, paired ratios and, with ``detail``, batches and CPU."""
     params = data.get("parameters", {})
     sizes = params.get("messages_per_qos") or {}
     backlogs = " and ".join(f"{num(n)} QoS {q}" for q, n in sizes.items())
@@ -330,59 +258,47 @@ def _ingest_s3_lines(data: Mapping[str, Any], *, detail: bool) -> Lines:
         f"with `partitionData` {modes}; median of {params.get('repeat')}.",
         "",
     ]
-    share = data.get("other_processes_cpu_share")
-    if share is not None:
-        out += [
-            f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU in the "
-            "measured windows (median over the runs).",
-            "",
-        ]
+    if shared := cpu_share_note(data, "in the measured windows (median over the runs)"):
+        out += [*shared, ""]
     out += warmup_notes(params.get("warmup"), None)
     clocks = data.get("clocks", {})
-    if HEADLINE_CLOCK in clocks:
-        line = f"Clocks: msg/s is {HEADLINE_CLOCK}, {clocks[HEADLINE_CLOCK]}"
-        if RECEIVER_CLOCK in clocks:
-            line += f"; receiver msg/s is {clocks[RECEIVER_CLOCK]}"
+    if FIRST_BATCH in clocks:
+        line = f"Clocks: msg/s is {FIRST_BATCH}, {clocks[FIRST_BATCH]}"
+        if RECEIVER in clocks:
+            line += f"; receiver msg/s is {clocks[RECEIVER]}"
         out += [line + ".", ""]
-    pairs = _s3_pairs(data)
-    goals = data.get("goal", {})
-    rows = []
+    pairs, goals, rows = _s3_pairs(data), data.get("goal", {}), []
     for peer, item in data["peers"].items():
-        rates = item.get("rates", {})
-        cells = [
-            peer,
-            *stats_cells(rates[HEADLINE_CLOCK]),
-            num(rates.get(RECEIVER_CLOCK, {}).get("median")),
-        ]
-        if peer in pairs:
-            local, stats = pairs[peer]
-            cells += [
-                per_repetition(stats),
-                times(stats.get("median")),
-                _ratio_verdict(goals.get(f"{peer}/{local}")),
-            ]
-        else:
-            cells += ["", "", ""]
+        rates, (local, stats) = item.get("rates", {}), pairs.get(peer, ("", None))
+        cells = [peer, *stats_cells(rates.get(FIRST_BATCH, {})),
+                 num(rates.get(RECEIVER, {}).get("median")), "", "", ""]  # fmt: skip
+        if stats is not None:
+            goal = goals.get(f"{peer}/{local}")
+            met = isinstance(goal, Mapping) and "met" in goal
+            verdict = "—" if not met else (
+                f"{goal['measured']:.3f} ≥ {goal['target']:g}: met" if goal["met"]
+                else f"{goal['measured']:.3f} < {goal['target']:g}: **not met**"
+            )  # fmt: skip
+            cells[-3:] = [per_repetition(stats), times(stats.get("median")), verdict]
         rows.append(cells)
     out += md_table(
         ["peer", "msg/s median", "min", "max", "receiver msg/s median",
          "ratio to the local WAL (same QoS, window), per repetition", "median", "goal"],
         rows,
     )  # fmt: skip
-    if not detail:
-        return out
-    return [*out, *_batches_lines(data), *_s3_cpu_lines(data)]
+    return [*out, *_batches_lines(data), *_s3_cpu_lines(data)] if detail else out
 
 
-def _batches_lines(data: Mapping[str, Any]) -> Lines:
+section_brief = functools.partial(section, detail=False)
+
+
+def _batches_lines(data: Data) -> Lines:
     """Rows per micro-batch per run, or the number of batches when runs took many."""
     per_peer = {
         peer: [_batch_rows(run) for run in item.get("runs", [])]
         for peer, item in data["peers"].items()
     }
     most = max((len(rows) for runs in per_peer.values() for rows in runs), default=0)
-    if not most:
-        return []
     if most > 3:
         counts = "; ".join(
             f"{peer} {', '.join(str(len(rows)) for rows in runs)}"
@@ -403,50 +319,36 @@ def _batches_lines(data: Mapping[str, Any]) -> Lines:
         [peer, "; ".join(" + ".join(num(n) for n in rows) for rows in runs)]
         for peer, runs in per_peer.items()
     ]
-    return [
+    return [] if not most else [
         "",
         f"{lead}Runs whose backlog landed in one micro-batch: {whole}.",
         "",
         *md_table(["peer", "rows per micro-batch, in the order of the repetitions"], table),
-    ]
+    ]  # fmt: skip
 
 
-def _s3_cpu_lines(data: Mapping[str, Any]) -> Lines:
+def _s3_cpu_lines(data: Data) -> Lines:
     cpu = data.get("cpu_seconds_per_100k_messages")
     if not isinstance(cpu, Mapping):
         return []
     rows = [
-        [
-            peer,
-            *(f"{cpu[peer].get(component, 0.0):.2f}" for component, _ in S3_CPU_COMPONENTS),
-            num(_pipeline_cpu(item), 2),
-        ]
+        [peer, *(f"{cpu[peer].get(component, 0.0):.2f}" for component, _ in S3_CPU_COMPONENTS),
+         num(_pipeline_cpu(item), 2)]
         for peer, item in data["peers"].items()
         if isinstance(cpu.get(peer), Mapping)
-    ]
+    ]  # fmt: skip
     return [
         "",
         "CPU seconds per 100,000 messages while the measured batches ran, median of the runs "
         "(sampled from /proc by `bench.cpu_sampler`; the S3 server is the benchmark's *other "
         "descendants*; the pipeline is every component but the sampler and other processes):",
         "",
-        *md_table(
-            ["peer", *(label for _, label in S3_CPU_COMPONENTS), "total of the pipeline"], rows
-        ),
-    ]
+        *md_table(["peer", *(label for _, label in S3_CPU_COMPONENTS), "total of the pipeline"],
+                  rows),
+    ]  # fmt: skip
 
 
-def section(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """``bench.ingest --s3-modes ...``: the WAL on an S3 server against a local WAL."""
-    return _ingest_s3_lines(data, detail=True)
-
-
-def section_brief(data: Mapping[str, Any], charts: Charts) -> Lines:
-    """As :func:`section`, rates and ratios only."""
-    return _ingest_s3_lines(data, detail=False)
-
-
-def _spark_windows(data: Mapping[str, Any]) -> dict[str, Any]:
+def _spark_windows(data: Data) -> dict[str, Any]:
     """Each Spark peer's broker window (``max_inflight_messages`` of its runs)."""
     return {
         peer: item["runs"][0].get("max_inflight_messages")
@@ -455,7 +357,7 @@ def _spark_windows(data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def section_appends(data: Mapping[str, Any], charts: Charts) -> Lines:
+def section_appends(data: Data, charts: Charts) -> Lines:
     """``bench.ingest --append-profile``: the receiver alone, every WAL append timed."""
     appends = data.get("receiver_appends")
     if not isinstance(appends, Mapping):
@@ -482,36 +384,31 @@ def section_appends(data: Mapping[str, Any], charts: Charts) -> Lines:
     for window in sorted({w for w in windows.values() if isinstance(w, int) and w > 0}):
         held = {False: 0, True: 0}
         for peer, item in appends.items():
-            if windows.get(peer.removesuffix(" (live)")) == window:
-                for run in item["runs"]:
-                    most = int(run["messages_per_append"]["max"])
-                    held[bool(run.get("live"))] = max(held[bool(run.get("live"))], most)
-        if max(held.values()) <= window:
-            continue
-        out += [
-            f"Mosquitto {mosquitto} did not hold `max_inflight_messages` {window} here "
-            "(docs/brokers.md, eclipse-mosquitto/mosquitto#2306): with that window one socket "
-            f"read held up to {num(held[False])} messages of a backlog"
-            + (f" and up to {num(held[True])} of a live stream" if live else "")
-            + f". So window {window} and unbounded are two broker settings, not {window} "
-            f"messages per append; what a broker that holds a window of {window} would cost is "
-            f"the {window}-record row of [One append per layout](#one-append-per-layout).",
-            "",
-        ]
+            for run in item["runs"] if windows.get(peer.removesuffix(" (live)")) == window else []:
+                kind = bool(run.get("live"))
+                held[kind] = max(held[kind], int(run["messages_per_append"]["max"]))
+        if max(held.values()) > window:
+            out += [
+                f"Mosquitto {mosquitto} did not hold `max_inflight_messages` {window} here "
+                "(docs/brokers.md, eclipse-mosquitto/mosquitto#2306): with that window one "
+                f"socket read held up to {num(held[False])} messages of a backlog"
+                + (f" and up to {num(held[True])} of a live stream" if live else "")
+                + f". So window {window} and unbounded are two broker settings, not {window} "
+                f"messages per append; what a broker that holds a window of {window} would cost "
+                f"is the {window}-record row of [One append per layout](#one-append-per-layout).",
+                "",
+            ]
+    columns: list[tuple[Callable[[float], str], tuple[str, ...]]] = [
+        (num, ("appends",)), (num, ("appends_of_releases_only",)),
+        (num, ("messages_per_append", "median")), (num, ("messages_per_append", "p90")),
+        (lambda v: num(v, 2), ("append_ms", "median")), (lambda v: num(v, 2), ("append_ms", "p90")),
+        (lambda v: f"{v:.0%}", ("share_of_time_in_appends",)),
+    ]  # fmt: skip
     rows = [
-        [
-            peer,
-            num(item["rate"]["median"]),
-            num(_appends_median(data, peer, "appends")),
-            num(_appends_median(data, peer, "appends_of_releases_only")),
-            num(_appends_median(data, peer, "messages_per_append", "median")),
-            num(_appends_median(data, peer, "messages_per_append", "p90")),
-            num(_appends_median(data, peer, "append_ms", "median"), 2),
-            num(_appends_median(data, peer, "append_ms", "p90"), 2),
-            f"{_appends_median(data, peer, 'share_of_time_in_appends'):.0%}",
-        ]
+        [peer, num(item["rate"]["median"]),
+         *(show(_appends_median(data, peer, *path)) for show, path in columns)]
         for peer, item in appends.items()
-    ]
+    ]  # fmt: skip
     return out + md_table(
         ["receiver alone", "msg/s", "appends", "of releases only", "msgs/append p50", "p90",
          "ms/append p50", "p90", "time in appends"],
@@ -519,17 +416,12 @@ def section_appends(data: Mapping[str, Any], charts: Charts) -> Lines:
     )  # fmt: skip
 
 
-def _appends_median(data: Mapping[str, Any], peer: str, *path: str) -> float:
-    values = []
-    for run in data["receiver_appends"][peer]["runs"]:
-        value: Any = run
-        for key in path:
-            value = value[key]
-        values.append(float(value))
-    return _median(values)
+def _appends_median(data: Data, peer: str, *path: str) -> float:
+    runs = data["receiver_appends"][peer]["runs"]
+    return _median(float(functools.reduce(operator.getitem, path, run)) for run in runs)
 
 
-def _pairs_by_qos(data: Mapping[str, Any], qos: int) -> list[tuple[str, str, Any]]:
+def _pairs_by_qos(data: Data, qos: int) -> list[tuple[str, str, Any]]:
     """(S3 peer, local peer, window) of the ratio goals at ``qos``, in the file's order."""
     windows = _spark_windows(data)
     return [
@@ -539,76 +431,66 @@ def _pairs_by_qos(data: Mapping[str, Any], qos: int) -> list[tuple[str, str, Any
     ]
 
 
-def _window_text(window: Any) -> str:
-    return "unbounded" if window == 0 else f"at window {window}"
-
-
-def _synchronous_append(results: Mapping[str, Any]) -> str | None:
+def _synchronous_append(results: Data) -> str | None:
     """The first limit: an append waits for its PUT."""
     found = []
-    wal = results.get("wal_throughput")
-    row_of: dict[tuple[str, int], Mapping[str, Any]] = {}
-    if isinstance(wal, Mapping):
-        row_of = {(r["layout"], int(r["batch"])): r for r in wal["rows"]}
-        sizes = sorted(
-            b for layout, b in row_of if layout == "objects-s3" and ("files", b) in row_of
+    wal, data = results.get("wal_throughput"), results.get("ingest_s3")
+    row_of = {(r["layout"], int(r["batch"])): r for r in wal["rows"]} if wal else {}
+    if sizes := sorted(b for lay, b in row_of if lay == "objects-s3" and ("files", b) in row_of):
+        ms = {key: f"{row['append_ms_median']:.2f}" for key, row in row_of.items()}
+        small, large = sizes[0], sizes[-1]
+        fsync = " with fsync" if wal and wal.get("parameters", {}).get("files_fsync") else ""
+        found.append(
+            f"One PUT to the server on loopback took {ms['objects-s3', small]} ms for "
+            f"{num(small)} records and {ms['objects-s3', large]} ms for {num(large)}, against "
+            f"{ms['files', small]} and {ms['files', large]} ms for a local append{fsync}."
         )
-        if sizes:
-            small, large = sizes[0], sizes[-1]
-            fsync = " with fsync" if wal.get("parameters", {}).get("files_fsync") else ""
-            found.append(
-                f"One PUT to the server on loopback took "
-                f"{row_of['objects-s3', small]['append_ms_median']:.2f} ms for {num(small)} "
-                f"records and {row_of['objects-s3', large]['append_ms_median']:.2f} ms for "
-                f"{num(large)}, against {row_of['files', small]['append_ms_median']:.2f} and "
-                f"{row_of['files', large]['append_ms_median']:.2f} ms for a local append{fsync}."
-            )
-    data = results.get("ingest_s3")
-    pairs = _pairs_by_qos(data, 1) if isinstance(data, Mapping) else []
-    if pairs and isinstance(data, Mapping) and isinstance(data.get("receiver_appends"), Mapping):
+    pairs = _pairs_by_qos(data, 1) if data else []
+    if pairs and data and isinstance(alone := data.get("receiver_appends"), Mapping):
         s3, local, _ = pairs[0]
         s3_size = _appends_median(data, s3, "messages_per_append", "median")
         local_size = _appends_median(data, local, "messages_per_append", "median")
         grow = ", the reads grow to fill the time" if s3_size > local_size else ""
-        alone = ", ".join(
-            f"{num(data['receiver_appends'][s]['rate']['median'])} against "
-            f"{num(data['receiver_appends'][loc]['rate']['median'])} msg/s {_window_text(w)}"
+        rates = ", ".join(
+            f"{num(alone[s]['rate']['median'])} against {num(alone[loc]['rate']['median'])} "
+            f"msg/s {'unbounded' if w == 0 else f'at window {w}'}"
             for s, loc, w in pairs
         )
         found.append(
             f"Draining a backlog{grow}: the S3 receiver stored {num(s3_size)} messages per "
             f"append (median) where the local one stored {num(local_size)}; the receiver alone "
-            f"stored {alone}."
+            f"stored {rates}."
         )
-    if pairs and isinstance(data, Mapping) and row_of:
-        window = pairs[0][2]
-        row = row_of.get(("objects-s3", window)) if isinstance(window, int) else None
-        name = f"objects-s3/files, {window:,} records per append" if row is not None else ""
-        ratio = wal.get("ratios", {}).get(name) if isinstance(wal, Mapping) else None
-        if row is not None and isinstance(ratio, Mapping):
-            found.append(
-                f"A broker that holds a window of {window} would cap it at {window} messages "
-                f"per PUT: at most {num(row['records_per_s']['median'])} records/s on loopback, "
-                f"the rate of {window}-record appends ({times(ratio['median'])} a local WAL); "
-                "with a remote store's longer PUTs, lower again."
-            )
-    if not found:
-        return None
-    return "**The append is synchronous: read → PUT → acknowledge → read.** " + " ".join(found)
+    window = pairs[0][2] if pairs else None
+    row = row_of.get(("objects-s3", window)) if isinstance(window, int) else None
+    ratio = (
+        wal["ratios"].get(f"objects-s3/files, {window:,} records per append")
+        if row and wal
+        else None
+    )
+    if row and isinstance(ratio, Mapping):
+        found.append(
+            f"A broker that holds a window of {window} would cap it at {window} messages "
+            f"per PUT: at most {num(row['records_per_s']['median'])} records/s on loopback, "
+            f"the rate of {window}-record appends ({times(ratio['median'])} a local WAL); "
+            "with a remote store's longer PUTs, lower again."
+        )
+    lead = "**The append is synchronous: read → PUT → acknowledge → read.** "
+    return lead + " ".join(found) if found else None
 
 
-def _first_batch(results: Mapping[str, Any]) -> str | None:
+def _first_batch(results: Data) -> str | None:
     """The second limit: a short backlog not stored in full when the first batch is planned."""
     found = []
-    data = results.get("ingest_s3")
-    if isinstance(data, Mapping) and (pairs := _pairs_by_qos(data, 1)):
+    data, long = results.get("ingest_s3"), results.get("ingest_s3_long")
+    if data and (pairs := _pairs_by_qos(data, 1)):
         s3, local, _ = pairs[0]
         runs = data["peers"][s3]["runs"]
         split = [_batch_rows(run) for run in runs if len(_batch_rows(run)) > 1]
         text = (
             f"Inside the query the S3 receiver stored {num(runs[0]['rows'])} messages at "
-            f"{num(_peer_rate(data, s3, RECEIVER_CLOCK))} msg/s against "
-            f"{num(_peer_rate(data, local, RECEIVER_CLOCK))}"
+            f"{num(_peer_rate(data, s3, RECEIVER))} msg/s against "
+            f"{num(_peer_rate(data, local, RECEIVER))}"
         )
         if split:
             low, high = min(rows[0] for rows in split), max(rows[0] for rows in split)
@@ -618,24 +500,21 @@ def _first_batch(results: Mapping[str, Any]) -> str | None:
                 "of them instead of all and another batch followed (rows per micro-batch above)"
             )
         found.append(text + ".")
-    long = results.get("ingest_s3_long")
-    if isinstance(long, Mapping):
+    if long:
         counts = [len(_batch_rows(run)) for item in long["peers"].values() for run in item["runs"]]
-        for s3, (_, stats) in _s3_pairs(long).items():
-            found.append(
-                f"With {num(long['peers'][s3]['runs'][0]['rows'])} messages "
-                f"({min(counts)}-{max(counts)} micro-batches per run either way) the ratio was "
-                f"{times(stats['median'])}."
-            )
-    if not found:
-        return None
-    return "**Short backlogs: the first batch.** " + " ".join(found)
+        found += [
+            f"With {num(long['peers'][s3]['runs'][0]['rows'])} messages "
+            f"({min(counts)}-{max(counts)} micro-batches per run either way) the ratio was "
+            f"{times(stats['median'])}."
+            for s3, (_, stats) in _s3_pairs(long).items()
+        ]
+    return "**Short backlogs: the first batch.** " + " ".join(found) if found else None
 
 
-def _qos2_releases(results: Mapping[str, Any]) -> str | None:
+def _qos2_releases(results: Data) -> str | None:
     """The third limit: at QoS 2 a read of PUBRELs alone is an append, so a PUT."""
     data = results.get("ingest_s3")
-    if not isinstance(data, Mapping) or not (pairs := _pairs_by_qos(data, 2)):
+    if not data or not (pairs := _pairs_by_qos(data, 2)):
         return None
     s3, local, _ = pairs[0]
     found = []
@@ -647,8 +526,7 @@ def _qos2_releases(results: Mapping[str, Any]) -> str | None:
             f"{num(runs[0]['messages'])}-message QoS 2 drain held releases only (median "
             f"{_appends_median(data, s3, 'append_ms', 'median'):.1f} ms per append);"
         )
-    cpu_s3 = _pipeline_cpu(data["peers"][s3])
-    cpu_local = _pipeline_cpu(data["peers"][local])
+    cpu_s3, cpu_local = _pipeline_cpu(data["peers"][s3]), _pipeline_cpu(data["peers"][local])
     components = data.get("cpu_seconds_per_100k_messages", {})
     if cpu_s3 and cpu_local and isinstance(components, Mapping):
         runner = S3_CPU_COMPONENTS[1][0]
@@ -659,56 +537,50 @@ def _qos2_releases(results: Mapping[str, Any]) -> str | None:
         )
         measured = float(data["ratios"][f"{s3}/{local}"]["median"])
         cpu_ratio = cpu_local / cpu_s3
-        cores = data.get("machine", {}).get("cores")
         followed = abs(measured - cpu_ratio) <= 0.1
         found.append(
-            f"On {cores} cores the rate ratio "
+            f"On {data.get('machine', {}).get('cores')} cores the rate ratio "
             + ("followed" if followed else "did not follow")
             + f" the CPU ratio ({times(measured)} measured, {cpu_local:.2f}/{cpu_s3:.2f} = "
             f"{cpu_ratio:.2f})" + (": the pipeline is CPU-bound." if followed else ".")
         )
-    if not found:
-        return None
-    return "**QoS 2: one PUT per read of PUBRELs.** " + " ".join(found)
+    return "**QoS 2: one PUT per read of PUBRELs.** " + " ".join(found) if found else None
 
 
-def _server_cost(results: Mapping[str, Any]) -> str | None:
+def _server_cost(results: Data) -> str | None:
     """The fourth limit: the S3 server's own CPU on the same cores."""
-    costs = []
-    cores = None
-    for name in INGEST_S3_FILES:
-        data = results.get(name)
-        if not isinstance(data, Mapping):
-            continue
+    costs, cores = [], None
+    for name in (n for n in INGEST_S3_FILES if isinstance(results.get(n), Mapping)):
+        data = results[name]
         cores = data.get("machine", {}).get("cores", cores)
         cpu = data.get("cpu_seconds_per_100k_messages", {})
-        for s3 in _s3_pairs(data):
-            if isinstance(cpu.get(s3), Mapping):
-                costs.append((float(cpu[s3]["other descendants"]), f"{s3}, `{name}.json`"))
+        costs += [
+            (float(cpu[s3]["other descendants"]), f"{s3}, `{name}.json`")
+            for s3 in _s3_pairs(data)
+            if isinstance(cpu.get(s3), Mapping)
+        ]
     if not costs:
         return None
-    low, high = min(costs), max(costs)
+    (low, where_low), (high, where_high) = min(costs), max(costs)
     return (
-        f"**s3proxy's own cost.** The server runs on the same {cores} cores: {low[0]:.2f} "
-        f"({low[1]}) to {high[0]:.2f} ({high[1]}) CPU seconds per 100,000 messages, taken from "
-        "Spark. A remote store costs no CPU here but longer PUTs."
+        f"**s3proxy's own cost.** The server runs on the same {cores} cores: {low:.2f} "
+        f"({where_low}) to {high:.2f} ({where_high}) CPU seconds per 100,000 messages, taken "
+        "from Spark. A remote store costs no CPU here but longer PUTs."
     )
 
 
-def _tasks_reads(results: Mapping[str, Any]) -> str | None:
+def _tasks_reads(results: Data) -> str | None:
     """Whether shipping records inline (no reads from the store in the tasks) helped."""
-    data = results.get("ingest_s3_inline")
-    if not isinstance(data, Mapping):
+    if not isinstance(data := results.get("ingest_s3_inline"), Mapping):
         return None
-    goals = data.get("goal", {})
-    compared = []
-    for s3, (local, stats) in _s3_pairs(data).items():
-        if "-inline" not in s3:
-            continue
-        other = data["ratios"].get(f"{s3.replace('-inline', '', 1)}/{local}")
-        if isinstance(other, Mapping):
-            qos = goals.get(f"{s3}/{local}", {}).get("qos")
-            compared.append((float(stats["median"]), float(other["median"]), qos))
+    compared = [
+        (float(stats["median"]), float(other["median"]),
+         data.get("goal", {}).get(f"{s3}/{local}", {}).get("qos"))
+        for s3, (local, stats) in _s3_pairs(data).items()
+        if "-inline" in s3
+        and isinstance(other := data["ratios"].get(f"{s3.replace('-inline', '', 1)}/{local}"),
+                       Mapping)
+    ]  # fmt: skip
     if not compared:
         return None
     gains = [inline - wal for inline, wal, _ in compared]
@@ -718,16 +590,14 @@ def _tasks_reads(results: Mapping[str, Any]) -> str | None:
         lead, verdict = "**The tasks' reads.**", "was faster"
     else:
         lead, verdict = "**The tasks' reads, in part.**", "was faster at one QoS only"
-    figures = ", ".join(
-        f"{times(inline)} against {times(wal)} at QoS {qos}" for inline, wal, qos in compared
-    )
+    figures = ", ".join(f"{times(a)} against {times(b)} at QoS {qos}" for a, b, qos in compared)
     return (
         f"{lead} Shipping records inline instead of letting the tasks read the parts from the "
         f"store {verdict} ({figures}; `ingest_s3_inline.json`)."
     )
 
 
-def _busy_machine(results: Mapping[str, Any]) -> str | None:
+def _busy_machine(results: Data) -> str | None:
     """What the ratio says when other processes take most of the CPU."""
     busy, base = results.get("ingest_s3_busy"), results.get("ingest_s3")
     if not isinstance(busy, Mapping) or busy.get("other_processes_cpu_share") is None:
@@ -750,24 +620,17 @@ def _busy_machine(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def intro(results: Mapping[str, Any]) -> Lines:
-    data: Mapping[str, Any] = next(
+def intro(results: Data) -> Lines:
+    data: Data = next(
         (results[n] for n in INGEST_S3_FILES if isinstance(results.get(n), Mapping)), {}
     )
     server = str(data.get("machine", {}).get("s3_server", "s3proxy")).replace("-", " ", 1)
-    target = next(
-        (
-            g["target"]
-            for g in data.get("goal", {}).values()
-            if isinstance(g, Mapping) and "ratio" in g
-        ),
-        None,
-    )
+    targets = [g["target"] for name, g in data.get("goal", {}).items() if "/" in name]
     goal = (
-        f" Goal: a drain into Delta with the WAL on the server at ≥ {target:g}x the rate of the "
-        "same query with a local WAL (`ours-wal`), same QoS and broker window, ratio per "
+        f" Goal: a drain into Delta with the WAL on the server at ≥ {targets[0]:g}x the rate of "
+        "the same query with a local WAL (`ours-wal`), same QoS and broker window, ratio per "
         "repetition."
-        if target is not None
+        if targets
         else ""
     )
     return [
@@ -785,9 +648,8 @@ def intro(results: Mapping[str, Any]) -> Lines:
     ]
 
 
-def what_limits(results: Mapping[str, Any]) -> Lines:
-    """Bullets that put figures of the ``ingest_s3*`` and ``wal_throughput`` results side by
-    side; a bullet whose results are missing is left out."""
+def what_limits(results: Data) -> Lines:
+    """Figures of the ``ingest_s3*`` and ``wal_throughput`` results side by side, as bullets."""
     bullets = [
         found
         for make in (
@@ -799,6 +661,3 @@ def what_limits(results: Mapping[str, Any]) -> Lines:
     if not bullets:
         return ["*Not rendered: no results of the WAL on object storage.*"]
     return [f"* {b}" for b in bullets]
-
-
-# ------------------------------------------------------------------------- shared subscription

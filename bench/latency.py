@@ -1,32 +1,13 @@
-"""Send -> visible latency into Delta.
-
-For every (rate, trigger interval) pair: a fresh Mosquitto, the ingest job's query (written by
-the job's ``foreachBatch`` writer into a fresh table, local[2]) with a processing-time trigger of
-that interval, and a publisher subprocess (our client, QoS 1, at most 100 in flight) sending
-``rate`` messages per second for ``--duration`` seconds on a token-bucket schedule. Each payload
-carries its sequence number and its send time (``time.time_ns()`` just before the PUBLISH).
-
-Visible: a thread watches the table's ``_delta_log`` every ``POLL_SECONDS``
-(``bench.drainer.TableTail``) and notes when it first saw each commit; a row's latency is
-(time its commit was seen) - (send time in its payload), to the poll interval (5 ms), on the
-late side. Every published number must be in the table exactly once. Messages of the first
-``--warmup`` seconds (the new query's first batches) are left out of the percentiles.
-
-A throwaway 30-second run warms the JVM, Delta and the Python workers up first, long enough for
-its table to reach its first checkpoint (with a 4-second one, that cold start landed in the
-measured run as a 6 s batch). Tables are created as the job creates them, with its
-``delta.checkpointInterval`` of 1000 (decision 23); one more run at the goal's rate and trigger
-uses Delta's default, 10, where Delta computes the table's full state inside every 10th commit,
-about 1 s in the stream's path (docs/operations.md, "Latency").
-"""
+"""Send -> visible latency into Delta (``python -m bench.latency``): per (rate, trigger) a
+publisher at a fixed rate into the ingest job's query; a row's latency is when its Delta commit
+was first seen minus the send time in its payload. A goal run also on Delta's checkpoint
+interval (10) besides the job's (1000)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +17,7 @@ from typing import Any
 
 from devtools import delta_log
 
-from .common import REPO_ROOT, BenchError, finish, machine
+from .common import BenchError, arguments, check_broker, finish, json_line, machine, wait_for
 from .drainer import TOPIC, TOPIC_FILTER, TableTail
 from .ingest import JOB_SINK, job_sink, job_source, spark_session
 from .payloads import TIMED_HEADER, parse_timed, timed
@@ -45,11 +26,8 @@ from .render import Charts, Lines, md_table, num
 RATES = (1_000, 10_000)
 TRIGGERS = ("500 milliseconds", "2 seconds")
 WARMUP_RUN_SECONDS = 30.0
-DELTA_CHECKPOINT_INTERVAL = 10
-"""Delta's default ``delta.checkpointInterval``: version 10 is the first checkpoint."""
-JOB_CHECKPOINT_INTERVAL = 1000
-"""``streaming_jobs.batch_writer.CREATED_TABLE_CHECKPOINT_INTERVAL``, the interval of the tables
-the job creates (kept here so that reading results needs no PySpark; a unit test compares)."""
+DELTA_CHECKPOINT_INTERVAL = 10  # Delta's default delta.checkpointInterval
+JOB_CHECKPOINT_INTERVAL = 1000  # that of the tables the ingest job creates (decision 23)
 GOAL: dict[str, Any] = {"rate": 10_000, "trigger": "500 milliseconds", "p99_seconds": 2.0}
 POLL_SECONDS = 0.005
 INFLIGHT = 100
@@ -69,8 +47,7 @@ def quantile(ordered: Sequence[float], q: float) -> float:
 def publish_at_rate(
     url: str, rate: float, duration: float, size: int, client_id: str
 ) -> dict[str, Any]:
-    """Publish ``rate * duration`` QoS 1 messages on a token-bucket schedule; returns the
-    achieved rate and how far behind schedule the publisher fell at worst."""
+    """``rate * duration`` QoS 1 messages on a token-bucket schedule; the achieved rate."""
     from connector.mqtt.config import SessionConfig
     from connector.mqtt.driver import MqttClient
 
@@ -85,8 +62,7 @@ def publish_at_rate(
         while sent < total:
             now = time.monotonic()
             due = min(total, int((now - start) * rate) + 1)
-            room = INFLIGHT - session.outbound_in_flight
-            burst = min(due - sent, room)
+            burst = min(due - sent, INFLIGHT - session.outbound_in_flight)
             if burst <= 0:
                 wait = start + sent / rate - now if due <= sent else 0.01
                 client.pump(max(0.0, min(wait, 0.01)))
@@ -102,25 +78,13 @@ def publish_at_rate(
         deadline = time.monotonic() + 30
         while session.outbound_in_flight and time.monotonic() < deadline:
             client.pump(1.0)
-        unacked = session.outbound_in_flight
+        unacknowledged = session.outbound_in_flight
     return {
         "published": sent,
-        "seconds": round(sent_seconds, 4),
         "achieved_rate": round(sent / sent_seconds, 1),
         "max_behind_schedule_ms": round(behind * 1000, 2),
-        "unacknowledged": unacked,
+        "unacknowledged": unacknowledged,
     }
-
-
-def _wait_subscribed(broker: Any, client_id: str, timeout: float) -> None:
-    """Wait until the broker logged the source's SUBSCRIBE (messages published before it
-    would not be queued for the new session)."""
-    wanted = re.compile(rf"{re.escape(client_id)} \d {re.escape(TOPIC_FILTER)}")
-    deadline = time.monotonic() + timeout
-    while not wanted.search(broker.log_text()):
-        if time.monotonic() > deadline:
-            raise BenchError(f"the source never subscribed:\n{broker.log_text()[-2000:]}")
-        time.sleep(0.05)
 
 
 def _latencies(tail: TableTail) -> tuple[dict[int, float], int]:
@@ -131,35 +95,23 @@ def _latencies(tail: TableTail) -> tuple[dict[int, float], int]:
     duplicates = 0
     for commit in tail.commits:
         for name in commit.files:
-            for value in (
-                pq.read_table(tail.table / name, columns=["payload"]).column(0).to_pylist()
-            ):
+            for value in pq.read_table(tail.table / name, columns=["payload"])[0].to_pylist():
                 seq, sent_ns = parse_timed(value)
                 if seq in latency:
                     duplicates += 1
-                    continue
-                latency[seq] = commit.seen - sent_ns / 1e9
+                else:
+                    latency[seq] = commit.seen - sent_ns / 1e9
     return latency, duplicates
 
 
 def run_once(
-    spark: Any,
-    rate: int,
-    trigger: str,
-    args: argparse.Namespace,
-    workdir: Path,
-    checkpoint_interval: int = JOB_CHECKPOINT_INTERVAL,
-    *,
-    duration: float | None = None,
-    warmup: float | None = None,
-) -> dict[str, Any]:
-    """One (rate, trigger) pair on a fresh broker and a fresh table created with
-    ``delta.checkpointInterval`` ``checkpoint_interval``; ``duration`` and ``warmup`` default
-    to the command line's."""
+    spark: Any, rate: int, trigger: str, args: Any, workdir: Path,
+    checkpoint_interval: int = JOB_CHECKPOINT_INTERVAL, duration: float = 0.0, warmup: float = 0.0,
+) -> dict[str, Any]:  # fmt: skip
+    """One (rate, trigger) pair on a fresh broker and table."""
     from devtools.mosquitto import MosquittoBroker
 
-    duration = args.duration if duration is None else duration
-    warmup = args.warmup if warmup is None else warmup
+    duration, warmup = duration or args.duration, warmup or args.warmup
     tag = f"{rate}-{trigger.replace(' ', '')}"
     client_id = f"bench-latency-{tag}"
     table, checkpoint = workdir / f"table-{tag}", workdir / f"checkpoint-{tag}"
@@ -172,70 +124,46 @@ def run_once(
         with TableTail(table).watching(POLL_SECONDS) as tail:
             query = writer.start()
             try:
-                _wait_subscribed(broker, client_id, args.timeout)
-                done = subprocess.run(
-                    [
-                        sys.executable, "-m", "bench.latency", "publish", broker.url, str(rate),
-                        str(duration), str(args.size), f"bench-latency-pub-{tag}",
-                    ],
-                    capture_output=True, text=True, timeout=duration + 120, cwd=REPO_ROOT,
+                # Messages published before the source subscribed would not be queued for it.
+                subscribed = re.compile(rf"{re.escape(client_id)} \d {re.escape(TOPIC_FILTER)}")
+                wait_for(
+                    lambda: subscribed.search(broker.log_text()), args.timeout,
+                    lambda: f"the source never subscribed:\n{broker.log_text()[-2000:]}",
                 )  # fmt: skip
-                lines = done.stdout.strip().splitlines()
-                if done.returncode != 0 or not lines:
-                    raise BenchError(f"publisher failed ({done.returncode}): {done.stderr[-2000:]}")
-                published = json.loads(lines[-1])
-                deadline = time.monotonic() + args.timeout
-                while tail.rows < published["published"]:
+                published = json_line([
+                    sys.executable, "-m", "bench.latency", "publish", broker.url, str(rate),
+                    str(duration), str(args.size), f"bench-latency-pub-{tag}",
+                ], duration + 120, "the publisher")  # fmt: skip
+                count = published["published"]
+
+                def visible() -> bool:
                     if not query.isActive:
                         raise BenchError(f"the query stopped: {query.exception()}")
-                    if time.monotonic() > deadline:
-                        raise BenchError(
-                            f"{tail.rows} of {published['published']} rows visible after "
-                            f"{args.timeout} s"
-                        )
-                    time.sleep(0.05)
+                    return tail.rows >= count
+
+                wait_for(visible, args.timeout, lambda: f"{tail.rows} of {count} rows visible")
                 durations = [p.batchDuration for p in query.recentProgress if p.numInputRows > 0]
             finally:
                 query.stop()
-        if broker.crashed:
-            raise BenchError(f"mosquitto crashed:\n{broker.log_text()}")
+        check_broker(broker)
     latency, duplicates = _latencies(tail)
-    count = published["published"]
     if len(latency) != count or set(latency) != set(range(count)):
         raise BenchError(f"{len(latency)} distinct sequence numbers in the table, sent {count}")
     skip = round(rate * warmup)
     measured = sorted(v for seq, v in latency.items() if seq >= skip)
     data_commits = [c for c in tail.commits if c.rows]
     run = {
-        "rate": rate,
-        "trigger": trigger,
-        "publisher": published,
-        "rows": count,
-        "duplicates": duplicates,
-        "warmup_rows": min(skip, count),
-        "measured_rows": len(measured),
+        "rate": rate, "trigger": trigger, "publisher": published, "rows": count,
+        "duplicates": duplicates, "measured_rows": len(measured),
         "latency_seconds": {
-            "p50": round(quantile(measured, 50), 4),
-            "p95": round(quantile(measured, 95), 4),
-            "p99": round(quantile(measured, 99), 4),
-            "max": round(measured[-1], 4),
-            "min": round(measured[0], 4),
-            "mean": round(sum(measured) / len(measured), 4),
-        },
+            k: round(quantile(measured, q), 4) for k, q in (("p50", 50), ("p95", 95), ("p99", 99))
+        }
+        | {"max": round(measured[-1], 4)},
         "cdf": [[q, round(quantile(measured, q), 4)] for q in CDF_POINTS],
-        "commits_with_rows": len(data_commits),
         "rows_per_commit_median": round(quantile(sorted(c.rows for c in data_commits), 50)),
-        "batch_duration_ms": (
-            {
-                "p50": round(quantile(sorted(durations), 50)),
-                "max": max(durations),
-                "batches": len(durations),
-            }
-            if durations
-            else None
-        ),
+        "batch_duration_ms": {"p50": round(quantile(sorted(durations), 50))} if durations else None,
         "table_checkpoint_interval": checkpoint_interval,
-    }
+    }  # fmt: skip
     lat = run["latency_seconds"]
     print(
         f"{run_label(run)}: p50 {lat['p50']:.3f} s, p95 {lat['p95']:.3f} s, p99 {lat['p99']:.3f} s "
@@ -245,18 +173,11 @@ def run_once(
     return run
 
 
-def _interval(run: Mapping[str, Any]) -> int:
-    """The ``delta.checkpointInterval`` of a run's table (results from before decision 23 name
-    only the long interval: the others had Delta's default)."""
-    return int(run.get("table_checkpoint_interval", DELTA_CHECKPOINT_INTERVAL))
-
-
 def run_label(run: Mapping[str, Any]) -> str:
     """``10,000 msg/s, 500 milliseconds``, plus the table's interval when it is not the job's."""
-    label = f"{run['rate']:,} msg/s, {run['trigger']}"
-    if _interval(run) != JOB_CHECKPOINT_INTERVAL:
-        label += f", table interval {_interval(run)}"
-    return label
+    interval = run["table_checkpoint_interval"]
+    other = f", table interval {interval}" if interval != JOB_CHECKPOINT_INTERVAL else ""
+    return f"{run['rate']:,} msg/s, {run['trigger']}{other}"
 
 
 def goal_verdicts(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -267,9 +188,9 @@ def goal_verdicts(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             continue
         p99 = run["latency_seconds"]["p99"]
         verdict = {"p99_measured_seconds": p99, "met": p99 <= GOAL["p99_seconds"]}
-        if _interval(run) == JOB_CHECKPOINT_INTERVAL:
+        if run["table_checkpoint_interval"] == JOB_CHECKPOINT_INTERVAL:
             goal.update(verdict)
-        elif _interval(run) == DELTA_CHECKPOINT_INTERVAL:
+        elif run["table_checkpoint_interval"] == DELTA_CHECKPOINT_INTERVAL:
             other = {"table_checkpoint_interval": DELTA_CHECKPOINT_INTERVAL, **verdict}
             goal["with_other_checkpoint_interval"] = other
     return goal
@@ -282,76 +203,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = publish_at_rate(url, float(rate), float(duration), int(size), client_id)
         sys.stdout.write(json.dumps(result) + "\n")
         return 0 if result["unacknowledged"] == 0 else 1
-    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__)
+    parser = arguments("latency", __doc__, size=100, timeout=120.0)
     parser.add_argument("--rates", type=int, nargs="+", default=list(RATES))
     parser.add_argument("--triggers", nargs="+", default=list(TRIGGERS))
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of publishing")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds left out")
-    parser.add_argument("--size", type=int, default=100, help="payload bytes (>= 31)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="per wait")
     parser.add_argument("--quick", action="store_true", help="8 s runs, 2 s warm-up")
+    parser.add_argument("--no-warmup-run", action="store_true", help="no throwaway run first")
     parser.add_argument(
-        "--no-warmup-run", action="store_true", help="skip the throwaway run before the pairs"
-    )
-    parser.add_argument(
-        "--no-delta-interval-run",
-        action="store_true",
-        help=f"skip the goal run on a table with Delta's default delta.checkpointInterval "
-        f"({DELTA_CHECKPOINT_INTERVAL})",
-    )
-    parser.add_argument("--output", type=Path, help="results file")
+        "--no-delta-interval-run", action="store_true",
+        help=f"no goal run on a table with checkpoint interval {DELTA_CHECKPOINT_INTERVAL}",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup = 8.0, 2.0
     if args.size < TIMED_HEADER or args.warmup >= args.duration:
         parser.error(f"--size must be >= {TIMED_HEADER} and --warmup < --duration")
-    info = machine("pyspark", "delta-spark")
-    spark = spark_session("bench-latency", progress_updates=2000)
-    runs = []
-    warm_checkpoint: bool | None = None
-    with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
-        if not args.no_warmup_run:
-            # JVM, Delta and Python workers warm up on a throwaway run, not on the first pair.
-            warm = Path(tmp) / "warm"
-            run_once(
-                spark, RATES[0], args.triggers[0], args, warm, duration=WARMUP_RUN_SECONDS,
-                warmup=1.0,
-            )  # fmt: skip
-            checkpointed = delta_log.commit_name(DELTA_CHECKPOINT_INTERVAL)
-            warm_checkpoint = any(warm.rglob(f"{delta_log.LOG_DIR}/{checkpointed}"))
-        for rate in args.rates:
-            for trigger in args.triggers:
-                runs.append(run_once(spark, rate, trigger, args, Path(tmp)))
-        if not args.no_delta_interval_run:
-            other = Path(tmp) / "delta-interval"
-            interval = DELTA_CHECKPOINT_INTERVAL
-            runs.append(run_once(spark, GOAL["rate"], GOAL["trigger"], args, other, interval))
-    spark.stop()
-    info["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
-    results = {
-        "benchmark": "latency",
-        "machine": info,
-        "parameters": {
-            "duration_seconds": args.duration,
-            "warmup_seconds": args.warmup,
+
+    def measure() -> dict[str, Any]:
+        info = machine("pyspark", "delta-spark")
+        spark = spark_session("bench-latency", progress_updates=2000)
+        runs = []
+        warm_checkpoint: bool | None = None
+        with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
+            if not args.no_warmup_run:  # JVM, Delta and Python workers, not on the first pair
+                warm = Path(tmp) / "warm"
+                interval = JOB_CHECKPOINT_INTERVAL
+                run_once(
+                    spark, RATES[0], args.triggers[0], args, warm, interval, WARMUP_RUN_SECONDS, 1.0
+                )
+                checkpointed = delta_log.commit_name(DELTA_CHECKPOINT_INTERVAL)
+                warm_checkpoint = any(warm.rglob(f"{delta_log.LOG_DIR}/{checkpointed}"))
+            for rate in args.rates:
+                for trigger in args.triggers:
+                    runs.append(run_once(spark, rate, trigger, args, Path(tmp)))
+            if not args.no_delta_interval_run:
+                other = Path(tmp) / "delta-interval"
+                interval = DELTA_CHECKPOINT_INTERVAL
+                runs.append(run_once(spark, GOAL["rate"], GOAL["trigger"], args, other, interval))
+        spark.stop()
+        info["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
+        params = {
+            "duration_seconds": args.duration, "warmup_seconds": args.warmup,
             "warmup_run_seconds": None if args.no_warmup_run else WARMUP_RUN_SECONDS,
             "warmup_run_reached_a_delta_checkpoint": warm_checkpoint,
-            "payload_bytes": args.size,
-            "qos": 1,
+            "payload_bytes": args.size, "qos": 1, "master": "local[2]", "sink": JOB_SINK,
             "publisher": f"our client in a subprocess, token bucket, {INFLIGHT} in flight",
-            "master": "local[2]",
-            "sink": JOB_SINK,
-            "poll_seconds": POLL_SECONDS,
-        },
-        "clock": (
+        }  # fmt: skip
+        clock = (
             "send time in the payload (publisher's time.time_ns() just before the PUBLISH is "
             "written) -> wall-clock time this process first saw the Delta commit file that "
             f"added the row (polled every {POLL_SECONDS * 1000:.0f} ms)"
-        ),
-        "runs": runs,
-        "goal": goal_verdicts(runs),
-    }
-    return finish("latency", results, args.output, section)
+        )
+        return {
+            "machine": info, "parameters": params, "clock": clock, "runs": runs,
+            "goal": goal_verdicts(runs),
+        }  # fmt: skip
+
+    return finish("latency", measure, args.output, section)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
@@ -374,32 +283,21 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         f"Clock: {data.get('clock')}.",
         "",
     ]
-    rows = []
-    for r in runs:
-        lat = r["latency_seconds"]
-        batch = r.get("batch_duration_ms") or {}
-        rows.append(
-            [
-                num(r["rate"]),
-                r["trigger"],
-                num(r.get("table_checkpoint_interval", DELTA_CHECKPOINT_INTERVAL)),
-                num(r["publisher"].get("achieved_rate")),
-                num(r["measured_rows"]),
-                *(num(lat[k], 3) for k in ("p50", "p95", "p99", "max")),
-                num(r.get("rows_per_commit_median")),
-                num(batch.get("p50")),
-            ]
-        )
+    rows = [
+        [num(r["rate"]), r["trigger"], num(r["table_checkpoint_interval"]),
+         num(r["publisher"].get("achieved_rate")), num(r["measured_rows"]),
+         *(num(r["latency_seconds"][k], 3) for k in ("p50", "p95", "p99", "max")),
+         num(r.get("rows_per_commit_median")), num((r.get("batch_duration_ms") or {}).get("p50"))]
+        for r in runs
+    ]  # fmt: skip
     out += md_table(
         ["msg/s", "trigger", "table's checkpoint interval", "achieved msg/s", "rows measured",
          "p50 s", "p95 s", "p99 s", "max s", "rows/commit", "batch ms p50"],
         rows,
     )  # fmt: skip
-    goal = data.get("goal") or {}
+    goal = data["goal"]
     verdicts = [(goal, "")]
-    other = goal.get("with_other_checkpoint_interval") or {}
-    other = other or goal.get("with_long_checkpoint_interval") or {}  # results before decision 23
-    if other:
+    if other := goal.get("with_other_checkpoint_interval"):
         verdicts.append((other, f", table interval {other['table_checkpoint_interval']}"))
     goal_rows = [
         [
@@ -417,12 +315,7 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
     def paint(plt: Any) -> None:
         axes = plt.gca()
         for r in runs:
-            cdf = r["cdf"]
-            axes.plot(
-                [v for _, v in cdf],
-                [q / 100 for q, _ in cdf],
-                label=run_label(r),
-            )
+            axes.plot([v for _, v in r["cdf"]], [q / 100 for q, _ in r["cdf"]], label=run_label(r))
         axes.set_xlabel("send → visible in Delta (s)")
         axes.set_ylabel("fraction of messages")
         axes.set_ylim(0, 1.01)

@@ -1,26 +1,9 @@
-"""The small costs behind choices the code makes, measured: ``bench/results/micro.json``.
-
-The code says why it does something ("a module name: faster than the member read through its
-class"); the figures live here, each measured against its alternative in the same run:
-
-* reading an enum member through its class (``PacketType.PUBLISH``) against a module name bound
-  to it, as ``connector.mqtt.decode`` and ``properties`` do on the per-message path;
-* building a WAL record as a ``NewRecord`` (a NamedTuple) against a plain tuple in the same field
-  order, as the receiver does per message (``connector.receiver.receiver``);
-* CRC32 over a segment's bytes, which bounds what WAL recovery reads per second
-  (``connector.wal.recovery``);
-* the receiver's figures kept per WAL append (``connector.receiver.figures``: the receive
-  time of the append and the rate) against the append itself, a read of 64 messages of 100
-  bytes written without fsync (the least an append costs);
-* building a PySpark ``Column`` (``F.col(...).alias(...)``, one or more Py4J round trips), which
-  is why the ingest job builds its projections once per Spark context
-  (``streaming_jobs.projections``); skipped with ``--no-spark``.
-"""
+"""The small costs behind choices the code makes (``python -m bench.micro``), each against its
+alternative in the same run: enum reads, WAL records, CRC32, the receiver's figures, one PySpark
+``Column``."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import tempfile
 import time
 import timeit
@@ -34,7 +17,7 @@ from connector.receiver.figures import ARRIVAL_RESOLUTION_US, ArrivalIndex, Rate
 from connector.wal import WalWriter
 from connector.wal.records import NewRecord
 
-from .common import Stats, finish, machine_info
+from .common import Stats, arguments, finish, machine_info
 from .render import Charts, Lines, md_table
 
 _PUBLISH = PacketType.PUBLISH
@@ -53,11 +36,10 @@ def enum_member(repeat: int) -> dict[str, Any]:
     def module_name() -> object:
         return _PUBLISH
 
-    cls, mod = (
-        per_call_ns(through_class, 1_000_000, repeat),
-        per_call_ns(module_name, 1_000_000, repeat),
-    )
-    return {"through the class": cls.as_dict(1), "module name": mod.as_dict(1)}
+    return {
+        "through the class": per_call_ns(through_class, 1_000_000, repeat).as_dict(1),
+        "module name": per_call_ns(module_name, 1_000_000, repeat).as_dict(1),
+    }
 
 
 def record_build(repeat: int) -> dict[str, Any]:
@@ -84,13 +66,11 @@ def crc32_rate(repeat: int) -> dict[str, Any]:
         started = time.perf_counter()
         zlib.crc32(data)
         seconds.append(time.perf_counter() - started)
-    rates = [len(data) / s / 1e9 for s in seconds]
-    return {"GB/s": Stats.of(rates).as_dict(2), "bytes": len(data)}
+    return {"GB/s": Stats.of(len(data) / s / 1e9 for s in seconds).as_dict(2)}
 
 
 def append_figures(repeat: int, directory: Path) -> dict[str, Any]:
-    """Nanoseconds per append of the receiver's figures (every append a new entry of the
-    arrival index: the most it keeps) and of a 64-message WAL append without fsync."""
+    """Nanoseconds per append of the receiver's figures and of a 64-message WAL append."""
     records = [("plant/line-3/s/t", b"x" * 100, 1, False, False, n + 1, 0) for n in range(64)]
     arrivals, rate = ArrivalIndex(), RateMeter(time.monotonic())
     count = [0]
@@ -115,18 +95,11 @@ def append_figures(repeat: int, directory: Path) -> dict[str, Any]:
 
 def py4j_column(repeat: int) -> dict[str, Any]:
     """Milliseconds to build one ``F.col(name).alias(other)`` in a local Spark session."""
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, as every session here
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("bench-micro")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+    from .ingest import spark_session
+
+    spark = spark_session("bench-micro", master="local[1]")
     try:
         F.col("warm").alias("up")
         per_column = []
@@ -141,24 +114,24 @@ def py4j_column(repeat: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser = arguments("micro", __doc__, repeat=7)
     parser.add_argument("--no-spark", action="store_true", help="skip the Py4J measurement")
-    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
-    info = machine_info()
-    data: dict[str, Any] = {
-        "machine": info,
-        "params": {"repeat": args.repeat},
-        "enum member": enum_member(args.repeat),
-        "record build": record_build(args.repeat),
-        "crc32": crc32_rate(args.repeat),
-    }
-    with tempfile.TemporaryDirectory() as directory:
-        data["append figures"] = append_figures(args.repeat, Path(directory))
-    if not args.no_spark:
-        data["py4j column"] = py4j_column(args.repeat)
-    return finish("micro", data, args.output, section)
+
+    def measure() -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "machine": machine_info(),
+            "enum member": enum_member(args.repeat),
+            "record build": record_build(args.repeat),
+            "crc32": crc32_rate(args.repeat),
+        }
+        with tempfile.TemporaryDirectory() as directory:
+            data["append figures"] = append_figures(args.repeat, Path(directory))
+        if not args.no_spark:
+            data["py4j column"] = py4j_column(args.repeat)
+        return data
+
+    return finish("micro", measure, args.output, section)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
@@ -181,8 +154,7 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
             f"{crc['GB/s']['median']} GB/s",
         ],
     ]
-    figures = data.get("append figures")
-    if figures is not None:
+    if (figures := data.get("append figures")) is not None:
         rows.append(
             [
                 "the receiver's figures kept per WAL append (`connector.receiver.figures`) "

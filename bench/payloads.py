@@ -1,9 +1,6 @@
-"""The benchmarks' payloads, each numbered, and the tally of the numbers a drain saw.
-
-Every payload carries its sequence number as ``SEQUENCE_DIGITS`` decimal digits: first
-(:func:`numbered`, what ``python -m connector.mqtt pub`` sends; :func:`timed`, followed by the
-send time), or at ``JSON_SEQ_AT`` in the ingest benchmarks' 100-byte JSON (:func:`json_payload`,
-whose template Spark's ``format_string`` fills in alike for the synthetic peer).
+"""The benchmarks' payloads, each carrying its sequence number (``SEQUENCE_DIGITS`` digits):
+first (:func:`numbered`, as ``connector.mqtt pub`` sends; :func:`timed`, with the send time),
+or at ``JSON_SEQ_AT`` in a 100-byte JSON (:func:`json_payload`); and the tally of a drain.
 """
 
 from __future__ import annotations
@@ -35,14 +32,11 @@ def parse_timed(data: bytes) -> tuple[int, int]:
     return int(data[:SEQUENCE_DIGITS]), int(data[sent_at : sent_at + NS_DIGITS])
 
 
-def _json_template(size: int) -> str:
-    """A printf template (Python ``%`` and Java ``String.format`` alike) of ``size`` bytes."""
-    seq = f"%0{SEQUENCE_DIGITS}d"
-    head = '{"seq":' + seq + ',"sensor":"line-3/sensor-17","value":%08.3f,"unit":"degC","pad":"'
-    return head + "x" * (size - len(head % (0, 0.0)) - 2) + '"}'
-
-
-JSON_TEMPLATE = _json_template(JSON_BYTES)
+_HEAD = (
+    f'{{"seq":%0{SEQUENCE_DIGITS}d,"sensor":"line-3/sensor-17","value":%08.3f,"unit":"degC","pad":"'
+)
+JSON_TEMPLATE = _HEAD + "x" * (JSON_BYTES - len(_HEAD % (0, 0.0)) - 2) + '"}'
+"""A printf template (Python ``%`` and Java ``String.format`` alike) of JSON_BYTES bytes."""
 
 
 def json_payload(seq: int) -> bytes:
@@ -55,8 +49,7 @@ def sequence_of(data: bytes, at: int = 0) -> int:
 
 
 class Tally:
-    """Which of the sequence numbers 0..count-1 arrived, and how often; ``at`` is where the
-    number sits in a payload (0, or ``JSON_SEQ_AT``)."""
+    """Which of the numbers 0..count-1 arrived and how often; ``at``: where a payload holds it."""
 
     __slots__ = ("at", "copies", "distinct", "out_of_range", "received")
 
@@ -92,11 +85,7 @@ class Tally:
     ) -> dict[str, Any]:
         """A drain worker's figures: what arrived, and its clocks from ``start``."""
         return {
-            "received": self.received,
-            "distinct": self.distinct,
-            "out_of_range": self.out_of_range,
-            "duplicates": self.extra_copies,
-            "connect_seconds": connected - start,
-            "drain_seconds": last - start,
-            "connections": connections,
-        }
+            "received": self.received, "distinct": self.distinct, "out_of_range": self.out_of_range,
+            "duplicates": self.extra_copies, "connect_seconds": connected - start,
+            "drain_seconds": last - start, "connections": connections,
+        }  # fmt: skip

@@ -1,9 +1,6 @@
-"""What every section of bench/REPORT.md is made of: Markdown tables, figures, ratios, goals,
-the machine a run was measured on, and PNG charts (matplotlib, Agg).
-
-A benchmark renders its own section with these (``section(data, charts)`` next to the code
-that measured the numbers); ``bench.report`` collects the sections, and a benchmark prints its
-own once it has written its results (:func:`print_section`).
+"""What the sections of bench/REPORT.md are made of: Markdown tables, figures, ratios, goals,
+the machine of a run, and PNG charts (matplotlib, Agg). A benchmark renders its own section,
+``section(data, charts)``; ``bench.report`` collects them.
 """
 
 from __future__ import annotations
@@ -42,10 +39,6 @@ def mib(kib: float | None) -> str:
     return "—" if kib is None else f"{kib / 1024:,.1f}"
 
 
-def loads(values: Sequence[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
-
-
 def inflight_label(inflight: object) -> str:
     """A broker's ``max_inflight_messages`` as shown: 0 is unbounded."""
     return "unbounded (0)" if inflight == 0 else str(inflight)
@@ -73,8 +66,7 @@ def goal_rows(goal: Any) -> list[list[str]]:
     """Rows (goal, target, measured, met) from a goal dict or a dict of goal dicts."""
     if not isinstance(goal, Mapping):
         return []
-    if "met" in goal:
-        goal = {str(goal.get("ratio", "goal")): goal}
+    goal = {str(goal.get("ratio", "goal")): goal} if "met" in goal else goal
     return [
         [
             str(item.get("ratio", name)),
@@ -139,6 +131,13 @@ def warmup_notes(warmup: object, peers: object) -> Lines:
     return [f"Warm-up: {warmup}{listed}.", ""]
 
 
+def cpu_share_note(data: Mapping[str, Any], when: str) -> Lines:
+    """The share of the machine's CPU other processes took ``when``, if the run measured it."""
+    share = data.get("other_processes_cpu_share")
+    text = f"Other processes and hypervisor steal took {share:.0%} of the machine's CPU {when}."
+    return [] if share is None else [text]
+
+
 def machine_line(machine: Mapping[str, Any]) -> str:
     """One line naming the machine and software of a run."""
     parts = [
@@ -157,7 +156,7 @@ def machine_line(machine: Mapping[str, Any]) -> str:
     parts.append(f"git {machine.get('git_revision')}, {machine.get('date')}")
     load = machine.get("load_average_at_start")
     if load:
-        parts.append("load average at start " + loads(load))
+        parts.append("load average at start " + ", ".join(f"{v:.2f}" for v in load))
     return "; ".join(p for p in parts if p)
 
 
@@ -167,9 +166,7 @@ def run_note(data: Mapping[str, Any]) -> Lines:
 
 
 class Charts:
-    """Writes PNG charts with matplotlib (Agg) into ``directory``; links relative to the
-    report. Without matplotlib, charts are skipped and the report says so; without a
-    directory (a section printed by its benchmark) nothing is drawn."""
+    """PNG charts in ``directory`` (none without one), linked relative to the report."""
 
     def __init__(self, directory: Path | None, report_dir: Path | None = None) -> None:
         self.directory = directory
@@ -209,5 +206,5 @@ Renderer = Callable[[Mapping[str, Any], Charts], Lines]
 
 
 def print_section(data: Mapping[str, Any], render: Renderer) -> None:
-    """A benchmark's section of the report, as the report will show it, on stdout."""
+    """A benchmark's section of the report, on stdout."""
     print("\n".join([*run_note(data), *render(data, Charts(None))]))

@@ -1,14 +1,5 @@
-"""Benchmark report: ``python -m bench.report [--results DIR] [--output FILE] [--charts DIR]``.
-
-Reads the ``bench/results/*.json`` files the benchmarks wrote and writes ``bench/REPORT.md``:
-the machine each run was measured on, then one section per results file, in the order of
-:data:`SECTIONS`, each rendered by the ``section`` function of the benchmark that wrote it
-(PNG charts under ``bench/charts/``). Every figure is copied from one results file, so the
-numbers in a table and the ratios between them come from the same run. A missing results file
-leaves its section saying so; a file of an unexpected shape is reported in its section, never
-fatal. ``## WAL on object storage`` reads several files (``bench.ingest_s3``): a subsection
-per run, then one that puts their figures side by side.
-"""
+"""``bench/REPORT.md`` (``python -m bench.report``): the machine of each run, then a section per
+``bench/results/*.json`` rendered by its benchmark; a missing or malformed file is said so."""
 
 from __future__ import annotations
 
@@ -47,9 +38,7 @@ SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, Zer
 
 @dataclass(frozen=True)
 class Part:
-    """A section (``##``) or, in a :class:`Group`, a subsection (``###``): one results file.
-    Without a command, a further view of the previous part's run (no command line, no run
-    note)."""
+    """A section (``##``, in a Group ``###``) of one results file; no command: another view."""
 
     name: str
     title: str
@@ -59,8 +48,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Group:
-    """A section over several results files: an introduction, a subsection per part, then a
-    closing subsection that reads all of them (figures of different runs side by side)."""
+    """A section over several results files: intro, a subsection per part, a closing one."""
 
     title: str
     intro: Callable[[Mapping[str, Any]], Lines]
@@ -69,35 +57,24 @@ class Group:
     closing: Callable[[Mapping[str, Any]], Lines]
 
 
+INGEST = "python -m bench.ingest --messages 100000 --repeat 3 --qos"
 INGEST_S3 = (
-    "python -m bench.ingest --messages 100000 --repeat 3 --qos 1 2 --modes wal --s3-modes wal "
-    "--inflight 20 0 --no-paho --no-synthetic --append-profile --output bench/results/"
+    f"{INGEST} 1 2 --modes wal --s3-modes wal --inflight 20 0 --no-paho --no-synthetic "
+    "--append-profile --output bench/results/"
 )
 SECTIONS: tuple[Part | Group, ...] = (
     Part("codec", "Codec", "python -m bench.codec", codec.section),
     Part("drain", "Drain", "python -m bench.drain", drain.section),
     Part("drain_qos2", "Drain, QoS 2", "python -m bench.drain --qos 2", drain.section),
-    Part(
-        "flow_control",
-        "Flow control over a long round trip",
-        "python -m bench.flow_control",
-        flow_control.section,
-    ),
+    Part("flow_control", "Flow control over a long round trip", "python -m bench.flow_control",
+         flow_control.section),
     Part("ingest", "Ingest into Delta", "python -m bench.ingest", ingest.section),
-    Part(
-        "ingest_receivers",
-        "Ingest into Delta with two receivers",
-        "python -m bench.ingest --source-option receivers=2 --output "
-        "bench/results/ingest_receivers.json",
-        ingest.section,
-    ),
-    Part(
-        "ingest_long",
-        "Ingest into Delta, a long QoS 1 backlog",
-        "python -m bench.ingest --qos 1 --modes wal --messages 1000000 --no-paho --output "
-        "bench/results/ingest_long.json",
-        ingest.section,
-    ),
+    Part("ingest_receivers", "Ingest into Delta with two receivers",
+         "python -m bench.ingest --source-option receivers=2 --output "
+         "bench/results/ingest_receivers.json", ingest.section),
+    Part("ingest_long", "Ingest into Delta, a long QoS 1 backlog",
+         "python -m bench.ingest --qos 1 --modes wal --messages 1000000 --no-paho --output "
+         "bench/results/ingest_long.json", ingest.section),
     Part("sparkplug", "Sparkplug B into Delta", "python -m bench.sparkplug", sparkplug.section),
     Part("sink", "Writing to MQTT", "python -m bench.sink", sink.section),
     Part("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", backlog_rss.section),
@@ -105,94 +82,46 @@ SECTIONS: tuple[Part | Group, ...] = (
     Part("scale", "Scale of cost", "python -m bench.scale", scale.section),
     Part("micro", "Costs behind code choices", "python -m bench.micro", micro.section),
     Part("chaos", "Chaos", "the chaos tests", chaos_soak.section_chaos),
-    Part(
-        "chaos_soak",
-        "Chaos soak",
-        "python -m bench.chaos_soak --runs 20 (the network-faults, kill -9 and failover tests)",
-        chaos_soak.section,
-    ),
+    Part("chaos_soak", "Chaos soak",
+         "python -m bench.chaos_soak --runs 20 (the network-faults, kill -9 and failover tests)",
+         chaos_soak.section),
     Part("reconnect", "Reconnect", "python -m bench.reconnect", reconnect.section),
-    Group(
-        "WAL on object storage",
-        ingest_s3.intro,
-        (
-            Part(
-                "ingest_s3",
-                "Into Delta: QoS 1 and 2, broker windows 20 and unbounded",
-                INGEST_S3 + "ingest_s3.json",
-                ingest_s3.section,
-            ),
-            Part(
-                "ingest_s3",
-                "The receiver alone: messages and milliseconds per append",
-                None,
-                ingest_s3.section_appends,
-            ),
-            Part(
-                "ingest_s3_inline",
-                "partitionData wal and inline, window 20",
-                "python -m bench.ingest --messages 100000 --repeat 3 --qos 1 2 --modes wal "
-                "--s3-modes wal inline --no-paho --no-synthetic --warmup-rows 400000 --output "
-                "bench/results/ingest_s3_inline.json",
-                ingest_s3.section,
-            ),
-            Part(
-                "ingest_s3_qos2",
-                "QoS 2, window 20, on a quiet machine",
-                "python -m bench.ingest --messages 100000 --repeat 3 --qos 2 --modes wal "
-                "--s3-modes wal --inflight 20 --no-paho --no-synthetic --append-profile --output "
-                "bench/results/ingest_s3_qos2.json",
-                ingest_s3.section,
-            ),
-            Part(
-                "ingest_s3_long",
-                "A long QoS 1 backlog",
-                "python -m bench.ingest --messages 1000000 --repeat 3 --qos 1 --modes wal "
-                "--s3-modes wal --no-paho --no-synthetic --output "
-                "bench/results/ingest_s3_long.json",
-                ingest_s3.section,
-            ),
-            Part(
-                "ingest_s3_busy",
-                "On a busy machine",
-                INGEST_S3 + "ingest_s3_busy.json",
-                ingest_s3.section_brief,
-            ),
-            Part(
-                "wal_throughput",
-                "One append per layout",
-                "python -m bench.wal_throughput --repeat 3",
-                wal_throughput.section,
-            ),
-        ),
-        "What limits the S3 peer",
-        ingest_s3.what_limits,
-    ),
-    Part(
-        "shared_subscription",
-        "Shared subscription",
-        "python -m bench.shared_subscription --messages 20000 --rounds 3",
-        shared_subscription.section,
-    ),
-)
+    Group("WAL on object storage", ingest_s3.intro, (
+        Part("ingest_s3", "Into Delta: QoS 1 and 2, broker windows 20 and unbounded",
+             INGEST_S3 + "ingest_s3.json", ingest_s3.section),
+        Part("ingest_s3", "The receiver alone: messages and milliseconds per append", None,
+             ingest_s3.section_appends),
+        Part("ingest_s3_inline", "partitionData wal and inline, window 20",
+             f"{INGEST} 1 2 --modes wal --s3-modes wal inline --no-paho --no-synthetic "
+             "--warmup-rows 400000 --output bench/results/ingest_s3_inline.json",
+             ingest_s3.section),
+        Part("ingest_s3_qos2", "QoS 2, window 20, on a quiet machine",
+             f"{INGEST} 2 --modes wal --s3-modes wal --inflight 20 --no-paho --no-synthetic "
+             "--append-profile --output bench/results/ingest_s3_qos2.json", ingest_s3.section),
+        Part("ingest_s3_long", "A long QoS 1 backlog",
+             "python -m bench.ingest --messages 1000000 --repeat 3 --qos 1 --modes wal "
+             "--s3-modes wal --no-paho --no-synthetic --output bench/results/ingest_s3_long.json",
+             ingest_s3.section),
+        Part("ingest_s3_busy", "On a busy machine", INGEST_S3 + "ingest_s3_busy.json",
+             ingest_s3.section_brief),
+        Part("wal_throughput", "One append per layout", "python -m bench.wal_throughput --repeat 3",
+             wal_throughput.section),
+    ), "What limits the S3 peer", ingest_s3.what_limits),
+    Part("shared_subscription", "Shared subscription",
+         "python -m bench.shared_subscription --messages 20000 --rounds 3",
+         shared_subscription.section),
+)  # fmt: skip
 
 
 def section_machine(results: Mapping[str, Any]) -> Lines:
-    rows = []
-    for name, data in results.items():
-        machine = data.get("machine")
-        if not isinstance(machine, Mapping):
-            continue
-        load = machine.get("load_average_at_start")
-        rows.append(
-            [
-                f"`{name}.json`",
-                str(machine.get("date", "?")),
-                str(machine.get("git_revision", "?")),
-                f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
-                ", ".join(f"{v:.2f}" for v in load) if load else "—",
-            ]
-        )
+    rows = [
+        [f"`{name}.json`", str(machine.get("date", "?")), str(machine.get("git_revision", "?")),
+         f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
+         ", ".join(f"{v:.2f}" for v in load) if (load := machine.get("load_average_at_start"))
+         else "—"]
+        for name, data in results.items()
+        if isinstance(machine := data.get("machine"), Mapping)
+    ]  # fmt: skip
     first = next((d["machine"] for d in results.values() if "machine" in d), None)
     out = ["## Machine", ""]
     if first is not None:
@@ -220,8 +149,7 @@ def load_results(directory: Path) -> dict[str, Any]:
 
 
 def _guarded(what: str, render: Callable[[], Lines], said: str | None) -> Lines:
-    """``render()``; when the results have an unexpected shape, a line saying so (``said``
-    names them) or, without ``said``, nothing."""
+    """``render()``, or on results of an unexpected shape a line saying so (with ``said``)."""
     try:
         return render()
     except SHAPE_ERRORS as exc:

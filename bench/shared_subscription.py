@@ -1,20 +1,9 @@
-"""Messages per second into Delta: one ingest job vs several sharing one subscription.
-
-Each run: a fresh Mosquitto; ``--jobs`` ingest jobs (``spark-submit streaming_jobs/ingest.py``,
-``local[2]`` each, each with its own client id, checkpoint and WAL) subscribed to
-``$share/<group>/<filter>`` and writing one Delta table; once every job has subscribed,
-``--messages`` QoS 1 messages of 100 bytes are published (our client, Mosquitto's window of 20
-unacknowledged). The clock runs from the first publish to the Delta commit that completes the
-table (read from the Delta log, without Spark). One job and ``--jobs`` jobs alternate for
-``--rounds`` rounds and the ratio is taken per round (paired). Every job runs on this machine,
-so they share its cores: the figure is what running them side by side costs or gains here, not
-how they scale over machines of their own. The publisher's own rate is printed too: when it is
-near the ingest rate, the publisher is the limit.
-"""
+"""One ingest job against several sharing a subscription (``python -m bench.shared_subscription``):
+msg/s from the first publish to the Delta commit completing the table, one job and ``--jobs``
+jobs alternating, paired per round; all on this machine's cores."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -25,68 +14,51 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    REPO_ROOT,
-    BenchError,
-    Stats,
-    finish,
-    machine_info,
-    paired_ratio,
-    publish_windowed,
-)
+from bench import common
 from bench.drainer import TableTail
 from bench.render import Charts, Lines, md_table, num, per_repetition, stats_cells, times
 from connector.mqtt.topics import SHARE_PREFIX
 
-GROUP = "bench"
-FILTER = "bench/shared/+"
-SHARED = f"{SHARE_PREFIX}{GROUP}/{FILTER}"
+SHARED = f"{SHARE_PREFIX}bench/bench/shared/+"
 TOPICS = 8
 PAYLOAD = b"x" * 100
 START_TIMEOUT = 300.0
 STOP_TIMEOUT = 120.0
-INGEST = REPO_ROOT / "streaming_jobs" / "ingest.py"
+INGEST = common.REPO_ROOT / "streaming_jobs" / "ingest.py"
 SUMMARY = re.compile(r"stopped: \d+ batch(?:es)?, (\d+) rows")
 
 
-@dataclass
 class IngestJob:
     """One ``spark-submit`` of the ingest job in a process group of its own."""
 
-    client_id: str
-    proc: subprocess.Popen[bytes]
-    out: Path
-
-    @classmethod
-    def start(cls, base: Path, index: int, url: str, table: Path, trigger: str) -> IngestJob:
+    def __init__(self, base: Path, index: int, url: str, table: Path, trigger: str) -> None:
         from streaming_jobs.spark_session import delta_jars
 
-        client_id = f"bss-{os.getpid()}-{base.name}-{index}"
-        out = base / f"job-{index}.log"
+        self.client_id = f"bss-{os.getpid()}-{base.name}-{index}"
+        self.out = base / f"job-{index}.log"
         command = [
             str(Path(sys.executable).parent / "spark-submit"), "--jars", ",".join(delta_jars()),
             "--conf", "spark.ui.enabled=false", str(INGEST),
-            "--broker", url, "--topic", SHARED, "--qos", "1", "--client-id", client_id,
+            "--broker", url, "--topic", SHARED, "--qos", "1", "--client-id", self.client_id,
             "--table", str(table), "--checkpoint", str(base / f"checkpoint-{index}"),
             "--trigger", trigger,
         ]  # fmt: skip
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-        with out.open("wb") as log:
-            proc = subprocess.Popen(
-                command, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+        with self.out.open("wb") as log:
+            self.proc = subprocess.Popen(
+                command, cwd=common.REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
-        return cls(client_id, proc, out)
 
-    def check_alive(self) -> None:
+    def check_alive(self) -> bool:
         code = self.proc.poll()
         if code is not None:
             tail = self.out.read_text(errors="replace")[-3000:]
-            raise BenchError(f"job {self.client_id} exited with {code}:\n{tail}")
+            raise common.BenchError(f"job {self.client_id} exited with {code}:\n{tail}")
+        return True
 
     def stop(self) -> int:
         """SIGTERM to the JVM (it stops after the batch in flight); the rows it wrote."""
@@ -96,7 +68,7 @@ class IngestJob:
             self.proc.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise BenchError(f"job {self.client_id} did not stop") from None
+            raise common.BenchError(f"job {self.client_id} did not stop") from None
         found = SUMMARY.search(self.out.read_text(errors="replace"))
         return int(found[1]) if found else -1
 
@@ -109,113 +81,86 @@ class IngestJob:
         self.proc.wait(timeout=30)
 
 
-def wait_subscribed(broker: Any, jobs: Sequence[IngestJob]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    lines = [f": {job.client_id} 1 {SHARED}\n" for job in jobs]
-    while not all(line in broker.log_text() for line in lines):
-        for job in jobs:
-            job.check_alive()
-        if time.monotonic() > deadline:
-            raise BenchError("the jobs did not subscribe in time")
-        time.sleep(0.2)
-
-
-def one_run(
-    workdir: Path, count: int, jobs: int, trigger: str, tag: str, timeout: float
-) -> dict[str, Any]:
-    """Messages per second into Delta for ``count`` messages with ``jobs`` jobs."""
+def one_run(workdir: Path, args: Any, jobs: int, tag: str) -> dict[str, Any]:
+    """Messages per second into Delta for ``--messages`` messages with ``jobs`` jobs."""
     from devtools.mosquitto import MosquittoBroker
 
-    base = workdir / tag
+    count, base = args.messages, workdir / tag
     base.mkdir(parents=True)
     table = base / "table"
-    broker = MosquittoBroker(base / "broker", max_queued_messages=2 * count + 1000)
-    broker.start()
     started: list[IngestJob] = []
     try:
-        for index in range(jobs):
-            started.append(IngestJob.start(base, index, broker.url, table, trigger))
-        wait_subscribed(broker, started)
-        began = time.time()
-        published = publish_windowed(
-            broker.url, count, lambda seq: (f"bench/shared/{seq % TOPICS}", PAYLOAD), timeout
-        )
-        landed = TableTail(table)
-        deadline = time.monotonic() + timeout
-        while landed.poll() < count:
-            for job in started:
-                job.check_alive()
-            if time.monotonic() > deadline:
-                raise BenchError(f"only {landed.rows} of {count} rows landed")
-            time.sleep(0.2)
-        elapsed = landed.committed_at - began
-        per_job = [job.stop() for job in started]
+        with MosquittoBroker(base / "broker", max_queued_messages=2 * count + 1000) as broker:
+            for index in range(jobs):
+                started.append(IngestJob(base, index, broker.url, table, args.trigger))
+            lines = [f": {job.client_id} 1 {SHARED}\n" for job in started]
+            common.wait_for(
+                lambda: all(job.check_alive() for job in started)
+                and all(line in broker.log_text() for line in lines),
+                START_TIMEOUT, lambda: "the jobs did not subscribe in time", 0.2,
+            )  # fmt: skip
+            began = time.time()
+            published = common.publish_windowed(
+                broker.url, count, lambda seq: (f"bench/shared/{seq % TOPICS}", PAYLOAD),
+                args.timeout,
+            )  # fmt: skip
+            landed = TableTail(table)
+            common.wait_for(
+                lambda: all(job.check_alive() for job in started) and landed.poll() >= count,
+                args.timeout, lambda: f"only {landed.rows} of {count} rows landed", 0.2,
+            )  # fmt: skip
+            elapsed = landed.committed_at - began
+            per_job = [job.stop() for job in started]
         if landed.poll() != count:
-            raise BenchError(f"{landed.rows} rows in the table, expected {count}")
-        return {
-            "rate": count / elapsed,
-            "publish_rate": published,
-            "rows_per_job": per_job,
-            "commits": len(landed.commits),
-        }
+            raise common.BenchError(f"{landed.rows} rows in the table, expected {count}")
+        return {"rate": count / elapsed, "publish_rate": published, "rows_per_job": per_job}
     finally:
         for job in started:
             if job.proc.poll() is None:
                 job.kill()
-        broker.close()
         shutil.rmtree(base, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.shared_subscription", description=__doc__
-    )
-    parser.add_argument("--messages", type=int, default=50_000)
+    parser = common.arguments("shared_subscription", __doc__, messages=50_000, timeout=900.0)
     parser.add_argument("--jobs", type=int, default=2, help="jobs sharing the subscription")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--trigger", default="processing-time=500 milliseconds")
-    parser.add_argument("--timeout", type=float, default=900.0, help="per run, in seconds")
-    parser.add_argument("--output", type=Path, default=None, help="results JSON path")
     args = parser.parse_args(argv)
     if args.jobs < 2:
         parser.error("--jobs must be at least 2")
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-shared-"))
-    one: list[dict[str, Any]] = []
-    many: list[dict[str, Any]] = []
-    loads = []
-    try:
-        for r in range(args.rounds):
-            loads.append(os.getloadavg()[0])
-            one.append(one_run(workdir, args.messages, 1, args.trigger, f"r{r}a", args.timeout))
-            many.append(
-                one_run(workdir, args.messages, args.jobs, args.trigger, f"r{r}b", args.timeout)
-            )
-            print(
-                f"round {r}: 1 job {num(one[-1]['rate'])} msg/s, {args.jobs} jobs "
-                f"{num(many[-1]['rate'])} msg/s (rows per job {many[-1]['rows_per_job']})",
-                flush=True,
-            )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    info = machine_info()
-    gain = paired_ratio([m["rate"] for m in many], [o["rate"] for o in one])
-    data = {
-        "machine": info,
-        "load_average_1min": loads,
-        "messages": args.messages,
-        "payload_bytes": len(PAYLOAD),
-        "qos": 1,
-        "jobs": args.jobs,
-        "trigger": args.trigger,
-        "rate_one": Stats.of(r["rate"] for r in one).as_dict(),
-        "rate_many": Stats.of(r["rate"] for r in many).as_dict(),
-        "publish_rate_one": Stats.of(r["publish_rate"] for r in one).as_dict(),
-        "publish_rate_many": Stats.of(r["publish_rate"] for r in many).as_dict(),
-        "rows_per_job_many": [r["rows_per_job"] for r in many],
-        "ratio": gain.as_dict(),
-    }
-    return finish("shared_subscription", data, args.output, section)
+    def measure() -> dict[str, Any]:
+        workdir = Path(tempfile.mkdtemp(prefix="bench-shared-"))
+        one: list[dict[str, Any]] = []
+        many: list[dict[str, Any]] = []
+        loads = []
+        try:
+            for r in range(args.rounds):
+                loads.append(os.getloadavg()[0])
+                one.append(one_run(workdir, args, 1, f"r{r}a"))
+                many.append(one_run(workdir, args, args.jobs, f"r{r}b"))
+                print(
+                    f"round {r}: 1 job {num(one[-1]['rate'])} msg/s, {args.jobs} jobs "
+                    f"{num(many[-1]['rate'])} msg/s (rows per job {many[-1]['rows_per_job']})",
+                    flush=True,
+                )
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        ratio = common.paired_ratio([r["rate"] for r in many], [r["rate"] for r in one])
+        return {
+            "machine": common.machine_info(), "load_average_1min": loads, "messages": args.messages,
+            "payload_bytes": len(PAYLOAD), "qos": 1, "jobs": args.jobs, "trigger": args.trigger,
+            **{
+                f"{figure}_{n}": common.Stats.of(r[figure] for r in runs).as_dict()
+                for figure in ("rate", "publish_rate")
+                for n, runs in (("one", one), ("many", many))
+            },
+            "rows_per_job_many": [r["rows_per_job"] for r in many],
+            "ratio": ratio.as_dict(),
+        }  # fmt: skip
+
+    return common.finish("shared_subscription", measure, args.output, section)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
@@ -242,49 +187,36 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         "",
     ]
     rows = [
-        [str(n), *stats_cells(data[rates]), num(data.get(publish, {}).get("median"))]
-        for n, rates, publish in (
-            (1, "rate_one", "publish_rate_one"),
-            (jobs, "rate_many", "publish_rate_many"),
-        )
+        [str(n), *stats_cells(data[f"rate_{key}"]), num(data[f"publish_rate_{key}"]["median"])]
+        for n, key in ((1, "one"), (jobs, "many"))
     ]
     out += md_table(
         ["jobs", "msg/s into Delta median", "min", "max", "publisher msg/s median"], rows
     )
+    headroom = min(data[f"publish_rate_{k}"]["median"] / data[f"rate_{k}"]["median"]
+                   for k in ("one", "many"))  # fmt: skip
     out += [
         "",
-        f"{jobs} jobs / 1 job: {times(ratio['median'])} (per round {per_repetition(ratio)}).",
-    ]
-    headrooms = [
-        data[publish]["median"] / data[rates]["median"]
-        for rates, publish in (("rate_one", "publish_rate_one"), ("rate_many", "publish_rate_many"))
-        if isinstance(data.get(publish), Mapping)
-    ]
-    if headrooms:
-        headroom = min(headrooms)
-        out[-1] += (
+        f"{jobs} jobs / 1 job: {times(ratio['median'])} (per round {per_repetition(ratio)})."
+        + (
             f" The publisher sent at least {headroom:.1f} times as fast as the rows landed, so it "
             "was not the limit."
             if headroom >= 2
             else f" The publisher sent only {headroom:.1f} times as fast as the rows landed: it "
             "may be the limit."
-        )
+        ),
+    ]
     per_round = data.get("rows_per_job_many")
     if per_round:
         out += [
             "",
             *md_table(
                 ["round", *(f"rows, job {i}" for i in range(jobs)), "total"],
-                [
-                    [
-                        str(r),
-                        *(num(n) if n >= 0 else "—" for n in counts),
-                        num(sum(counts)) if min(counts) >= 0 else "—",
-                    ]
-                    for r, counts in enumerate(per_round)
-                ],
+                [[str(r), *(num(n) if n >= 0 else "—" for n in counts),
+                  num(sum(counts)) if min(counts) >= 0 else "—"]
+                 for r, counts in enumerate(per_round)],
             ),
-        ]
+        ]  # fmt: skip
     return out
 
 

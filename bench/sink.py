@@ -1,36 +1,18 @@
-"""Writing to MQTT: rows per second published from Spark, against paho publishing the same
-messages in the same run.
-
-Peers, in turns in every repetition (the order rotates), each on a fresh Mosquitto, each
-publishing N messages of S bytes (default 20,000 of 100) on 4 topics at QoS Q, done when the
-broker has acknowledged every one (QoS 0: when the last byte is written and the connection
-closed with DISCONNECT):
-
-* ``spark``: ``df.write.format("mqtt").mode("append").save()`` of a cached DataFrame of the
-  messages in P partitions (default 2, local[2]: two tasks, two connections), the clock around
-  ``save()``;
-* ``task``: the writer's task publisher (``connector.spark.writer.task``) alone, one connection,
-  no Spark: what the client costs without Spark's job around it;
-* ``paho``: paho-mqtt 2.x, one connection, its default window of 20 QoS 1/2 messages in flight
-  (the writer's ``maxInflight`` default), ``loop_start``'s thread.
-
-Reported: messages/s per peer (medians of R repetitions) and the ratios spark/paho and
-task/paho paired per repetition.
-"""
+"""Writing to MQTT (``python -m bench.sink``): rows per second from ``df.write.format("mqtt")``
+and from the writer's task publisher alone, against paho publishing the same messages; peers in
+turns, each on a fresh Mosquitto, done when the broker acknowledged every message."""
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
 
-from .common import BenchError, Stats, finish, machine_info, paired_ratio, turn
+from .common import BenchError, Stats, arguments, finish, in_turns, machine_info, paired_ratio
+from .ingest import spark_session
 from .payloads import numbered as payload
 from .render import Charts, Lines, md_table, num, times
 
@@ -87,79 +69,45 @@ def run_task(url: str, count: int, size: int, qos: int) -> float:
     return count / elapsed
 
 
-class SparkPeer:
-    """One Spark session for the run, and the cached messages."""
-
-    def __init__(self, count: int, size: int, partitions: int) -> None:
-        from streaming_jobs.spark_session import local_spark
-
-        self.spark = local_spark("bench-sink")
-        self.spark.sparkContext.setLogLevel("ERROR")
-        filler = "x" * max(0, size - SEQUENCE_DIGITS)
-        self.frame = (
-            self.spark.range(count, numPartitions=partitions)
-            .selectExpr(
-                f"concat('bench/sink/', cast(id % {TOPICS} as string)) AS topic",
-                f"encode(substr(concat(lpad(cast(id as string), {SEQUENCE_DIGITS}, '0'), "
-                f"'{filler}'), 1, {size}), 'UTF-8') AS payload",
-            )
-            .cache()
+def spark_peer(spark: Any, count: int, size: int, partitions: int) -> Callable[[str, int], float]:
+    """``df.write.format("mqtt")`` of the messages, cached in ``partitions`` partitions."""
+    filler = "x" * max(0, size - SEQUENCE_DIGITS)
+    frame = (
+        spark.range(count, numPartitions=partitions)
+        .selectExpr(
+            f"concat('bench/sink/', cast(id % {TOPICS} as string)) AS topic",
+            f"encode(substr(concat(lpad(cast(id as string), {SEQUENCE_DIGITS}, '0'), "
+            f"'{filler}'), 1, {size}), 'UTF-8') AS payload",
         )
-        if self.frame.count() != count:
-            raise BenchError("the cached frame does not hold every message")
-        self.count = count
+        .cache()
+    )
+    if frame.count() != count:
+        raise BenchError("the cached frame does not hold every message")
 
-    def run(self, url: str, qos: int) -> float:
+    def run(url: str, qos: int) -> float:
         start = time.perf_counter()
-        (
-            self.frame.write.format("mqtt")
-            .mode("append")
-            .option("brokerUrl", url)
-            .option("qos", str(qos))
-            .save()
-        )
-        return self.count / (time.perf_counter() - start)
+        writer = frame.write.format("mqtt").mode("append").option("brokerUrl", url)
+        writer.option("qos", str(qos)).save()
+        return count / (time.perf_counter() - start)
 
-    def stop(self) -> None:
-        self.spark.stop()
+    return run
 
 
-def measure(args: argparse.Namespace, qos: int, spark: SparkPeer) -> dict[str, Any]:
+def on_fresh_broker(run: Callable[..., float], *args: Any) -> float:
+    """``run(url, *args)`` on a fresh Mosquitto."""
     from devtools.mosquitto import MosquittoBroker
 
-    rates: dict[str, list[float]] = {peer: [] for peer in PEERS}
-    for rep in range(args.repeat):
-        order = turn(PEERS, rep)
-        for peer in order:
-            with tempfile.TemporaryDirectory(prefix="bench-sink-") as tmp:
-                broker = MosquittoBroker(Path(tmp), log_types=())
-                broker.start()
-                try:
-                    if peer == "spark":
-                        value = spark.run(broker.url, qos)
-                    elif peer == "task":
-                        value = run_task(broker.url, args.messages, args.size, qos)
-                    else:
-                        value = run_paho(broker.url, args.messages, args.size, qos)
-                finally:
-                    broker.stop()
-            rates[peer].append(value)
-            print(f"qos {qos} rep {rep + 1} {peer}: {num(value)} msg/s", flush=True)
-    return {
-        "rates": {peer: Stats.of(values).as_dict(1) for peer, values in rates.items()},
-        "spark/paho": paired_ratio(rates["spark"], rates["paho"]).as_dict(),
-        "task/paho": paired_ratio(rates["task"], rates["paho"]).as_dict(),
-    }
+    with MosquittoBroker(log_types=()) as broker:
+        return run(broker.url, *args)
 
 
 def section(data: Mapping[str, Any], charts: Charts) -> Lines:
     """Writing to MQTT: messages/s per peer and QoS, and the paired ratios against paho."""
     params = data["params"]
-    peers = ("spark", "task", "paho")
     rows = [
         [
             qos,
-            *(num(result["rates"][peer]["median"]) for peer in peers),
+            *(num(result["rates"][peer]["median"]) for peer in PEERS),
             times(result["spark/paho"]["median"]),
             times(result["task/paho"]["median"]),
         ]
@@ -179,40 +127,41 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sink", description=__doc__)
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--size", type=int, default=100)
+    parser = arguments("sink", __doc__, messages=20_000, repeat=3, size=100)
     parser.add_argument("--qos", type=int, nargs="+", default=[1, 2], choices=(0, 1, 2))
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--output", type=Path, help="results file")
     args = parser.parse_args(argv)
-    info = machine_info()
-    spark = SparkPeer(args.messages, args.size, args.partitions)
-    try:
-        from devtools.mosquitto import MosquittoBroker
 
-        with tempfile.TemporaryDirectory(prefix="bench-sink-") as tmp:
-            broker = MosquittoBroker(Path(tmp), log_types=())
-            broker.start()
-            try:
-                spark.run(broker.url, 1)
-            finally:
-                broker.stop()
-        by_qos = {str(qos): measure(args, qos, spark) for qos in args.qos}
-    finally:
-        spark.stop()
-    data: dict[str, Any] = {
-        "machine": info,
-        "params": {
-            "messages": args.messages,
-            "size": args.size,
-            "repeat": args.repeat,
-            "partitions": args.partitions,
-        },
-        "qos": by_qos,
-    }
-    return finish("sink", data, args.output, section)
+    def measure() -> dict[str, Any]:
+        info = machine_info()
+        spark = spark_session("bench-sink")
+        try:
+            spark_run = spark_peer(spark, args.messages, args.size, args.partitions)
+            on_fresh_broker(spark_run, 1)  # the warm-up
+
+            def publish(url: str, peer: str, qos: int) -> float:
+                if peer == "spark":
+                    return spark_run(url, qos)
+                runner = run_task if peer == "task" else run_paho
+                return runner(url, args.messages, args.size, qos)
+
+            by_qos: dict[str, Any] = {}
+            for qos in args.qos:
+                rates: dict[str, list[float]] = {peer: [] for peer in PEERS}
+                for rep, peer in in_turns(PEERS, args.repeat):
+                    rates[peer].append(on_fresh_broker(publish, peer, qos))
+                    print(f"qos {qos} rep {rep + 1} {peer}: {num(rates[peer][-1])} msg/s")
+                by_qos[str(qos)] = {
+                    "rates": {peer: Stats.of(values).as_dict(1) for peer, values in rates.items()},
+                    "spark/paho": paired_ratio(rates["spark"], rates["paho"]).as_dict(),
+                    "task/paho": paired_ratio(rates["task"], rates["paho"]).as_dict(),
+                }
+        finally:
+            spark.stop()
+        params = {k: vars(args)[k] for k in ("messages", "size", "repeat", "partitions")}
+        return {"machine": info, "params": params, "qos": by_qos}
+
+    return finish("sink", measure, args.output, section)
 
 
 if __name__ == "__main__":

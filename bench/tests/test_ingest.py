@@ -1,21 +1,35 @@
-"""bench.ingest and bench.ingest_s3 without Spark: the peers' names and pairs, the warm-up,
-the synthetic peer's tasks, the sessions a query uses, and the appends of the receiver alone."""
+"""bench.ingest, bench.ingest_s3 and bench.sparkplug without Spark or a broker: the peers'
+names and pairs, the warm-up, the synthetic peer's tasks, the sessions a query uses, the appends
+of the receiver alone; the Sparkplug backlog decodes to M named metrics per NDATA, alias-only on
+the wire, seq wrapping per node; the decoder alone; the results and their section; the two
+peers' queries differ only in the payload format."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from bench import sparkplug as bench
+from bench.cpu_sampler import COMPONENTS
 from bench.ingest import (
     QOS2_BACKLOG_LIMIT,
     WARMUP_ROWS,
+    BatchProgress,
+    Landing,
     OursPeer,
+    QueryRun,
     Setup,
     query_sessions,
     synthetic_files_per_batch,
     warmup_rounds,
 )
 from bench.ingest_s3 import Appends
+from bench.render import Charts
 from connector.options.source import RECORDS_PER_PARTITION
+from connector.sparkplug.messages import decode_messages
+from connector.sparkplug.payload import decode_payload
+from connector.sparkplug.state import SparkplugState
 
 
 @pytest.mark.parametrize(
@@ -62,3 +76,58 @@ def test_appends_separate_stored_reads_from_releases() -> None:
     assert (found["appends"], found["appends_of_releases_only"], found["rate"]) == (4, 1, 22_500)
     assert found["messages_per_append"]["median"] == 300
     assert found["append_ms"]["max"] == 8.0 and found["share_of_time_in_appends"] == 0.5
+
+
+def test_the_backlog_decodes_to_every_metric_named_and_typed() -> None:
+    backlog = bench.backlog_messages(600, 7, nodes=2)
+    columns = decode_messages(bench.stored(backlog), SparkplugState()).columns
+    assert len(columns["offset"]) == bench.expected_rows(600, 7, 2) == 2 * 8 + 600 * 7
+    assert all(r is None for r in columns["reason"]) and not any(columns["seq_gap"])
+    data = [i for i, kind in enumerate(columns["message_type"]) if kind == "NDATA"]
+    assert [columns["metric_name"][i] for i in data[:7]] == [bench.metric_name(k) for k in range(7)]
+    int32 = [columns["long_value"][i] for i in data if columns["datatype"][i] == "Int32"]
+    assert min(int32) < 0 < max(int32)  # sign-extended on the wire, signed in the row
+    row = data[(123 - 1) * 7 * 2 + 2]  # node 0's 123rd NDATA: its Double
+    assert columns["double_value"][row] == bench.metric_value(2, 123)
+    seqs = [decode_payload(p).seq for t, p in backlog[2:] if t.endswith("edge-0")]
+    assert seqs[:2] == [1, 2] and seqs[254:257] == [255, 0, 1]
+    assert all(m.name is None and m.alias for m in decode_payload(backlog[2][1]).metrics)
+
+
+def _landing(peer: str, rows: int, seconds: float) -> Landing:
+    run = QueryRun([BatchProgress(1, 1_000.0, seconds, rows)], seconds, seconds, {})
+    run.cpu = dict.fromkeys(COMPONENTS, 0.5)
+    return Landing(peer, rows, run, 20_000.0, 999.5, 999.9, {"messages": 1_001})
+
+
+def test_the_results_and_their_section() -> None:
+    runs = {
+        "sparkplug": [_landing("sparkplug", 10_011, s) for s in (2.0, 1.0, 1.25)],
+        "raw": [_landing("raw", 1_001, s) for s in (0.5, 0.25, 0.5)],
+    }
+    orders = [["sparkplug", "raw"], ["raw", "sparkplug"], ["sparkplug", "raw"]]
+    warmups = {"sparkplug": [_landing("sparkplug", 10_011, 4.0)]}
+    decoder = bench.decoder_alone(bench.backlog_messages(20, 2), repeat=2)
+    assert (decoder["messages"], decoder["rows"]) == (21, 43)
+    assert decoder["stages"]["fold"]["rows_per_second"] is None
+    params = {"births": 1, "ndata_messages": 1_000, "metrics": 10, "warmup": bench.warmup_note(1)}
+    results = bench.build_results(runs, orders, warmups, decoder, None, {}, params)
+    assert [r["ratio"] for r in results["repetitions"]] == [0.25, 0.25, 0.4]
+    assert results["cpu_seconds_per_100k_messages"]["raw"]["mosquitto"] == 49.95
+    text = "\n".join(bench.section(results, Charts(None)))
+    assert "| sparkplug | 801 | 500 | 1,001 | 8,009 | 10.00 |" in text
+    assert "| 1 | raw then sparkplug | 1,001 | 4,004 | 0.25x |" in text
+    assert "the first being the JVM's first query: sparkplug 250." in text
+    assert "| `fold` |" in text and "| total of the pipeline | 499.50 | 499.50 |" in text
+
+
+def test_the_peers_differ_only_in_the_payload_format(tmp_path: Path) -> None:
+    from streaming_jobs.ingest import build_parser, source_options
+
+    where = ["--broker", "tcp://127.0.0.1:1883", "--table", str(tmp_path), "--checkpoint", "c"]
+    options = {
+        peer: source_options(build_parser().parse_args([*where, *bench.job_arguments(peer, "c")]))
+        for peer in bench.PEERS
+    }
+    assert options["sparkplug"].pop("payloadFormat") == "sparkplug"
+    assert options["sparkplug"] == options["raw"]

@@ -1,10 +1,14 @@
-"""The numbered payloads, the tally of what a drain saw, and a Delta table read from its log."""
+"""The numbered payloads, the tally of what a drain saw, a Delta table read from its log, and
+the turns and waits every benchmark shares."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from bench.common import BenchError, in_turns, wait_for
 from bench.drainer import TableTail
 from bench.latency import quantile
 from bench.payloads import (
@@ -68,3 +72,10 @@ def test_a_table_is_read_from_its_log_commit_by_commit(tmp_path: Path) -> None:
     assert [(c.version, c.rows) for c in tail.commits] == [(0, 0), (1, 5), (2, 3)]
     assert tail.commits[1].files == ["part 1.parquet"]
     assert tail.committed_at == 3.5
+
+
+def test_peers_take_turns_and_a_wait_ends() -> None:
+    assert list(in_turns("ab", 2)) == [(0, "a"), (0, "b"), (1, "b"), (1, "a")]
+    assert wait_for(lambda: True, 0.0, lambda: "never") < 1
+    with pytest.raises(BenchError, match="late"):
+        wait_for(lambda: False, 0.01, lambda: "late", 0.001)
