@@ -412,7 +412,7 @@ def _maybe_proxy(arm: Arm, broker_port: int, delay_ms: float, log: Path) -> Iter
     if not arm.proxied:
         yield None
         return
-    from devtools.delay_proxy import DelayProxy
+    from devtools.fault_proxy import DelayProxy
 
     with DelayProxy(broker_port, delay_ms, log_path=log) as proxy:
         yield proxy
@@ -431,7 +431,7 @@ def drain_once(
 ) -> Run:
     """Fresh mochi with the in-flight window, fresh backlog in a persistent session of the
     arm's protocol, drained by a worker straight or through the delay proxy."""
-    from tests.interop_brokers import mochi_broker
+    from devtools.interop_brokers import mochi_broker
 
     client_id = f"bench-flow-{arm.key}"
     broker = mochi_broker(workdir / "mochi", trace=False, inflight_v311=window)

@@ -197,8 +197,8 @@ def one_run(
 ) -> dict[str, Any]:
     """One backlog, one cut, one reconnect; the run's figures. Raises BenchError on a loss."""
     from connector.source.receiver import Receiver
+    from devtools.fault_proxy import FaultProxy as ChaosProxy
     from devtools.mosquitto import MosquittoBroker
-    from tests.chaos.proxy import ChaosProxy
 
     base = workdir / tag
     wal = base / "wal"

@@ -149,7 +149,7 @@ def node_topic(kind: str, node: int) -> str:
 def backlog_messages(messages: int, metrics: int, nodes: int = 1) -> list[tuple[str, bytes]]:
     """(topic, payload) of the backlog: every node's NBIRTH, then ``messages`` alias-only
     NDATA messages, round robin over the nodes."""
-    from tests.sparkplug_payloads import birth, data
+    from devtools.sparkplug_payloads import birth, data
 
     out = []
     for node in range(nodes):

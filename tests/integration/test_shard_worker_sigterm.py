@@ -13,8 +13,8 @@ from pathlib import Path
 from connector.source.options import SourceOptions
 from connector.source.shard_handles import ShardProcess
 from connector.source.shard_worker import TERMINATED_EXIT_STATUS
-from tests.brokers import BrokerFactory
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.waiting import wait_until
 
 
 def test_sigterm_to_a_receiver_process_sends_disconnect(
