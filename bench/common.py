@@ -4,26 +4,27 @@ sessions and publishers that make backlogs."""
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
+from devtools import REPO_ROOT as REPO_ROOT
+from devtools.backlog import MOSQUITTO_INFLIGHT as MOSQUITTO_INFLIGHT
+from devtools.backlog import create_session as create_session
+from devtools.backlog import pub_command as pub_command
+from devtools.backlog import publish_windowed as publish_windowed
+from devtools.machine import machine_info as machine_info
+from devtools.machine import package_version as package_version
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-_SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin")
 T = TypeVar("T")
 
 
@@ -65,72 +66,6 @@ def turn(items: Sequence[T], repetition: int) -> list[T]:
 def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> Stats:
     """Ratios of measurements taken in the same repetition (ours[i] / theirs[i])."""
     return Stats.of(a / b for a, b in zip(ours, theirs, strict=True))
-
-
-def _cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown"
-    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
-    return match.group(1).strip() if match else platform.processor() or "unknown"
-
-
-def _find_binary(name: str) -> str | None:
-    for directory in (*os.environ.get("PATH", "").split(os.pathsep), *_SBIN_DIRS):
-        candidate = Path(directory) / name
-        if directory and candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-def mosquitto_version() -> str | None:
-    """Version of the installed ``mosquitto`` broker, e.g. ``"2.0.11"``."""
-    binary = _find_binary("mosquitto")
-    if binary is None:
-        return None
-    try:
-        done = subprocess.run([binary, "-h"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"mosquitto version (\S+)", done.stdout + done.stderr)
-    return match.group(1) if match else None
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _git_revision() -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
-
-
-def machine_info() -> dict[str, Any]:
-    """What the figures were measured on."""
-    return {
-        "cpu_model": _cpu_model(),
-        "cores": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "mosquitto": mosquitto_version(),
-        "paho_mqtt": package_version("paho-mqtt"),
-        "git_revision": _git_revision(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
 
 
 def machine(*packages: str) -> dict[str, Any]:
@@ -233,9 +168,6 @@ def goal(
             "met": measured >= target}  # fmt: skip
 
 
-MOSQUITTO_INFLIGHT = 20  # Mosquitto's default max_inflight_messages
-
-
 def json_line(command: Sequence[str], timeout: float, what: str) -> Any:
     """Run ``command`` in ``REPO_ROOT``: the last line it printed, as JSON; BenchError unless
     it exited 0."""
@@ -262,69 +194,3 @@ def new_receiver(
 
     options = {"brokerUrl": url, "topic": topic_filter, "qos": str(qos), "clientId": client_id}
     return Receiver(SourceOptions.parse({**options, "walPath": str(wal), **more}))
-
-
-def pub_command(url: str, topic: str, qos: int, count: int, size: int) -> list[str]:
-    """The command that publishes ``count`` messages of ``size`` bytes on ``topic`` at ``qos``
-    with our client's ``pub`` (:mod:`connector.mqtt.cli`); run it in ``REPO_ROOT``."""
-    return [
-        sys.executable, "-m", "connector.mqtt", "pub", "--broker", url, "--topic", topic,
-        "--qos", str(qos), "--count", str(count), "--size", str(size),
-    ]  # fmt: skip
-
-
-def create_session(
-    url: str, client_id: str, topic_filter: str, qos: int = 1, *, mqtt5: bool = False
-) -> None:
-    """Connect with clean_session=False (MQTT 5: a session that never expires), subscribe
-    ``topic_filter`` with ``qos``, leave: the broker keeps the session and queues what matches
-    until the client comes back."""
-    from connector.mqtt.config import SessionConfig
-    from connector.mqtt.driver import MqttClient
-    from connector.mqtt.packets import ProtocolLevel
-
-    level = ProtocolLevel.MQTT_5 if mqtt5 else ProtocolLevel.MQTT_3_1_1
-    config = SessionConfig(client_id, clean_session=False, level=level)
-    client = MqttClient(url, config, [(topic_filter, qos)])
-    if client.connect().session_present:
-        raise BenchError(f"the broker already had a session for {client_id!r}")
-    client.disconnect()
-
-
-def publish_windowed(
-    url: str,
-    count: int,
-    message: Callable[[int], tuple[str, bytes]],
-    timeout: float,
-    qos: int = 1,
-    inflight: int = MOSQUITTO_INFLIGHT,
-) -> float:
-    """Publish messages ``message(0) .. message(count - 1)`` (topic, payload) with our client,
-    at most ``inflight`` unacknowledged; returns the rate once the broker acknowledged every
-    one, i.e. queued it."""
-    from connector.mqtt.config import SessionConfig
-    from connector.mqtt.driver import MqttClient
-
-    client = MqttClient(url, SessionConfig(f"bench-pub-{time.time_ns()}"), [])
-    with client:
-        client.connect()
-        session = client.session
-        start = time.monotonic()
-        deadline = start + timeout
-        sent = 0
-        while sent < count or session.outbound_in_flight:
-            if time.monotonic() > deadline:
-                raise BenchError(f"publishing stalled at {sent} of {count} messages")
-            room = min(inflight - session.outbound_in_flight, count - sent)
-            if room <= 0:
-                client.pump(1.0)
-                continue
-            now = time.monotonic()
-            for seq in range(sent, sent + room):
-                topic, payload = message(seq)
-                session.publish(topic, payload, qos, now)
-            sent += room
-            client.flush()
-            if not client.connected:
-                raise BenchError(f"lost the connection to {url} while publishing")
-        return count / (time.monotonic() - start)

@@ -1,5 +1,5 @@
 """Flow control over a long round trip (``python -m bench.flow_control``): a backlog drained into
-a WAL over MQTT 3.1.1 and 5, on loopback and through ``devtools.delay_proxy`` (10 ms each way),
+a WAL over MQTT 3.1.1 and 5, on loopback and through ``devtools.fault_proxy`` (10 ms each way),
 from a mochi-mqtt broker that keeps its in-flight window (3.1.1: 20; MQTT 5: Receive Maximum);
 the four arms in turns, ratios paired by repetition."""
 
@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from connector.mqtt.packets import ProtocolLevel
 
 from . import common, drainer
 from .render import Charts, Lines, clock_notes, goals_table, md_table, num, ratio_rows, stats_cells
@@ -99,15 +101,16 @@ def mqtt_round_trip(url: str, attempts: int = 3) -> float:
 
 def drain_once(arm: Arm, args: Any, workdir: Path) -> Run:
     """Fresh mochi and backlog of the arm's protocol, drained straight or through the proxy."""
-    from devtools.delay_proxy import DelayProxy
-    from tests.interop_brokers import mochi_broker
+    from devtools.fault_proxy import DelayProxy
+    from devtools.interop_brokers import mochi_broker
 
     count, timeout = args.messages, args.timeout
     client_id = f"bench-flow-{arm.key}"
     broker = mochi_broker(workdir / "mochi", trace=False, inflight_v311=args.window)
     options = ["mqttVersion=5", f"receiveMaximum={args.receive_maximum}"] if arm.mqtt5 else []
     with broker, contextlib.ExitStack() as stack:
-        common.create_session(broker.url, client_id, drainer.TOPIC_FILTER, mqtt5=arm.mqtt5)
+        level = ProtocolLevel.MQTT_5 if arm.mqtt5 else ProtocolLevel.MQTT_3_1_1
+        common.create_session(broker.url, client_id, drainer.TOPIC_FILTER, level=level)
         publish_rate = drainer.publish_numbered(broker.url, count, args.size, timeout)
         url, rtt = broker.url, None
         if arm.proxied:
@@ -230,7 +233,7 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         f"`{params.get('drainer')}`) from {params.get('broker')}: at most "
         f"{params.get('window_v311')} unacknowledged messages to a 3.1.1 client, at most its "
         f"Receive Maximum ({num(params.get('receive_maximum'))} here) to an MQTT 5 client. "
-        "Straight on loopback, or through `devtools.delay_proxy` (a separate process) adding "
+        "Straight on loopback, or through `devtools.fault_proxy` (a separate process) adding "
         f"{params.get('delay_ms_each_way'):g} ms each way ({rtt:g} ms round trip). The four "
         "arms alternate within each repetition, each with a fresh broker and backlog; median "
         f"of {params.get('repeat')}.",

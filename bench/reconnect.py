@@ -109,8 +109,8 @@ class NumberTally(Tally):
 
 def one_run(setting: Setting, args: Any, workdir: Path) -> dict[str, Any]:
     """One backlog, one cut, one reconnect; the run's figures. BenchError on a loss."""
+    from devtools.fault_proxy import FaultProxy as ChaosProxy
     from devtools.mosquitto import MosquittoBroker
-    from tests.chaos.proxy import ChaosProxy
 
     count, cut_at, timeout, name = args.messages, args.cut_at, args.timeout, setting.name
     wal, client_id = workdir / "wal", f"bench-reconnect-{workdir.name}"

@@ -77,7 +77,7 @@ def _wire_value(index: int, sample: int) -> Any:
 
 def backlog_messages(messages: int, metrics: int, nodes: int = 1) -> list[tuple[str, bytes]]:
     """Every node's NBIRTH, then ``messages`` alias-only NDATA round robin: (topic, payload)."""
-    from tests.sparkplug_payloads import birth, data
+    from devtools.sparkplug_payloads import birth, data
 
     out = []
     for node in range(nodes):

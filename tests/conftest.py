@@ -1,4 +1,5 @@
-"""Shared fixtures: real Mosquitto brokers, the interop brokers and throwaway TLS material.
+"""Shared fixtures: real Mosquitto brokers, the interop brokers and throwaway TLS material;
+the Spark fixtures (``spark``, ``dirs``) come from the plugin :mod:`tests.support.spark_fixtures`.
 
 A missing `mosquitto` or `openssl` makes the fixture fail (pointing at
 `make setup`); nothing is skipped. The interop brokers (mochi-mqtt, aedes) skip only when
@@ -15,23 +16,25 @@ from typing import Any
 
 import pytest
 
+from devtools.interop_brokers import (
+    BrokerUnavailable,
+    ExternalBroker,
+    MochiBroker,
+    aedes_broker,
+    mochi_broker,
+)
 from devtools.s3_server import S3Server, use_test_credentials
-from tests.brokers import (
+from tests.support.brokers import (
     DEFAULT_LOG_TYPES,
     BrokerFactory,
+    InteropBroker,
     MissingToolError,
     MosquittoBroker,
     Pki,
     make_test_pki,
 )
-from tests.interop_brokers import (
-    BrokerUnavailable,
-    ExternalBroker,
-    InteropBroker,
-    MochiBroker,
-    aedes_broker,
-    mochi_broker,
-)
+
+pytest_plugins = ["tests.support.spark_fixtures"]
 
 # Before any Spark JVM or S3 client starts, so that both inherit them (devtools/s3_server.py).
 use_test_credentials()

@@ -1,32 +1,29 @@
-"""Fixtures of the chaos tests: the marker, the Spark session, the proxy, the seed, and the
-tally of faults and messages that ``make chaos`` writes to ``bench/results/chaos.json``.
+"""Fixtures of the chaos tests: the marker, the fault proxy, the seed, and the tally of faults
+and messages that ``make chaos`` writes to ``bench/results/chaos.json`` (the Spark session and
+``dirs`` are :mod:`tests.support.spark_fixtures`').
 
 Each test adds what it did to the session's tally (``tally.add("broker_restarts")``) and checks
-its Delta table with :func:`tests.chaos.tally.settle`, which adds the
+its Delta table with :func:`tests.support.ledger.settle`, which adds the
 published/landed/lost/duplicated counts and fails the test unless every published message
 landed exactly once. When ``CHAOS_RESULTS`` names a file, the tally is written there as one flat
-JSON object at the end of the run, with ``machine``, ``seed`` and ``scale``. The tally itself
-(:class:`~tests.chaos.tally.Tally`) and ``settle`` live in ``tests/chaos/tally.py``.
+JSON object at the end of the run, with ``machine``, ``seed`` and ``scale``
+(:func:`tests.chaos.harness.run_results`). The tally itself
+(:class:`~tests.support.ledger.Tally`) and ``settle`` live in ``tests/support/ledger.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from pyspark import SparkContext
-from pyspark.sql import SparkSession
 
-from streaming_jobs.spark_session import local_spark
-from tests.brokers import MosquittoBroker
-from tests.chaos.harness import Ledger, rng_for, run_seed, scale
-from tests.chaos.proxy import ChaosProxy
-from tests.chaos.tally import Tally
-from tests.spark.streams import StreamDirs
+from devtools.fault_proxy import FaultProxy
+from tests.chaos.harness import rng_for, run_results, run_seed, scale
+from tests.support.brokers import MosquittoBroker
+from tests.support.ledger import Ledger, Tally
 
 CHAOS_DIR = Path(__file__).resolve().parent
 
@@ -54,7 +51,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_TALLY.as_json(), indent=2) + "\n")
+    path.write_text(json.dumps(run_results(_TALLY), indent=2) + "\n")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -81,32 +78,13 @@ def ledger() -> Ledger:
     return Ledger()
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """The run's one local Spark session (the same one tests/spark uses when both run)."""
-    session = local_spark("connector-spark-tests", **{"spark.sql.shuffle.partitions": "2"})
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    if SparkContext._active_spark_context is not None:
-        for query in session.streams.active:
-            with contextlib.suppress(Exception):
-                query.stop()
-        session.stop()
-
-
 @pytest.fixture
-def dirs(tmp_path: Path) -> StreamDirs:
-    """WAL, checkpoint and table paths for one query, under the test's tmp_path."""
-    return StreamDirs.under(tmp_path / "stream")
+def proxy_to() -> Iterator[Callable[[MosquittoBroker], FaultProxy]]:
+    """Call with a broker to get a :class:`FaultProxy` in front of it; closed at teardown."""
+    proxies: list[FaultProxy] = []
 
-
-@pytest.fixture
-def proxy_to() -> Iterator:
-    """Call with a broker to get a :class:`ChaosProxy` in front of it; closed at teardown."""
-    proxies: list[ChaosProxy] = []
-
-    def make(broker: MosquittoBroker) -> ChaosProxy:
-        proxy = ChaosProxy((broker.host, broker.port))
+    def make(broker: MosquittoBroker) -> FaultProxy:
+        proxy = FaultProxy((broker.host, broker.port))
         proxies.append(proxy)
         return proxy
 

@@ -11,7 +11,7 @@ WAL on object storage; and its Delta table read per row without Spark.
 * :func:`newest_part` follows a WAL in a store (its newest part object changes with every
   append), :func:`lease_claims` lists the claims on its lease.
 * :func:`table_rows` reads a Delta table without Spark, for the check per QoS against what
-  each publisher had acknowledged (:func:`tests.chaos.tally.settle_per_qos`).
+  each publisher had acknowledged (:func:`tests.support.ledger.settle_per_qos`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from connector.wal.location import parse_location
 from connector.wal.objects import ObjectStore
 from devtools.delta_log import DeltaSnapshot
 from devtools.process_tree import alive_in
-from tests.chaos.tally import Tally
-from tests.spark.job_runner import START_TIMEOUT, TRIGGER, Job, batch_files
-from tests.waiting import wait_until
+from tests.support.ingest_job import START_TIMEOUT, TRIGGER, Job, batch_files
+from tests.support.ledger import Tally
+from tests.support.waiting import wait_until
 
 MOMENTS = ("wal-growing", "mid-batch", "after-commit", "random-delay")
 MOMENT_TIMEOUT = 60.0

@@ -13,9 +13,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from devtools.delta_log import delta_version
-from tests.chaos.harness import Ledger
-from tests.spark.streams import LAND_TIMEOUT, ensure_healthy
-from tests.waiting import wait_until
+from tests.support.ledger import Ledger
+from tests.support.spark_streams import LAND_TIMEOUT, ensure_healthy
+from tests.support.waiting import wait_until
 
 FAIL_TIMEOUT = 120.0
 

@@ -16,7 +16,7 @@ from connector.spark.schema import SCHEMA_DDL
 from streaming_jobs.ingest import parse_schema
 from streaming_jobs.payloads import REASON, dead_letter_rows, decode, make_plan, table_rows
 from tests.chaos.harness import rng_for, sized
-from tests.chaos.tally import Tally
+from tests.support.ledger import Tally
 
 pytestmark = pytest.mark.chaos
 

@@ -25,20 +25,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory
-from tests.chaos.harness import Ledger, Publisher, sized
-from tests.chaos.proxy import ChaosProxy
+from devtools.fault_proxy import FaultProxy
+from tests.chaos.harness import sized
 from tests.chaos.streams import table_payloads, wait_for_every_message
-from tests.chaos.tally import Tally, settle
-from tests.spark.streams import (
-    StreamDirs,
-    ensure_healthy,
-    reported_delivery,
-    start_stream,
-    unique_id,
-    wait_subscribed,
-)
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ledger import Ledger, LedgerPublisher, Tally, settle
+from tests.support.spark_streams import StreamDirs, ensure_healthy, reported_delivery, start_stream
+from tests.support.waiting import wait_subscribed, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +53,7 @@ def test_broker_restarts_and_hard_kills_during_ingest(
     plan = ["restart"] * sized(ci=2, long=6) + ["hard-kill"] * sized(ci=1, long=4)
     rng.shuffle(plan)
     broker = broker_factory(persistence=True)
-    proxy: ChaosProxy = proxy_to(broker)
+    proxy: FaultProxy = proxy_to(broker)
     client_id = unique_id("brk-")
     query = start_stream(
         spark, proxy.url, dirs, topic=TOPIC, qos=2, clientId=client_id,
@@ -72,7 +66,7 @@ def test_broker_restarts_and_hard_kills_during_ingest(
             # The previous round is in the table before the next one is published.
             wait_for_every_message(spark, dirs.table, ledger, [query], timeout=180)
             connects = broker.log_text().count(f" as {client_id} (")
-            publisher = Publisher(broker.host, broker.port, "chaos/brk/t", ledger)
+            publisher = LedgerPublisher(broker.host, broker.port, "chaos/brk/t", ledger)
             try:
                 publisher.publish(ROUND)
             finally:

@@ -20,11 +20,10 @@ from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient, ReconnectPolicy
 from connector.mqtt.errors import KeepAliveTimeout
 from connector.mqtt.packets import Publish
-from tests.brokers import BrokerFactory
-from tests.chaos.harness import Ledger, Publisher
-from tests.chaos.proxy import ChaosProxy
-from tests.chaos.tally import Tally, settle
-from tests.waiting import wait_until
+from devtools.fault_proxy import FaultProxy
+from tests.support.brokers import BrokerFactory
+from tests.support.ledger import Ledger, LedgerPublisher, Tally, settle
+from tests.support.waiting import wait_until
 
 KEEP_ALIVE = 1
 SCHEDULING_SLACK = 0.3
@@ -80,7 +79,7 @@ def test_keep_alive_detects_a_stalled_peer_within_one_and_a_half_intervals(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     broker = broker_factory()
-    proxy: ChaosProxy = proxy_to(broker)
+    proxy: FaultProxy = proxy_to(broker)
     clock = RecordingClock()
     client = MqttClient(
         proxy.url,
@@ -90,7 +89,7 @@ def test_keep_alive_detects_a_stalled_peer_within_one_and_a_half_intervals(
         connect_timeout=2,
         clock=clock,
     )
-    publisher = Publisher(broker.host, broker.port, "ka/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "ka/t", ledger)
     received: list[Publish] = []
     try:
         client.connect()
@@ -142,7 +141,7 @@ def test_a_broker_that_never_sends_connack_gives_an_error_or_backoff_never_a_han
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     broker = broker_factory()
-    proxy: ChaosProxy = proxy_to(broker)
+    proxy: FaultProxy = proxy_to(broker)
     connect_timeout = 0.5
     clock = RecordingClock()
     client = MqttClient(
@@ -153,7 +152,7 @@ def test_a_broker_that_never_sends_connack_gives_an_error_or_backoff_never_a_han
         connect_timeout=connect_timeout,
         clock=clock,
     )
-    publisher = Publisher(broker.host, broker.port, "nc/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "nc/t", ledger)
     received: list[Publish] = []
     try:
         # The broker keeps a session for the client; then it stops answering CONNECT.
@@ -201,7 +200,7 @@ def test_fragments_cuts_and_malformed_frames_lose_nothing(
     broker_factory: BrokerFactory, proxy_to, tally: Tally, ledger: Ledger, rng
 ) -> None:
     broker = broker_factory()
-    proxy: ChaosProxy = proxy_to(broker)
+    proxy: FaultProxy = proxy_to(broker)
     client = MqttClient(
         proxy.url,
         SessionConfig(f"fr-{uuid.uuid4().hex[:8]}", clean_session=False, keep_alive=10),
@@ -209,7 +208,7 @@ def test_fragments_cuts_and_malformed_frames_lose_nothing(
         reconnect=ReconnectPolicy(initial=0.01, maximum=0.1),
         connect_timeout=2,
     )
-    publisher = Publisher(broker.host, broker.port, "fr/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "fr/t", ledger)
     received: list[Publish] = []
     try:
         client.connect()

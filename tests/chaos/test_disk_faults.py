@@ -18,21 +18,20 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerFactory
 from tests.chaos.disk import FailingExt4, TinyTmpfs, mount_fault_unavailable
-from tests.chaos.harness import Ledger, Publisher
 from tests.chaos.streams import table_payloads, wait_failed, wait_for_every_message
-from tests.chaos.tally import Tally, settle
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ledger import Ledger, LedgerPublisher, Tally, settle
+from tests.support.spark_streams import (
     StreamDirs,
     reported_delivery,
     start_stream,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
     wait_wal_released,
     wal_holds,
 )
+from tests.support.waiting import wait_subscribed
 
 TOPIC = "chaos/disk/#"
 
@@ -90,7 +89,7 @@ def test_a_full_wal_disk_stops_the_acks_fails_the_query_and_a_restart_loses_noth
     options: dict[str, str | int] = {"topic": TOPIC, "qos": 2, "clientId": client_id}
     count = 2000  # far more than 96 KiB hold
     query = start_stream(spark, broker.url, dirs, **options)
-    publisher = Publisher(broker.host, broker.port, "chaos/disk/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "chaos/disk/t", ledger)
     try:
         wait_subscribed(broker, client_id, TOPIC, 2)
         publisher.publish(count)
@@ -131,7 +130,7 @@ def test_a_wal_disk_turning_read_only_fails_the_query_and_a_restart_loses_nothin
     client_id = unique_id("ro-")
     options: dict[str, str | int] = {"topic": TOPIC, "qos": 2, "clientId": client_id}
     query = start_stream(spark, broker.url, dirs, **options)
-    publisher = Publisher(broker.host, broker.port, "chaos/disk/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "chaos/disk/t", ledger)
     try:
         wait_subscribed(broker, client_id, TOPIC, 2)
         publisher.publish(100)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import BrokerFactory
+from devtools.backlog import create_session
 from tests.chaos.driver_kills import (
     Node,
     job_args,
@@ -36,12 +36,12 @@ from tests.chaos.driver_kills import (
     table_rows,
     wait_exit,
 )
-from tests.chaos.harness import Ledger, payload_id, sized
-from tests.chaos.tally import Tally, describe, settle_per_qos
-from tests.offline_session import queue_for_session
-from tests.spark.job_runner import Job
-from tests.spark.streams import unique_id
-from tests.steady_traffic import SteadyPublisher
+from tests.chaos.harness import sized
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ingest_job import Job
+from tests.support.ledger import Ledger, Tally, describe, payload_id, settle_per_qos
+from tests.support.publishing import SteadyPublisher
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def test_drivers_killed_and_restarted_on_new_nodes_lose_nothing_with_the_wal_on_
     kills = sized(ci=3, long=10)
     broker = broker_factory()
     client_id = unique_id("failover-")
-    queue_for_session(broker, client_id, [(TOPIC, 2)], [])
+    create_session(broker.url, client_id, TOPIC, 2)
     args = [
         *job_args(broker.url, TOPIC, client_id, tmp_path),
         "--source-option",

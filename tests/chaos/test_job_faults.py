@@ -26,24 +26,22 @@ from pyspark.sql import SparkSession
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory
 from tests.chaos.driver_kills import job_args, kill_at_a_moment, table_rows
-from tests.chaos.harness import (
+from tests.chaos.harness import scale, sized
+from tests.chaos.streams import table_payloads, unlanded
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import LAND_TIMEOUT, START_TIMEOUT, Job
+from tests.support.ledger import (
     BackgroundTraffic,
     Ledger,
-    Publisher,
+    LedgerPublisher,
+    Tally,
+    describe,
     ledgers_per_qos,
-    scale,
-    sized,
+    settle,
+    settle_per_qos,
 )
-from tests.chaos.streams import table_payloads, unlanded
-from tests.chaos.tally import Tally, describe, settle, settle_per_qos
-from tests.spark.job_runner import (
-    LAND_TIMEOUT,
-    START_TIMEOUT,
-    Job,
-    wait_subscribed,
-)
+from tests.support.waiting import wait_subscribed
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +61,7 @@ def test_a_dropped_session_is_reported_as_a_possible_gap_and_the_rest_lands(
     job = Job.start(job_args(broker.url, topic, client_id, tmp_path), tmp_path, "run")
     try:
         wait_subscribed(broker, client_id, topic, 2, job)
-        publisher = Publisher(broker.host, broker.port, "chaos/sess/t", ledger)
+        publisher = LedgerPublisher(broker.host, broker.port, "chaos/sess/t", ledger)
         try:
             publisher.publish(100)
         finally:
@@ -80,7 +78,7 @@ def test_a_dropped_session_is_reported_as_a_possible_gap_and_the_rest_lands(
         )
         line = f": {client_id} 2 {topic}\n"
         job.wait_for("a new subscription", lambda: broker.log_text().count(line) >= 2, 60)
-        publisher = Publisher(broker.host, broker.port, "chaos/sess/t", ledger)
+        publisher = LedgerPublisher(broker.host, broker.port, "chaos/sess/t", ledger)
         try:
             publisher.publish(100)
         finally:
@@ -127,7 +125,7 @@ def test_repeated_kill_9_of_the_driver_during_a_long_ingest(
     session.connect()
     session.disconnect()
     args = job_args(broker.url, topic, client_id, tmp_path)
-    publisher = Publisher(broker.host, broker.port, "chaos/drv/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "chaos/drv/t", ledger)
     traffic = BackgroundTraffic(publisher, count=10**6, rate=60.0)
     jobs: list[Job] = []
     moments: list[str] = []

@@ -19,21 +19,23 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerFactory
+from devtools.fault_proxy import FaultProxy
 from tests.chaos.driver_kills import table_rows
-from tests.chaos.harness import BackgroundTraffic, Ledger, Publisher, ledgers_per_qos, sized
-from tests.chaos.proxy import ChaosProxy
+from tests.chaos.harness import sized
 from tests.chaos.streams import wait_for_every_message
-from tests.chaos.tally import Tally, describe, settle_per_qos
-from tests.spark.streams import (
-    StreamDirs,
-    ensure_healthy,
-    start_stream,
-    unique_id,
-    wait_for_rows,
-    wait_subscribed,
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ledger import (
+    BackgroundTraffic,
+    Ledger,
+    LedgerPublisher,
+    Tally,
+    describe,
+    ledgers_per_qos,
+    settle_per_qos,
 )
-from tests.waiting import wait_until
+from tests.support.spark_streams import StreamDirs, ensure_healthy, start_stream, wait_for_rows
+from tests.support.waiting import wait_subscribed, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +61,13 @@ def test_cuts_stalls_fragments_and_malformed_frames_during_ingest(
 ) -> None:
     rounds = sized(ci=1, long=4)
     broker = broker_factory()
-    proxy: ChaosProxy = proxy_to(broker)
+    proxy: FaultProxy = proxy_to(broker)
     client_id = unique_id("net-")
     query = start_stream(
         spark, proxy.url, dirs, topic=TOPIC, qos=2, clientId=client_id,
         keepAlive=KEEP_ALIVE, connectTimeout=1,
     )  # fmt: skip
-    publisher = Publisher(broker.host, broker.port, "chaos/net/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "chaos/net/t", ledger)
     traffic = BackgroundTraffic(publisher, count=10**6, rate=40.0)
     plan = [fault for _ in range(rounds) for fault in rng.sample(FAULTS, len(FAULTS))]
     try:
@@ -157,7 +159,7 @@ def test_a_broker_that_never_sends_connack_fails_the_query_start_clearly(
     spark: SparkSession, broker_factory: BrokerFactory, proxy_to, dirs: StreamDirs, tally: Tally
 ) -> None:
     broker = broker_factory()
-    proxy: ChaosProxy = proxy_to(broker)
+    proxy: FaultProxy = proxy_to(broker)
     proxy.blackhole(True)
     query = start_stream(
         spark, proxy.url, dirs, topic=TOPIC, clientId=unique_id("nc-"), connectTimeout=1

@@ -23,14 +23,15 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from connector.spark.writer.task import IDEMPOTENCY_KEY
+from devtools import REPO_ROOT
 from devtools.process_tree import alive_in
-from tests.brokers import BrokerFactory
 from tests.chaos.sink_query import TOPIC_PREFIX
-from tests.chaos.tally import Tally
-from tests.mqtt_clients import PahoClient
-from tests.spark.job_runner import REPO_ROOT, job_env
-from tests.spark.streams import unique_id
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ingest_job import job_env
+from tests.support.ledger import Tally
+from tests.support.paho_client import PahoClient
+from tests.support.waiting import wait_until
 
 FILES = 12
 ROWS_PER_FILE = 25

@@ -25,20 +25,23 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tests.brokers import BrokerFactory
 from tests.chaos.driver_kills import table_rows
-from tests.chaos.harness import BackgroundTraffic, Ledger, Publisher, ledgers_per_qos, sized
+from tests.chaos.harness import sized
 from tests.chaos.streams import kill_wal_holder, wait_failed, wait_for_every_message
-from tests.chaos.tally import Tally, describe, settle_per_qos
-from tests.spark.job_runner import batch_files
-from tests.spark.streams import (
-    StreamDirs,
-    start_stream,
-    unique_id,
-    wait_subscribed,
-    wait_wal_released,
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ingest_job import batch_files
+from tests.support.ledger import (
+    BackgroundTraffic,
+    Ledger,
+    LedgerPublisher,
+    Tally,
+    describe,
+    ledgers_per_qos,
+    settle_per_qos,
 )
-from tests.waiting import wait_until
+from tests.support.spark_streams import StreamDirs, start_stream, wait_wal_released
+from tests.support.waiting import wait_subscribed, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ def test_repeated_kill_9_of_the_source_process_during_ingest(
     client_id = unique_id("kill-")
     options: dict[str, str | int] = {"topic": TOPIC, "qos": 2, "clientId": client_id}
     query = start_stream(spark, broker.url, dirs, **options)
-    publisher = Publisher(broker.host, broker.port, "chaos/kill/t", ledger)
+    publisher = LedgerPublisher(broker.host, broker.port, "chaos/kill/t", ledger)
     traffic = BackgroundTraffic(publisher, count=10**6, rate=60.0)
     moments: list[str] = []
     try:

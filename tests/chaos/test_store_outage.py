@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.backlog import create_session
 from devtools.delta_log import delta_row_count
 from devtools.s3_server import TEST_SECRET_KEY, S3Server
-from tests.brokers import BrokerFactory
 from tests.chaos.driver_kills import (
     job_args,
     lease_claims,
@@ -29,12 +29,11 @@ from tests.chaos.driver_kills import (
     table_rows,
     wait_exit,
 )
-from tests.chaos.harness import Ledger, payload_id
-from tests.chaos.tally import Tally, describe, settle_per_qos
-from tests.offline_session import queue_for_session
-from tests.spark.job_runner import START_TIMEOUT, Job
-from tests.spark.streams import unique_id
-from tests.steady_traffic import SteadyPublisher
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ingest_job import START_TIMEOUT, Job
+from tests.support.ledger import Ledger, Tally, describe, payload_id, settle_per_qos
+from tests.support.publishing import SteadyPublisher
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def outage_and_drain(
     has exited, start the store again and drain with ``available-now``; the two runs."""
     broker = broker_factory()
     client_id = unique_id("outage-")
-    queue_for_session(broker, client_id, [(TOPIC, 2)], [])
+    create_session(broker.url, client_id, TOPIC, 2)
     args = [*job_args(broker.url, TOPIC, client_id, base), "--source-option", f"walPath={wal}"]
     table = base / "table"
     publishers = {

@@ -3,9 +3,9 @@
 
 The job's Python is a fresh virtualenv with the wheel installed (``[delta]`` included), the same
 path on the driver and the worker as a cluster's image gives it, named by ``PYSPARK_PYTHON``:
-Spark runs a Python data source's code, the partition reads on the executors included, with
-the Python the driver JVM's environment names (``tests/spark_processes.py``). The driver runs
-the installed job's script in a working directory of its own, the executor in the worker's
+Spark runs a Python data source's code, the partition reads on the executors included, with the
+Python the driver JVM's environment names (``tests/support/spark_processes.py``). The driver
+runs the installed job's script in a working directory of its own, the executor in the worker's
 directory; Delta's jars reach the executor through ``--jars``. Messages of QoS 1 and QoS 2 are
 queued for the job's session at a real Mosquitto; an ``AvailableNow`` run drains them, and every
 one must be in the Delta table exactly once, with records reaching the tasks inside their
@@ -25,16 +25,17 @@ import pytest
 
 from devtools.delta_log import DeltaSnapshot
 from streaming_jobs.spark_session import delta_jars
-from tests.brokers import MosquittoBroker
-from tests.offline_session import queue_for_session
-from tests.spark.streams import Message, assert_exactly_once, numbered, unique_id
-from tests.spark_processes import (
+from tests.support.brokers import MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.publishing import Message, numbered, queue_for_session
+from tests.support.spark_processes import (
     SPARK_SUBMIT,
     FreshVenv,
     SparkProcess,
     StandaloneCluster,
     build_wheel,
 )
+from tests.support.spark_streams import assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -186,7 +187,7 @@ def test_the_ingest_job_on_a_standalone_cluster_lands_every_message_once(
     assert found and Path(found).is_relative_to(node.venv.site_packages), found
     client_id = unique_id("cluster-")
     batch = messages()
-    queue_for_session(mosquitto, client_id, [(TOPIC_FILTER, 2)], batch)
+    queue_for_session(mosquitto, client_id, TOPIC_FILTER, 2, batch)
 
     args = job_args(mosquitto, client_id, tmp_path, partition_data)
     run = submit(cluster, deployment.script(), node.venv.python, args, tmp_path)

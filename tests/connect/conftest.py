@@ -2,7 +2,7 @@
 servers whose Python has the connector installed from it, or not at all.
 
 Each server is a ``spark-submit`` process on a free loopback port, its Python a fresh
-virtualenv (:class:`tests.spark_processes.FreshVenv`) that sees PySpark and the other
+virtualenv (:class:`tests.support.spark_processes.FreshVenv`) that sees PySpark and the other
 dependencies but not the repository: what ``format("mqtt")`` finds there is what a cluster
 with the wheel installed, or without it, would find. One server of each kind serves the
 module's tests; each test gets its own client session, broker, WAL, checkpoint and table.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.connect.server import ConnectServer, missing_client_modules
-from tests.spark_processes import FreshVenv, build_wheel
+from tests.support.spark_processes import FreshVenv, build_wheel
 
 
 @pytest.fixture(scope="session")

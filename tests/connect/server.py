@@ -27,8 +27,8 @@ from streaming_jobs.spark_session import (
     delta_jars,
     with_local_driver,
 )
-from tests.spark_processes import SPARK_SUBMIT, START_TIMEOUT, SparkProcess
-from tests.waiting import wait_until
+from tests.support.spark_processes import SPARK_SUBMIT, START_TIMEOUT, SparkProcess
+from tests.support.waiting import wait_until
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STOP_TIMEOUT = 60.0

@@ -22,17 +22,12 @@ from pyspark.sql.connect.session import SparkSession as ConnectSession
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.source import MqttDataSource
-from tests.brokers import BrokerFactory, MosquittoBroker
 from tests.connect.server import ConnectServer
-from tests.mqtt_clients import PahoClient
-from tests.spark.streams import (
-    Message,
-    StreamDirs,
-    assert_exactly_once,
-    assert_gap_free,
-    publish,
-    unique_id,
-)
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.paho_client import PahoClient
+from tests.support.publishing import Message, publish
+from tests.support.spark_streams import StreamDirs, assert_exactly_once, assert_gap_free
 
 pytestmark = pytest.mark.spark
 

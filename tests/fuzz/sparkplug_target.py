@@ -23,7 +23,7 @@ from connector.spark.reader.sparkplug_schema import to_record_batch
 from connector.sparkplug.messages import Message, decode_messages, fold
 from connector.sparkplug.payload import PayloadError, decode_message
 from connector.sparkplug.state import SparkplugState
-from tests.sparkplug_payloads import birth, data, death, payload, rich_payload
+from devtools.sparkplug_payloads import birth, data, death, payload, rich_payload
 
 TOPICS = (
     "spBv1.0/g/NBIRTH/n",

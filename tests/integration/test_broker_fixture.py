@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import ssl
-import uuid
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
 
 from devtools import system_tools
-from tests.brokers import BrokerError, BrokerFactory, MosquittoBroker, Pki
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerError, BrokerFactory, MosquittoBroker, Pki
+from tests.support.ids import unique_id
+from tests.support.paho_client import PahoClient
+from tests.support.waiting import wait_until
 
 TIMEOUT = 10.0
 # CONNACK reason codes for refused credentials: Mosquitto 2.0 answers
@@ -22,16 +22,11 @@ TIMEOUT = 10.0
 CREDENTIALS_REFUSED = {134, 135}
 
 
-def unique(prefix: str) -> str:
-    """A client id / topic segment no other test uses."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def test_publish_subscribe_round_trip(mosquitto: MosquittoBroker) -> None:
     assert mosquitto.url == f"tcp://127.0.0.1:{mosquitto.port}"
     assert mosquitto.running
-    topic = f"{unique('round')}/data"
-    with PahoClient(unique("sub")) as sub, PahoClient(unique("pub")) as pub:
+    topic = f"{unique_id('round-')}/data"
+    with PahoClient(unique_id("sub-")) as sub, PahoClient(unique_id("pub-")) as pub:
         assert sub.connect(mosquitto.host, mosquitto.port).accepted
         assert [code.value for code in sub.subscribe(topic, qos=1)] == [1]
         assert pub.connect(mosquitto.host, mosquitto.port).accepted
@@ -65,7 +60,7 @@ def _queue_while_offline(
         assert outcome.accepted
         sub.subscribe(topic, qos=1)
         sub.disconnect()
-    with PahoClient(unique("pub")) as pub:
+    with PahoClient(unique_id("pub-")) as pub:
         assert pub.connect(broker.host, broker.port).accepted
         for payload in payloads:
             pub.publish(topic, payload, qos=1)
@@ -89,7 +84,7 @@ def _collect_after_restart(
 def test_persistent_session_survives_restart(broker_factory: BrokerFactory) -> None:
     broker = broker_factory(persistence=True)
     port = broker.port
-    client_id, topic = unique("durable"), f"{unique('queue')}/q"
+    client_id, topic = unique_id("durable-"), f"{unique_id('queue-')}/q"
     payloads = [f"m{i}".encode() for i in range(5)]
     _queue_while_offline(broker, client_id, topic, payloads)
 
@@ -103,7 +98,7 @@ def test_persistent_session_survives_restart(broker_factory: BrokerFactory) -> N
 
 def test_saved_persistence_survives_kill(broker_factory: BrokerFactory) -> None:
     broker = broker_factory(persistence=True)
-    client_id, topic = unique("durable"), f"{unique('queue')}/q"
+    client_id, topic = unique_id("durable-"), f"{unique_id('queue-')}/q"
     payloads = [b"a", b"b", b"c"]
     _queue_while_offline(broker, client_id, topic, payloads)
 
@@ -119,20 +114,20 @@ def test_password_broker_checks_credentials(broker_factory: BrokerFactory) -> No
     broker = broker_factory(users={"alice": "right-secret", "bob": "other"})
     assert "allow_anonymous false" in broker.config_path.read_text()
 
-    with PahoClient(unique("ok"), username="alice", password="right-secret") as good:
+    with PahoClient(unique_id("ok-"), username="alice", password="right-secret") as good:
         assert good.connect(broker.host, broker.port).accepted
         good.disconnect()
 
     for protocol in (mqtt.MQTTv311, mqtt.MQTTv5):
         with PahoClient(
-            unique("bad"), protocol=protocol, username="alice", password="wrong"
+            unique_id("bad-"), protocol=protocol, username="alice", password="wrong"
         ) as bad:
             outcome = bad.connect(broker.host, broker.port)
         assert outcome.reason_code is not None
         assert outcome.reason_code.is_failure
         assert outcome.reason_code.value in CREDENTIALS_REFUSED, outcome
 
-    with PahoClient(unique("anon")) as anonymous:
+    with PahoClient(unique_id("anon-")) as anonymous:
         outcome = anonymous.connect(broker.host, broker.port)
     assert outcome.reason_code is not None
     assert outcome.reason_code.value in CREDENTIALS_REFUSED, outcome
@@ -141,9 +136,9 @@ def test_password_broker_checks_credentials(broker_factory: BrokerFactory) -> No
 def test_tls_broker_trusts_only_the_test_ca(broker_factory: BrokerFactory, pki: Pki) -> None:
     broker = broker_factory(tls=pki.server_tls())
     assert broker.tls_url == f"ssl://127.0.0.1:{broker.tls_port}"
-    topic = unique("tls")
+    topic = unique_id("tls-")
 
-    with PahoClient(unique("tls-ok")) as client:
+    with PahoClient(unique_id("tls-ok-")) as client:
         client.tls(pki.ca_cert)
         assert client.connect(broker.host, broker.tls_port).accepted
         client.subscribe(topic)
@@ -151,7 +146,7 @@ def test_tls_broker_trusts_only_the_test_ca(broker_factory: BrokerFactory, pki: 
         assert client.wait_for_messages(1)[0].payload == b"secret"
         client.disconnect()
 
-    with PahoClient(unique("tls-wrong-ca")) as client:
+    with PahoClient(unique_id("tls-wrong-ca-")) as client:
         client.tls(pki.other_ca_cert)
         with pytest.raises(ssl.SSLCertVerificationError):
             client.connect(broker.host, broker.tls_port)
@@ -162,13 +157,13 @@ def test_tls_broker_can_require_client_certificates(
 ) -> None:
     broker = broker_factory(tls=pki.server_tls(require_certificate=True))
 
-    with PahoClient(unique("mtls-ok")) as client:
+    with PahoClient(unique_id("mtls-ok-")) as client:
         client.tls(pki.ca_cert, pki.client_cert, pki.client_key)
         assert client.connect(broker.host, broker.tls_port).accepted
         client.disconnect()
 
     for cert in (None, (pki.other_client_cert, pki.other_client_key)):
-        with PahoClient(unique("mtls-refused")) as client:
+        with PahoClient(unique_id("mtls-refused-")) as client:
             client.tls(pki.ca_cert, *(cert or ()))
             try:
                 outcome = client.connect(broker.host, broker.tls_port)

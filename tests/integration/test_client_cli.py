@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import MosquittoBroker, Pki, free_port
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.support.brokers import MosquittoBroker, Pki, free_port
+from tests.support.ids import unique_id
+from tests.support.paho_client import PahoClient, connected_paho
+from tests.support.waiting import wait_subscribed, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 10.0
@@ -35,11 +35,6 @@ CLI_TIMEOUT = 30.0
 BINARY = bytes(range(256))
 NOT_UTF8 = b"\xff\xfe\xc3\x28\x00\x80"
 JSON_KEYS = {"topic", "payload", "qos", "retained", "duplicate", "messageId"}
-
-
-def unique(prefix: str) -> str:
-    """A client id or topic segment no other test uses; at most 23 characters for 3.1."""
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -96,34 +91,18 @@ def json_lines(stdout: bytes) -> list[dict[str, Any]]:
     return lines
 
 
-@contextmanager
-def paho(broker: MosquittoBroker, client_id: str = "", clean: bool = True) -> Iterator[PahoClient]:
-    with PahoClient(client_id or unique("paho-"), clean_session=clean) as client:
-        assert client.connect(broker.host, broker.port).accepted
-        yield client
-        client.disconnect()
-
-
-def wait_subscribed(broker: MosquittoBroker, client_id: str, qos: int, topic: str) -> None:
-    wait_until(
-        lambda: f"{client_id} {qos} {topic}" in broker.log_text(),
-        TIMEOUT,
-        message=f"{client_id} did not subscribe to {topic}",
-    )
-
-
 # --------------------------------------------------------------------------------------------
 # sub
 
 
 @pytest.mark.parametrize("version", ["3.1", "3.1.1"])
 def test_sub_prints_queued_messages_as_json_lines(mosquitto: MosquittoBroker, version: str) -> None:
-    topic = unique("cli/")
-    client_id = unique("cli-")
-    with paho(mosquitto, client_id, clean=False) as session:
+    topic = unique_id("cli/")
+    client_id = unique_id("cli-")
+    with connected_paho(mosquitto, client_id, clean_session=False) as session:
         session.subscribe(topic, qos=1)
     sent = [(b"text", 1), (BINARY, 1), (b"", 2), (NOT_UTF8, 2), ("ünï".encode(), 1)]
-    with paho(mosquitto) as pub:
+    with connected_paho(mosquitto) as pub:
         for payload, qos in sent:
             pub.publish(topic, payload, qos)
     result = cli(
@@ -141,7 +120,10 @@ def test_sub_prints_queued_messages_as_json_lines(mosquitto: MosquittoBroker, ve
         assert line["retained"] is False and line["duplicate"] is False
         assert isinstance(line["messageId"], int) and 1 <= line["messageId"] <= 0xFFFF
     # Every message was acknowledged: the session has nothing left to deliver.
-    with paho(mosquitto, client_id, clean=False) as resumed, paho(mosquitto) as pub:
+    with (
+        connected_paho(mosquitto, client_id, clean_session=False) as resumed,
+        connected_paho(mosquitto) as pub,
+    ):
         pub.publish(topic, b"sentinel", 1)
         assert [m.payload for m in resumed.wait_for_messages(1)] == [b"sentinel"]
 
@@ -155,7 +137,7 @@ still holds and PUBRELs still owed."""
 def queue_qos2(broker: MosquittoBroker, client_id: str, topic: str, count: int) -> list[bytes]:
     """Make ``client_id``'s persistent session subscribe to ``topic`` at QoS 2, then publish
     ``count`` QoS 2 messages (distinct payloads) that the broker queues for it."""
-    with paho(broker, client_id, clean=False) as session:
+    with connected_paho(broker, client_id, clean_session=False) as session:
         session.subscribe(topic, qos=2)
     result = cli(
         "pub", "--broker", broker.url, "--topic", topic, "--qos", "2",
@@ -179,8 +161,8 @@ def test_sub_count_completes_every_qos2_exchange_before_it_disconnects(
     """Rule: after the N-th message ``sub`` sends the PUBRECs the window held, completes
     each printed message's exchange (PUBREL in, PUBCOMP out), then sends DISCONNECT, so the
     next run with the session gets none of them again."""
-    topic = unique("q2all/")
-    client_id = unique("cli-")
+    topic = unique_id("q2all/")
+    client_id = unique_id("cli-")
     sent = queue_qos2(mosquitto, client_id, topic, QOS2_QUEUE)
 
     first = sub_qos2(mosquitto, client_id, topic, QOS2_QUEUE, 60)
@@ -201,8 +183,8 @@ def test_sub_count_below_the_queue_leaves_the_rest_for_the_next_run(
 ) -> None:
     """Rule: ``sub --count N`` prints at most N messages and acknowledges only those; the
     messages beyond N stay with the broker, and the next run prints exactly them."""
-    topic = unique("q2part/")
-    client_id = unique("cli-")
+    topic = unique_id("q2part/")
+    client_id = unique_id("cli-")
     sent = queue_qos2(mosquitto, client_id, topic, QOS2_QUEUE)
     head = 400
 
@@ -221,15 +203,15 @@ def test_sub_count_below_the_queue_leaves_the_rest_for_the_next_run(
 
 
 def test_sub_prints_live_retained_and_qos0_messages(mosquitto: MosquittoBroker) -> None:
-    root = unique("live")
-    client_id = unique("cli-")
-    with paho(mosquitto) as pub:
+    root = unique_id("live")
+    client_id = unique_id("cli-")
+    with connected_paho(mosquitto) as pub:
         pub.publish(f"{root}/kept", b"retained", 1, retain=True)
         with cli_process(
             "sub", "--broker", mosquitto.url, "--topic", f"{root}/#", "--topic", "elsewhere",
             "--qos", "2", "--count", "4", "--timeout", "20", "--client-id", client_id,
         ) as proc:  # fmt: skip
-            wait_subscribed(mosquitto, client_id, 2, "elsewhere")
+            wait_subscribed(mosquitto, client_id, "elsewhere", 2)
             pub.publish(f"{root}/a", b"zero", 0)
             pub.publish("elsewhere", b"two", 2)
             pub.publish(f"{root}/b/c", NOT_UTF8, 1)
@@ -253,7 +235,7 @@ def test_sub_prints_live_retained_and_qos0_messages(mosquitto: MosquittoBroker) 
 def test_sub_timeout_without_messages(mosquitto: MosquittoBroker) -> None:
     start = time.monotonic()
     result = cli(
-        "sub", "--broker", mosquitto.url, "--topic", unique("quiet/"), "--count", "2",
+        "sub", "--broker", mosquitto.url, "--topic", unique_id("quiet/"), "--count", "2",
         "--timeout", "1",
     )  # fmt: skip
     assert_one_error_line(result, "timed out after 1.0 s with 0 message(s) of 2")
@@ -261,13 +243,13 @@ def test_sub_timeout_without_messages(mosquitto: MosquittoBroker) -> None:
 
 
 def test_sub_timeout_holds_while_the_broker_is_down(mosquitto: MosquittoBroker) -> None:
-    client_id = unique("cli-")
-    topic = unique("down/")
+    client_id = unique_id("cli-")
+    topic = unique_id("down/")
     with cli_process(
         "sub", "--broker", mosquitto.url, "--topic", topic, "--count", "1",
         "--timeout", "4", "--client-id", client_id,
     ) as proc:  # fmt: skip
-        wait_subscribed(mosquitto, client_id, 1, topic)
+        wait_subscribed(mosquitto, client_id, topic, 1)
         mosquitto.stop()
         stdout, stderr = proc.communicate(timeout=15)
     text = stderr.decode()
@@ -298,15 +280,15 @@ def test_sub_with_the_right_password_receives(
     broker_factory: Callable[..., MosquittoBroker],
 ) -> None:
     broker = broker_factory(users={"alice": "right-pw"})
-    client_id = unique("cli-")
-    topic = unique("auth/")
+    client_id = unique_id("cli-")
+    topic = unique_id("auth/")
     with cli_process(
         "sub", "--broker", broker.url, "--topic", topic, "--count", "1", "--timeout", "20",
         "--client-id", client_id, "--username", "alice", "--password", "right-pw",
         "--allow-password-over-plain-tcp",
     ) as proc:  # fmt: skip
-        wait_subscribed(broker, client_id, 1, topic)
-        with PahoClient(unique("paho-"), username="alice", password="right-pw") as pub:
+        wait_subscribed(broker, client_id, topic, 1)
+        with PahoClient(unique_id("paho-"), username="alice", password="right-pw") as pub:
             assert pub.connect(broker.host, broker.port).accepted
             pub.publish(topic, b"ok", 1)
             pub.disconnect()
@@ -317,11 +299,11 @@ def test_sub_with_the_right_password_receives(
 
 def test_sub_over_tls(broker_factory: Callable[..., MosquittoBroker], pki: Pki) -> None:
     broker = broker_factory(tls=pki.server_tls())
-    topic = unique("tls/")
-    client_id = unique("cli-")
-    with paho(broker, client_id, clean=False) as session:
+    topic = unique_id("tls/")
+    client_id = unique_id("cli-")
+    with connected_paho(broker, client_id, clean_session=False) as session:
         session.subscribe(topic, qos=1)
-    with paho(broker) as pub:
+    with connected_paho(broker) as pub:
         pub.publish(topic, b"over tls", 1)
     url = f"ssl://localhost:{broker.tls_port}"
     common = ["sub", "--broker", url, "--topic", topic, "--timeout", "10"]
@@ -386,8 +368,8 @@ def test_sub_rejects_bad_arguments_in_one_line(args: list[str], fragment: str) -
 def test_pub_messages_arrive_and_the_rate_is_printed(
     mosquitto: MosquittoBroker, qos: int, version: str
 ) -> None:
-    topic = unique("pub/")
-    with paho(mosquitto) as sub:
+    topic = unique_id("pub/")
+    with connected_paho(mosquitto) as sub:
         sub.subscribe(topic, qos=2)
         result = cli(
             "pub", "--broker", mosquitto.url, "--topic", topic, "--count", "300",
@@ -406,14 +388,14 @@ def test_pub_messages_arrive_and_the_rate_is_printed(
 
 
 def test_pub_retained_payload_reaches_a_later_subscriber(mosquitto: MosquittoBroker) -> None:
-    topic = unique("pubret/")
+    topic = unique_id("pubret/")
     result = cli(
         "pub", "--broker", mosquitto.url, "--topic", topic, "--payload", "hello ✓",
         "--qos", "1", "--retain",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
     assert json.loads(result.stdout)["published"] == 1
-    with paho(mosquitto) as sub:
+    with connected_paho(mosquitto) as sub:
         sub.subscribe(topic, qos=1)
         [message] = sub.wait_for_messages(1)
     assert (message.payload, message.retain, message.qos) == ("hello ✓".encode(), True, 1)

@@ -14,9 +14,7 @@ going to come before it has come.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -24,9 +22,11 @@ import pytest
 from connector.mqtt import ProtocolLevel, Publish, SessionConfig
 from connector.mqtt.driver import MqttClient, ReconnectPolicy
 from connector.mqtt.events import Connected
-from tests.brokers import MosquittoBroker
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from devtools.backlog import create_session
+from tests.support.brokers import MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.paho_client import connected_paho
+from tests.support.waiting import wait_until
 
 TIMEOUT = 10.0
 POLL = 0.05
@@ -35,11 +35,6 @@ V311 = ProtocolLevel.MQTT_3_1_1
 VERSIONS = [pytest.param(V31, id="mqtt3.1"), pytest.param(V311, id="mqtt3.1.1")]
 BINARY = bytes(range(256))
 NOT_UTF8 = b"\xff\xfe\xc3\x28\x00\x80\xed\xa0\x80"
-
-
-def unique(prefix: str) -> str:
-    """A client id or topic segment no other test uses; at most 23 characters for 3.1."""
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
 def make_client(
@@ -52,7 +47,7 @@ def make_client(
     on_connect: Callable[[Connected], None] | None = None,
 ) -> MqttClient:
     config = SessionConfig(
-        client_id or unique("ours-"), clean_session=clean_session, keep_alive=30, level=level
+        client_id or unique_id("ours-"), clean_session=clean_session, keep_alive=30, level=level
     )
     return MqttClient(
         broker.url,
@@ -62,15 +57,6 @@ def make_client(
         reconnect=ReconnectPolicy(initial=0.05, maximum=0.5),
         on_connect=on_connect,
     )
-
-
-@contextmanager
-def publisher(broker: MosquittoBroker) -> Iterator[PahoClient]:
-    """A connected paho client; its QoS 1/2 publishes wait for the broker's acknowledgement."""
-    with PahoClient(unique("paho-")) as paho:
-        assert paho.connect(broker.host, broker.port).accepted
-        yield paho
-        paho.disconnect()
 
 
 class Inbox:
@@ -112,7 +98,7 @@ class Inbox:
         """A round trip on the client's connection: once the broker acknowledged this QoS 1
         PUBLISH it has read everything the client sent before it (our acks included), so a
         close() that follows cannot overtake them."""
-        packet_id = self.client.publish(unique("sync/"), b"", 1)
+        packet_id = self.client.publish(unique_id("sync/"), b"", 1)
         self.until(lambda: packet_id in self.client.publish_done, "no PUBACK for the sync")
 
     def receive(self, count: int, timeout: float = TIMEOUT) -> list[Publish]:
@@ -142,7 +128,7 @@ def payloads(messages: list[Publish]) -> list[bytes]:
 
 @pytest.mark.parametrize("level", VERSIONS)
 def test_each_qos_arrives_with_its_fields(mosquitto: MosquittoBroker, level: ProtocolLevel) -> None:
-    topic = unique("fields/")
+    topic = unique_id("fields/")
     published = [
         (f"{topic}/q0", b"plain text", 0),
         (f"{topic}/q1", BINARY, 1),
@@ -152,7 +138,10 @@ def test_each_qos_arrives_with_its_fields(mosquitto: MosquittoBroker, level: Pro
         (f"{topic}/empty2", b"", 2),
         (f"{topic}/utf8", "grüße ✓ 名前".encode(), 2),
     ]
-    with make_client(mosquitto, level, [(f"{topic}/#", 2)]) as client, publisher(mosquitto) as pub:
+    with (
+        make_client(mosquitto, level, [(f"{topic}/#", 2)]) as client,
+        connected_paho(mosquitto) as pub,
+    ):
         connected = client.connect()
         assert connected == Connected(session_present=False, session_lost=False)
         for name, payload, qos in published:
@@ -172,10 +161,10 @@ def test_each_qos_arrives_with_its_fields(mosquitto: MosquittoBroker, level: Pro
 def test_delivered_qos_is_the_lower_of_publish_and_subscription(
     mosquitto: MosquittoBroker, publish_qos: int, subscribe_qos: int
 ) -> None:
-    topic = unique("downgrade/")
+    topic = unique_id("downgrade/")
     with make_client(mosquitto, V311, [(topic, subscribe_qos)]) as client:
         client.connect()
-        with publisher(mosquitto) as pub:
+        with connected_paho(mosquitto) as pub:
             pub.publish(topic, b"m", publish_qos)
         [message] = Inbox(client).receive(1)
     assert message.qos == min(publish_qos, subscribe_qos)
@@ -186,9 +175,9 @@ def test_delivered_qos_is_the_lower_of_publish_and_subscription(
 def test_large_binary_payload_spanning_many_reads(
     mosquitto: MosquittoBroker, level: ProtocolLevel
 ) -> None:
-    topic = unique("large/")
+    topic = unique_id("large/")
     big = BINARY * (3 * 4096 + 7)  # 3 MB: more than one 1 MB socket read
-    with make_client(mosquitto, level, [(topic, 1)]) as client, publisher(mosquitto) as pub:
+    with make_client(mosquitto, level, [(topic, 1)]) as client, connected_paho(mosquitto) as pub:
         client.connect()
         pub.publish(topic, big, 1)
         pub.publish(topic, b"after", 1)
@@ -205,9 +194,9 @@ def test_acks_keep_messages_flowing_past_the_inflight_window(
     """200 messages through a broker allowing 20 unacknowledged: each arrives exactly once,
     in order and never as a duplicate, so the broker saw every PUBACK / PUBREC+PUBCOMP."""
     assert mosquitto.max_inflight_messages == 20
-    topic = unique("flow/")
+    topic = unique_id("flow/")
     sent = [b"%05d" % i for i in range(200)]
-    with make_client(mosquitto, level, [(topic, 2)]) as client, publisher(mosquitto) as pub:
+    with make_client(mosquitto, level, [(topic, 2)]) as client, connected_paho(mosquitto) as pub:
         client.connect()
         for payload in sent:
             pub.publish(topic, payload, qos)
@@ -227,8 +216,8 @@ def test_held_back_messages_follow_the_acknowledgements(
     """With a window of 5 and nothing acknowledged, the broker holds the rest back; the
     acknowledgements of the first 5 (sent late, in one write) release them."""
     broker = broker_factory(max_inflight_messages=5)
-    topic = unique("window/")
-    with make_client(broker, V311, [(topic, 1)]) as client, publisher(broker) as pub:
+    topic = unique_id("window/")
+    with make_client(broker, V311, [(topic, 1)]) as client, connected_paho(broker) as pub:
         client.connect()
         for i in range(12):
             pub.publish(topic, b"%d" % i, 1)
@@ -248,7 +237,7 @@ def test_held_back_messages_follow_the_acknowledgements(
 def test_wildcard_filters_select_the_right_topics(
     mosquitto: MosquittoBroker, level: ProtocolLevel
 ) -> None:
-    root = unique("wild")
+    root = unique_id("wild")
     filters = [(f"{root}/+/temp", 2), (f"{root}/logs/#", 1), (f"{root}/exact", 0)]
     matching = [
         f"{root}/kitchen/temp",
@@ -268,7 +257,7 @@ def test_wildcard_filters_select_the_right_topics(
         f"other/{root}/logs",
     ]
     sentinel = f"{root}/sentinel/temp"
-    with make_client(mosquitto, level, filters) as client, publisher(mosquitto) as pub:
+    with make_client(mosquitto, level, filters) as client, connected_paho(mosquitto) as pub:
         client.connect()
         for i, topic in enumerate(matching + other):
             pub.publish(topic, b"%d" % i, 2)
@@ -284,7 +273,7 @@ def test_hash_alone_matches_every_topic_but_not_sys_topics(mosquitto: MosquittoB
     named by a filter of its own arrives, as '#' does not match topics starting with '$'."""
     topics = ["a", "a/b", "/leading", "trailing/", "x/y/z/w"]
     filters = [("#", 1), ("$SYS/broker/version", 0)]
-    with make_client(mosquitto, V311, filters) as client, publisher(mosquitto) as pub:
+    with make_client(mosquitto, V311, filters) as client, connected_paho(mosquitto) as pub:
         client.connect()
         for topic in topics:
             pub.publish(topic, topic.encode(), 1)
@@ -305,8 +294,8 @@ def test_hash_alone_matches_every_topic_but_not_sys_topics(mosquitto: MosquittoB
 def test_retained_message_arrives_flagged_on_subscribe(
     mosquitto: MosquittoBroker, level: ProtocolLevel
 ) -> None:
-    root = unique("retained/")
-    with publisher(mosquitto) as pub:
+    root = unique_id("retained/")
+    with connected_paho(mosquitto) as pub:
         pub.publish(f"{root}/a", NOT_UTF8, 1, retain=True)
         pub.publish(f"{root}/b", b"two", 2, retain=True)
         with make_client(mosquitto, level, [(f"{root}/#", 2)]) as client:
@@ -327,15 +316,6 @@ def test_retained_message_arrives_flagged_on_subscribe(
 # Persistent sessions
 
 
-def create_session(broker: MosquittoBroker, level: ProtocolLevel, root: str) -> str:
-    """Subscribe to ``root/#`` (QoS 2) with a persistent session, then DISCONNECT; return the
-    client id. Tests publish data to ``root/data`` and sentinels to ``root/end``."""
-    client_id = unique("keep-")
-    with persistent_client(broker, level, root, client_id) as client:
-        assert client.connect().session_present is False
-    return client_id
-
-
 def persistent_client(
     broker: MosquittoBroker,
     level: ProtocolLevel,
@@ -343,6 +323,9 @@ def persistent_client(
     client_id: str,
     on_connect: Callable[[Connected], None] | None = None,
 ) -> MqttClient:
+    """Our client with the persistent session of ``client_id``, subscribed to ``root/#`` at
+    QoS 2 (the tests make the session first, with ``create_session``, then publish data to
+    ``root/data`` and sentinels to ``root/end``)."""
     return make_client(
         broker,
         level,
@@ -354,7 +337,7 @@ def persistent_client(
 
 
 def publish_sentinel(broker: MosquittoBroker, root: str) -> None:
-    with publisher(broker) as pub:
+    with connected_paho(broker) as pub:
         pub.publish(f"{root}/end", b"sentinel", 1)
 
 
@@ -362,10 +345,11 @@ def publish_sentinel(broker: MosquittoBroker, root: str) -> None:
 def test_messages_queued_while_offline_arrive_on_reconnect(
     mosquitto: MosquittoBroker, level: ProtocolLevel
 ) -> None:
-    root = unique("offline")
-    client_id = create_session(mosquitto, level, root)
+    root = unique_id("offline")
+    client_id = unique_id("keep-")
+    create_session(mosquitto.url, client_id, f"{root}/#", 2, level=level)
     queued = [(b"q1-%d" % i, 1) for i in range(5)] + [(b"q2-%d" % i, 2) for i in range(5)]
-    with publisher(mosquitto) as pub:
+    with connected_paho(mosquitto) as pub:
         for payload, qos in queued:
             pub.publish(f"{root}/data", payload, qos)
         pub.publish(f"{root}/data", b"QoS 0 is not queued", 0)
@@ -394,9 +378,10 @@ def test_session_queue_sharing_the_connack_read_is_not_lost(
 ) -> None:
     """Mosquitto sends a resumed session's queue right behind CONNACK, often in the same TCP
     segment: connect() must keep those messages for the next poll(), on every reconnect."""
-    root = unique("connack")
-    client_id = create_session(mosquitto, level, root)
-    with publisher(mosquitto) as pub:
+    root = unique_id("connack")
+    client_id = unique_id("keep-")
+    create_session(mosquitto.url, client_id, f"{root}/#", 2, level=level)
+    with connected_paho(mosquitto) as pub:
         for i in range(10):
             pub.publish(f"{root}/data", b"%d" % i, 1 + i % 2)
     for attempt in range(3):
@@ -414,12 +399,13 @@ def test_session_queue_sharing_the_connack_read_is_not_lost(
 def test_unacknowledged_qos1_messages_are_redelivered_as_duplicates(
     mosquitto: MosquittoBroker, level: ProtocolLevel
 ) -> None:
-    root = unique("redeliver1")
-    client_id = create_session(mosquitto, level, root)
+    root = unique_id("redeliver1")
+    client_id = unique_id("keep-")
+    create_session(mosquitto.url, client_id, f"{root}/#", 2, level=level)
     sent = [b"a", b"", BINARY]
     with persistent_client(mosquitto, level, root, client_id) as client:
         client.connect()
-        with publisher(mosquitto) as pub:
+        with connected_paho(mosquitto) as pub:
             for payload in sent:
                 pub.publish(f"{root}/data", payload, 1)
         first = Inbox(client, ack=False).receive(3)
@@ -445,12 +431,13 @@ def test_unacknowledged_qos1_messages_are_redelivered_as_duplicates(
 def test_unacknowledged_qos2_messages_are_redelivered_then_completed(
     mosquitto: MosquittoBroker, level: ProtocolLevel
 ) -> None:
-    root = unique("redeliver2")
-    client_id = create_session(mosquitto, level, root)
+    root = unique_id("redeliver2")
+    client_id = unique_id("keep-")
+    create_session(mosquitto.url, client_id, f"{root}/#", 2, level=level)
     sent = [b"x-%d" % i for i in range(4)]
     with persistent_client(mosquitto, level, root, client_id) as client:
         client.connect()
-        with publisher(mosquitto) as pub:
+        with connected_paho(mosquitto) as pub:
             for payload in sent:
                 pub.publish(f"{root}/data", payload, 2)
         first = Inbox(client, ack=False).receive(4)
@@ -482,11 +469,12 @@ def test_pubrel_is_resent_after_reconnect_until_completed(
 ) -> None:
     """PUBREC sent, PUBREL received but never completed: on the next connection the broker
     sends PUBREL again (no PUBLISH), our client reports the release, and PUBCOMP ends it."""
-    root = unique("pubrel")
-    client_id = create_session(mosquitto, level, root)
+    root = unique_id("pubrel")
+    client_id = unique_id("keep-")
+    create_session(mosquitto.url, client_id, f"{root}/#", 2, level=level)
     with persistent_client(mosquitto, level, root, client_id) as client:
         client.connect()
-        with publisher(mosquitto) as pub:
+        with connected_paho(mosquitto) as pub:
             pub.publish(f"{root}/data", b"once", 2)
         inbox = Inbox(client, ack=False)
         [message] = inbox.receive(1)
@@ -520,25 +508,25 @@ def test_reconnects_by_itself_after_a_broker_restart(
     broker_factory: Callable[..., MosquittoBroker], level: ProtocolLevel
 ) -> None:
     broker = broker_factory(persistence=True, max_inflight_messages=3)
-    topic = unique("restart/")
+    topic = unique_id("restart/")
     events: list[Connected] = []
     with make_client(
         broker, level, [(topic, 1)], clean_session=False, on_connect=events.append
     ) as client:
         client.connect()
         inbox = Inbox(client)
-        with publisher(broker) as pub:
+        with connected_paho(broker) as pub:
             pub.publish(topic, b"before", 1)
         inbox.receive(1)
         # Pending when the broker goes down: 3 sit unread and unacknowledged in our socket,
         # 5 stay queued in the broker. SIGTERM saves both.
         pending = [b"pending-%d" % i for i in range(8)]
-        with publisher(broker) as pub:
+        with connected_paho(broker) as pub:
             for payload in pending:
                 pub.publish(topic, payload, 1)
         broker.restart()
         inbox.until(lambda: client.connections >= 2, "no reconnect after the restart", 5.0)
-        with publisher(broker) as pub:
+        with connected_paho(broker) as pub:
             pub.publish(topic, b"after", 1)
         inbox.until(lambda: any(m.payload == b"after" for m in inbox.messages), "'after'")
     copies: dict[bytes, list[Publish]] = {}
@@ -558,7 +546,7 @@ def test_reconnects_after_a_hard_kill_with_saved_session(
     broker_factory: Callable[..., MosquittoBroker], level: ProtocolLevel
 ) -> None:
     broker = broker_factory(persistence=True)
-    topic = unique("kill/")
+    topic = unique_id("kill/")
     events: list[Connected] = []
     with make_client(
         broker, level, [(topic, 2)], clean_session=False, on_connect=events.append
@@ -566,7 +554,7 @@ def test_reconnects_after_a_hard_kill_with_saved_session(
         client.connect()
         broker.save_persistence()  # the session and its subscription are on disk
         inbox = Inbox(client)
-        with publisher(broker) as pub:
+        with connected_paho(broker) as pub:
             pub.publish(topic, b"before", 2)
         inbox.receive(1)
         # Complete the QoS 2 exchange first: the broker restored from the snapshot knows
@@ -574,7 +562,7 @@ def test_reconnects_after_a_hard_kill_with_saved_session(
         inbox.until(lambda: len(inbox.released) == 1, "PUBREL of 'before'")
         broker.restart(hard=True)
         inbox.until(lambda: client.connections >= 2, "no reconnect after kill -9", 5.0)
-        with publisher(broker) as pub:
+        with connected_paho(broker) as pub:
             pub.publish(topic, b"after-1", 1)
             pub.publish(topic, b"after-2", 2)
         inbox.until(lambda: len(inbox.messages) >= 3, "messages after the restart")
@@ -589,7 +577,7 @@ def test_resubscribes_when_a_killed_broker_lost_the_session(
     broker_factory: Callable[..., MosquittoBroker], level: ProtocolLevel
 ) -> None:
     broker = broker_factory(persistence=False)
-    topic = unique("lost/")
+    topic = unique_id("lost/")
     events: list[Connected] = []
     with make_client(
         broker, level, [(topic, 1)], clean_session=False, on_connect=events.append
@@ -598,7 +586,7 @@ def test_resubscribes_when_a_killed_broker_lost_the_session(
         inbox = Inbox(client)
         broker.restart(hard=True)
         inbox.until(lambda: client.connections >= 2, "no reconnect after kill -9", 5.0)
-        with publisher(broker) as pub:
+        with connected_paho(broker) as pub:
             pub.publish(topic, b"after", 1)
         inbox.receive(1)
     assert payloads(inbox.messages) == [b"after"]
@@ -610,7 +598,7 @@ def test_resubscribes_when_a_killed_broker_lost_the_session(
 def test_poll_returns_within_its_timeout_while_the_broker_is_down(
     mosquitto: MosquittoBroker,
 ) -> None:
-    topic = unique("down/")
+    topic = unique_id("down/")
     with make_client(mosquitto, V311, [(topic, 1)]) as client:
         client.connect()
         mosquitto.stop()
@@ -630,6 +618,6 @@ def test_poll_returns_within_its_timeout_while_the_broker_is_down(
         mosquitto.start()
         inbox = Inbox(client)
         inbox.until(lambda: client.connected, "no reconnect once the broker is back")
-        with publisher(mosquitto) as pub:
+        with connected_paho(mosquitto) as pub:
             pub.publish(topic, b"back", 1)
         assert payloads(inbox.receive(1)) == [b"back"]

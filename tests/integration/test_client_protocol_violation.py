@@ -1,4 +1,5 @@
-"""A scripted hostile broker (tests/hostile_broker.py, on our own codec) against ``MqttClient``.
+"""A scripted hostile broker (tests/support/hostile_broker.py, on our own codec) against
+``MqttClient``.
 
 On every violation the client logs the broker and the rule broken (with its spec section),
 drops the connection without acknowledging anything of the bad read, reconnects, and receives
@@ -30,8 +31,8 @@ from connector.mqtt.packets import (
     Subscribe,
     Unsubscribe,
 )
-from tests.hostile_broker import CONNACK, ScriptedBroker, send_connack, trickle
-from tests.waiting import wait_until
+from tests.support.hostile_broker import CONNACK, ScriptedBroker, send_connack, trickle
+from tests.support.waiting import wait_until
 
 MAX_PACKET = 1 << 20
 """The largest Remaining Length the client takes: a whole packet of 1 + 3 + 2^20 bytes."""

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import ssl
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,9 +28,10 @@ from connector.mqtt.driver import MqttClient
 from connector.mqtt.errors import BrokerUnreachable, TlsError
 from connector.mqtt.tls import TlsOptions
 from devtools.system_tools import run_tool
-from tests.brokers import MosquittoBroker, Pki, TlsListener, find_tool
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.support.brokers import MosquittoBroker, Pki, TlsListener, find_tool
+from tests.support.ids import unique_id
+from tests.support.paho_client import connected_paho
+from tests.support.waiting import wait_until
 
 TIMEOUT = 10.0
 VERSIONS = [
@@ -39,11 +39,6 @@ VERSIONS = [
     pytest.param(ProtocolLevel.MQTT_3_1_1, id="mqtt3.1.1"),
 ]
 USERS = {"alice": "s3cret-pw"}
-
-
-def unique(prefix: str) -> str:
-    """A client id or topic segment no other test uses; at most 23 characters for 3.1."""
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
 def client_for(
@@ -56,23 +51,13 @@ def client_for(
     tls: TlsOptions | None = None,
 ) -> MqttClient:
     config = SessionConfig(
-        unique("sec-"),
+        unique_id("sec-"),
         clean_session=True,
         username=username,
         password=None if password is None else password.encode(),
         level=level,
     )
     return MqttClient(url, config, [(topic, 1)], tls=tls, connect_timeout=5.0)
-
-
-@contextmanager
-def publisher(
-    broker: MosquittoBroker, username: str | None = None, password: str | None = None
-) -> Iterator[PahoClient]:
-    with PahoClient(unique("paho-"), username=username, password=password) as paho:
-        assert paho.connect(broker.host, broker.port).accepted
-        yield paho
-        paho.disconnect()
 
 
 def round_trip(
@@ -84,7 +69,7 @@ def round_trip(
 ) -> Publish:
     """Publish one message on the broker's plain listener; return what ``client`` got."""
     received: list[Publish] = []
-    with publisher(broker, username, password) as pub:
+    with connected_paho(broker, username=username, password=password) as pub:
         pub.publish(topic, b"\x00secure\xff", 1)
 
         def arrived() -> bool:
@@ -112,7 +97,7 @@ def password_broker(broker_factory: Callable[..., MosquittoBroker]) -> Mosquitto
 def test_right_password_connects_and_receives(
     password_broker: MosquittoBroker, level: ProtocolLevel
 ) -> None:
-    topic = unique("auth/")
+    topic = unique_id("auth/")
     with client_for(
         password_broker.url, topic, level=level, username="alice", password="s3cret-pw"
     ) as client:
@@ -173,7 +158,7 @@ def mtls_broker(broker_factory: Callable[..., MosquittoBroker], pki: Pki) -> Mos
 def test_tls_with_the_right_ca_connects_and_receives(
     tls_broker: MosquittoBroker, pki: Pki, host: str, level: ProtocolLevel
 ) -> None:
-    topic = unique("tls/")
+    topic = unique_id("tls/")
     url = f"ssl://{host}:{tls_broker.tls_port}"
     with client_for(url, topic, level=level, tls=TlsOptions(ca_file=str(pki.ca_cert))) as client:
         client.connect()
@@ -240,7 +225,7 @@ def test_tls_host_name_in_the_certificate_is_accepted(
     broker_factory: Callable[..., MosquittoBroker], pki: Pki
 ) -> None:
     broker = broker_with_certificate_for(broker_factory, pki, "DNS:localhost")
-    topic = unique("name/")
+    topic = unique_id("name/")
     url = f"ssl://localhost:{broker.tls_port}"
     with client_for(url, topic, tls=TlsOptions(ca_file=str(pki.ca_cert))) as client:
         client.connect()
@@ -272,7 +257,7 @@ def test_tls_host_name_not_in_the_certificate_is_refused(
 
 
 def test_tls_verification_can_be_switched_off(tls_broker: MosquittoBroker) -> None:
-    topic = unique("insecure/")
+    topic = unique_id("insecure/")
     with client_for(tls_broker.tls_url, topic, tls=TlsOptions(verify=False)) as client:
         client.connect()
         round_trip(client, tls_broker, topic)
@@ -282,7 +267,7 @@ def test_tls_verification_can_be_switched_off(tls_broker: MosquittoBroker) -> No
 def test_mutual_tls_with_the_client_certificate(
     mtls_broker: MosquittoBroker, pki: Pki, level: ProtocolLevel
 ) -> None:
-    topic = unique("mtls/")
+    topic = unique_id("mtls/")
     tls = TlsOptions(str(pki.ca_cert), str(pki.client_cert), str(pki.client_key))
     with client_for(mtls_broker.tls_url, topic, level=level, tls=tls) as client:
         client.connect()

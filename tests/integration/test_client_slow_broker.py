@@ -12,10 +12,10 @@ from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.encode import encode_publish
 from connector.mqtt.packets import Puback, Publish
-from tests.brokers import BrokerFactory
-from tests.hostile_broker import ScriptedBroker
-from tests.integration.receiver_setup import publish
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.hostile_broker import ScriptedBroker
+from tests.support.publishing import publish_with_cli
+from tests.support.waiting import wait_until
 
 COUNT = 60_000
 """PUBACKs (4 bytes each) well past what the two shrunken socket buffers hold."""
@@ -83,7 +83,7 @@ def test_a_disconnect_with_unread_messages_keeps_the_acks_the_broker_has_not_rea
     offline = client()
     offline.connect()
     offline.disconnect()
-    publish(broker, topic, 1, count)
+    publish_with_cli(broker, topic, 1, count)
 
     first = client()
     first.connect()

@@ -37,11 +37,11 @@ from connector.mqtt.packets import (
 )
 from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
-from tests.brokers import MosquittoBroker
-from tests.hostile_broker import ScriptedBroker
 from tests.integration.receiver_setup import options
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.support.brokers import MosquittoBroker
+from tests.support.hostile_broker import ScriptedBroker
+from tests.support.paho_client import PahoClient
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ from connector.receiver.shards import existing_shards, shard_wal_path
 from connector.source import InvalidOptionError, create_session
 from connector.wal import WalReader
 from devtools.broker_process import free_port
-from tests.brokers import MosquittoBroker
-from tests.integration.receiver_setup import publish
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.support.brokers import MosquittoBroker
+from tests.support.paho_client import PahoClient
+from tests.support.publishing import publish_with_cli
+from tests.support.waiting import wait_until
 
 NEW_SESSION = "new MQTT session for client id"
 
@@ -55,7 +55,7 @@ def test_a_session_made_ahead_queues_from_the_moment_it_returns(
     assert any("the broker now queues for this query" in r.getMessage() for r in caplog.records)
     assert read_record(str(wal)) == {"r/#": qos}
     # Published at once, before any receiver of the query runs: queued by the broker.
-    publish(mosquitto, "r/live", qos, 50)
+    publish_with_cli(mosquitto, "r/live", qos, 50)
     caplog.clear()
     receiver = Receiver(SourceOptions.parse(raw))
     receiver.start()

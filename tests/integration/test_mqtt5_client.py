@@ -27,11 +27,13 @@ from connector.mqtt.errors import NotAuthorized, ServerDisconnected
 from connector.mqtt.faults import BrokerFault
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.session import ClientSession
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.integration.test_client_cli import cli, unique
-from tests.interop_brokers import ExternalBroker
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from devtools.interop_brokers import ExternalBroker
+from tests.integration.test_client_cli import cli
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.paho_client import PahoClient
+from tests.support.publishing import Message, publish
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -43,17 +45,6 @@ def v5_client(url: str, client_id: str, topic: str | None = None, **settings: An
     settings.setdefault("clean_session", False)
     session = ClientSession(SessionConfig(client_id, level=V5, **settings))
     return MqttClient(BrokerAddress.parse(url), session, [(topic, 1)] if topic else [])
-
-
-def paho_v5_publish(host: str, port: int, topic: str, messages: list[tuple[bytes, Any]]) -> None:
-    """Publish (payload, paho Properties or None) pairs at QoS 1 with paho's MQTT 5 client."""
-    with PahoClient(unique("pub-"), protocol=paho_mqtt.MQTTv5) as pub:
-        assert pub.connect(host, port).accepted
-        for payload, props in messages:
-            info = pub.client.publish(topic, payload, qos=1, properties=props)
-            info.wait_for_publish(TIMEOUT)
-            assert info.is_published()
-        pub.disconnect()
 
 
 def every_property() -> PahoProperties:
@@ -68,16 +59,15 @@ def every_property() -> PahoProperties:
 
 
 def test_sub_prints_each_messages_properties(mosquitto: MosquittoBroker) -> None:
-    topic = unique("v5/")
-    client_id = unique("cli5-")
+    topic = unique_id("v5/")
+    client_id = unique_id("cli5-")
     created = cli(
         "sub", "--broker", mosquitto.url, "--topic", topic, "--qos", "1", "--count", "0",
         "--client-id", client_id, "--no-clean-session", "--mqtt-version", "5",
     )  # fmt: skip
     assert created.returncode == 0, created.stderr.decode()
-    paho_v5_publish(
-        mosquitto.host, mosquitto.port, topic, [(b'{"t": 1}', every_property()), (b"bare", None)]
-    )
+    messages = [Message(topic, b'{"t": 1}', properties=every_property()), Message(topic, b"bare")]
+    publish(mosquitto, messages, protocol=paho_mqtt.MQTTv5)
     result = cli(
         "sub", "--broker", mosquitto.url, "--topic", topic, "--qos", "1", "--count", "2",
         "--timeout", "20", "--client-id", client_id, "--no-clean-session",
@@ -109,19 +99,21 @@ def test_sub_prints_each_messages_properties(mosquitto: MosquittoBroker) -> None
 
 
 def test_3_1_1_lines_have_no_properties(mosquitto: MosquittoBroker) -> None:
-    topic = unique("v4/")
-    client_id = unique("cli4-")
+    topic = unique_id("v4/")
+    client_id = unique_id("cli4-")
     args = ["--broker", mosquitto.url, "--topic", topic, "--qos", "1", "--client-id", client_id]
     assert cli("sub", *args, "--count", "0", "--no-clean-session").returncode == 0
-    paho_v5_publish(mosquitto.host, mosquitto.port, topic, [(b"x", every_property())])
+    publish(
+        mosquitto, [Message(topic, b"x", properties=every_property())], protocol=paho_mqtt.MQTTv5
+    )
     result = cli("sub", *args, "--count", "1", "--timeout", "20", "--no-clean-session")
     assert result.returncode == 0, result.stderr.decode()
     assert "properties" not in json.loads(result.stdout)
 
 
 def test_pub_sends_the_properties_it_was_given(mosquitto: MosquittoBroker) -> None:
-    topic = unique("v5pub/")
-    with PahoClient(unique("obs-"), protocol=paho_mqtt.MQTTv5) as observer:
+    topic = unique_id("v5pub/")
+    with PahoClient(unique_id("obs-"), protocol=paho_mqtt.MQTTv5) as observer:
         assert observer.connect(mosquitto.host, mosquitto.port).accepted
         observer.subscribe(topic, qos=1)
         result = cli(
@@ -148,7 +140,7 @@ def test_publishing_flags_need_mqtt_5(mosquitto: MosquittoBroker) -> None:
 def test_an_assigned_client_id_keeps_the_session_across_reconnects(
     mosquitto: MosquittoBroker,
 ) -> None:
-    topic = unique("assigned/")
+    topic = unique_id("assigned/")
     client = v5_client(mosquitto.url, "", topic)
     with client:
         first = client.connect()
@@ -156,7 +148,7 @@ def test_an_assigned_client_id_keeps_the_session_across_reconnects(
         assert assigned and first.limits is not None
         assert first.limits.assigned_client_identifier == assigned
         client.close()  # the connection drops; the session stays with the broker
-        paho_v5_publish(mosquitto.host, mosquitto.port, topic, [(b"while away", None)])
+        publish(mosquitto, [Message(topic, b"while away")], protocol=paho_mqtt.MQTTv5)
         again = client.connect()
         assert again.session_present and client.session.client_id == assigned
         messages: list[bytes] = []
@@ -173,7 +165,7 @@ def test_an_assigned_client_id_keeps_the_session_across_reconnects(
 
 def test_the_cli_lets_the_broker_assign_a_client_id(mosquitto: MosquittoBroker) -> None:
     result = cli(
-        "sub", "--broker", mosquitto.url, "--topic", unique("t/"), "--count", "0",
+        "sub", "--broker", mosquitto.url, "--topic", unique_id("t/"), "--count", "0",
         "--client-id", "", "--mqtt-version", "5", "-v",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
@@ -182,7 +174,7 @@ def test_the_cli_lets_the_broker_assign_a_client_id(mosquitto: MosquittoBroker) 
 
 def test_a_refused_connect_names_the_reason_code(broker_factory: BrokerFactory) -> None:
     broker = broker_factory(users={"alice": "right-secret"})
-    client = v5_client(broker.url, unique("bad-"), username="alice", password=b"wrong-secret")
+    client = v5_client(broker.url, unique_id("bad-"), username="alice", password=b"wrong-secret")
     # Mosquitto 2.0.11 answers a wrong password at level 5 with 0x87, not 0x86.
     with pytest.raises(NotAuthorized, match="CONNACK 0x87 Not authorized") as caught:
         client.connect()
@@ -199,8 +191,8 @@ def test_a_refused_connect_names_the_reason_code(broker_factory: BrokerFactory) 
 def test_a_session_taken_over_stops_the_first_client(mochi: ExternalBroker) -> None:
     """mochi-mqtt tells the first client why with DISCONNECT 0x8E (Mosquitto 2.0.11 only
     closes its connection, which is taken as a lost connection and reconnected)."""
-    client_id = unique("twin-")
-    first = v5_client(mochi.url, client_id, unique("t/"))
+    client_id = unique_id("twin-")
+    first = v5_client(mochi.url, client_id, unique_id("t/"))
     second = v5_client(mochi.url, client_id)
     with first, second:
         first.connect()
@@ -217,8 +209,8 @@ def test_the_broker_keeps_to_our_receive_maximum(mosquitto: MosquittoBroker) -> 
     them and holds the sixth until we acknowledge (MQTT 5 section 4.9). Once acknowledgements
     flow, Mosquitto 2.0.11 lets its queue out past the window (its known overrun); the
     session counts that as a broker fault and takes the messages."""
-    topic = unique("window/")
-    client = v5_client(mosquitto.url, unique("win-"), topic, receive_maximum=5)
+    topic = unique_id("window/")
+    client = v5_client(mosquitto.url, unique_id("win-"), topic, receive_maximum=5)
     payloads: list[bytes] = []
     with client:
         client.connect()
@@ -230,8 +222,9 @@ def test_the_broker_keeps_to_our_receive_maximum(mosquitto: MosquittoBroker) -> 
             return len(held) >= 5
 
         publisher = threading.Thread(
-            target=paho_v5_publish,
-            args=(mosquitto.host, mosquitto.port, topic, [(b"%d" % i, None) for i in range(40)]),
+            target=publish,
+            args=(mosquitto, [Message(topic, b"%d" % i) for i in range(40)]),
+            kwargs={"protocol": paho_mqtt.MQTTv5},
         )
         publisher.start()
         wait_until(window_full, TIMEOUT, message="the first five messages did not arrive")
@@ -252,11 +245,13 @@ def test_the_broker_keeps_to_our_receive_maximum(mosquitto: MosquittoBroker) -> 
 
 
 def test_topic_aliases_set_by_the_broker_are_resolved(mochi: ExternalBroker) -> None:
-    topic = unique("alias/")
-    client = v5_client(mochi.url, unique("al-"), topic, clean_session=True, topic_alias_maximum=16)
+    topic = unique_id("alias/")
+    client = v5_client(
+        mochi.url, unique_id("al-"), topic, clean_session=True, topic_alias_maximum=16
+    )
     with client:
         client.connect()
-        paho_v5_publish(mochi.host, mochi.port, topic, [(b"%d" % i, None) for i in range(5)])
+        publish(mochi, [Message(topic, b"%d" % i) for i in range(5)], protocol=paho_mqtt.MQTTv5)
         seen: list[tuple[str, bytes]] = []
 
         def arrived() -> bool:

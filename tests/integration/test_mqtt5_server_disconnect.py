@@ -16,8 +16,8 @@ from connector.mqtt.encode import encode
 from connector.mqtt.errors import ServerDisconnected
 from connector.mqtt.packets import Connack, Disconnect, ProtocolLevel
 from connector.mqtt.properties import Properties
-from tests.hostile_broker import ScriptedBroker
-from tests.waiting import wait_until
+from tests.support.hostile_broker import ScriptedBroker
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

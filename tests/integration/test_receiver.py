@@ -17,10 +17,11 @@ from connector.mqtt.packets import Pubcomp, Pubrec
 from connector.options.source import SourceOptions
 from connector.receiver.receiver import Receiver
 from connector.wal import RecordTuple, WalReader
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.hostile_broker import ScriptedBroker
-from tests.integration.receiver_setup import options, publish
-from tests.waiting import wait_until
+from tests.integration.receiver_setup import options
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.hostile_broker import ScriptedBroker
+from tests.support.publishing import publish_with_cli
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -37,7 +38,7 @@ def test_redeliveries_after_a_crash_before_the_ack(
     first.client.acknowledge = lambda *args, **kwargs: None  # type: ignore[method-assign]
     first.start()
     try:
-        publish(mosquitto, "r/a", qos, 10)
+        publish_with_cli(mosquitto, "r/a", qos, 10)
         wait_until(
             lambda: first.wal.next_offset == 10,
             15,
@@ -69,7 +70,7 @@ def test_redeliveries_after_a_crash_before_the_ack(
             )
         stored = 20 if qos == 1 else 10
         assert second.wal.next_offset == stored
-        publish(mosquitto, "r/b", qos, 5)
+        publish_with_cli(mosquitto, "r/b", qos, 5)
         wait_until(
             lambda: second.wal.next_offset == stored + 5,
             15,
@@ -89,7 +90,7 @@ def test_backpressure_stops_reading_until_spark_commits(
     receiver = Receiver(options(mosquitto, tmp_path / "wal", 1, maxBacklogMessages="50"))
     receiver.start()
     try:
-        publish(mosquitto, "r/bp", 1, 400)
+        publish_with_cli(mosquitto, "r/bp", 1, 400)
         wait_until(lambda: receiver.wal.next_offset >= 50, 15)
         # Paused: at most the 20 unacknowledged messages the broker may send beyond the bound.
         receiver.wait_idle(0.5, timeout=10)
@@ -115,7 +116,7 @@ def test_a_slow_append_does_not_end_the_wait_for_the_first_burst(
     session = Receiver(opts)  # the persistent session that the broker queues for
     session.start()
     session.stop()
-    publish(mosquitto, "r/slow", 1, 200)
+    publish_with_cli(mosquitto, "r/slow", 1, 200)
 
     receiver = Receiver(opts)
     append = receiver.wal.append
@@ -202,7 +203,7 @@ def test_a_qos2_backlog_sent_all_at_once_is_acknowledged_through_the_pubrec_wind
     assert not offline.connect().session_present
     offline.disconnect()
     count = 1_000
-    publish(broker, "r/w", 2, count)
+    publish_with_cli(broker, "r/w", 2, count)
 
     receiver = Receiver(options(broker, tmp_path / "wal", 2, clientId=client_id))
     receiver.start()

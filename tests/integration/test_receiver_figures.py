@@ -10,9 +10,10 @@ from pathlib import Path
 from connector.receiver.figures import ARRIVAL_RESOLUTION_US, RATE_WINDOW_SECONDS
 from connector.receiver.receiver import Receiver
 from connector.wal.segment import segment_name
-from tests.brokers import MosquittoBroker
-from tests.integration.receiver_setup import options, publish
-from tests.waiting import wait_until
+from tests.integration.receiver_setup import options
+from tests.support.brokers import MosquittoBroker
+from tests.support.publishing import publish_with_cli
+from tests.support.waiting import wait_until
 
 RESOLUTION = ARRIVAL_RESOLUTION_US / 1e6
 
@@ -31,7 +32,7 @@ def test_age_rate_and_bytes(mosquitto: MosquittoBroker, tmp_path: Path) -> None:
     first.start()
     try:
         before = time.time()
-        publish(mosquitto, "r/a", 1, 8)
+        publish_with_cli(mosquitto, "r/a", 1, 8)
         stored(first, 8)
         after = time.time()
         figures = first.figures()
@@ -47,7 +48,7 @@ def test_age_rate_and_bytes(mosquitto: MosquittoBroker, tmp_path: Path) -> None:
         assert figures["walBytes"] == on_disk > 8 * 20  # eight 20-byte payloads and more
         first.committed_to(8)
         assert first.figures()["oldestUncommittedSeconds"] == 0.0
-        publish(mosquitto, "r/b", 1, 2)
+        publish_with_cli(mosquitto, "r/b", 1, 2)
         stored(first, 10)
     finally:
         first.stop()

@@ -14,10 +14,10 @@ import pytest
 from connector.receiver.receiver import Receiver
 from connector.receiver.shard_handles import LocalShard, ShardProcess
 from connector.wal import WalReader
-from tests.brokers import BrokerFactory
 from tests.integration.receiver_setup import options
-from tests.steady_traffic import SteadyPublisher
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.publishing import SteadyPublisher
+from tests.support.waiting import wait_until
 
 RATE = 400.0
 BEFORE = 300

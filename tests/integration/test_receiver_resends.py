@@ -22,13 +22,21 @@ from connector.mqtt.packets import Connack, Puback, Publish
 from connector.options.source import SourceOptions
 from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
-from tests.brokers import BrokerFactory
-from tests.chaos.harness import Ledger, Publisher, ledgers_per_qos, payload_id
-from tests.chaos.proxy import ChaosProxy
-from tests.chaos.tally import Tally, settle, settle_per_qos
-from tests.hostile_broker import ScriptedBroker
-from tests.integration.receiver_setup import options, publish
-from tests.waiting import wait_until
+from devtools.fault_proxy import FaultProxy
+from tests.integration.receiver_setup import options
+from tests.support.brokers import BrokerFactory
+from tests.support.hostile_broker import ScriptedBroker
+from tests.support.ledger import (
+    Ledger,
+    LedgerPublisher,
+    Tally,
+    ledgers_per_qos,
+    payload_id,
+    settle,
+    settle_per_qos,
+)
+from tests.support.publishing import publish_with_cli
+from tests.support.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -205,11 +213,11 @@ def test_acks_written_into_a_half_open_link_store_qos1_again_and_qos2_once(
     broker = broker_factory()
     wal = tmp_path / "wal"
     ledger = Ledger()
-    with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
+    with FaultProxy(("127.0.0.1", broker.port)) as proxy:
         opts = options(broker, wal, 2, clientId="half-open", brokerUrl=proxy.url, keepAlive="1")
         receiver = Receiver(opts)
         receiver.start()  # subscribed once this returns
-        publisher = Publisher(broker.host, broker.port, "r/h", ledger)
+        publisher = LedgerPublisher(broker.host, broker.port, "r/h", ledger)
         try:
             assert proxy.hold_upstream() == 1
             publisher.publish(2)  # number 0 at QoS 1, number 1 at QoS 2 (harness.qos_of)
@@ -266,7 +274,7 @@ def test_mosquitto_resending_more_messages_than_packet_ids_stores_each_again_onc
     setup = Receiver(options(broker, wal, 1, clientId=client_id))
     setup.start()  # creates the persistent session and its subscription
     setup.stop()
-    publish(broker, "r/a", 1, REAL_BACKLOG)
+    publish_with_cli(broker, "r/a", 1, REAL_BACKLOG)
 
     first = Receiver(options(broker, wal, 1, clientId=client_id))
     session = first.client.session
@@ -310,7 +318,7 @@ def test_mosquitto_resending_more_messages_than_packet_ids_stores_each_again_onc
     third = Receiver(options(broker, wal, 1, clientId=client_id))
     third.start()
     try:
-        publish(broker, "r/a", 1, 1, size=30)
+        publish_with_cli(broker, "r/a", 1, 1, size=30)
         wait_until(
             lambda: third.stats.appended >= 1,
             30,
@@ -345,12 +353,12 @@ def test_a_cut_link_mid_drain_loses_nothing_and_counts_each_duplicate(
     broker = broker_factory(max_inflight_messages=inflight, max_queued_messages=1_000_000)
     wal = tmp_path / "wal"
     client_id = f"resends-cut-{inflight}"
-    with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
+    with FaultProxy(("127.0.0.1", broker.port)) as proxy:
         opts = options(broker, wal, 1, clientId=client_id, brokerUrl=proxy.url)
         setup = Receiver(opts)
         setup.start()  # creates the persistent session and its subscription
         setup.stop()
-        publish(broker, "r/a", 1, CUT_BACKLOG)
+        publish_with_cli(broker, "r/a", 1, CUT_BACKLOG)
         receiver = Receiver(opts)
         receiver.start()
         try:

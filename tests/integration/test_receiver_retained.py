@@ -11,10 +11,11 @@ import pytest
 
 from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
-from tests.brokers import MosquittoBroker
-from tests.integration.receiver_setup import options, publish
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.integration.receiver_setup import options
+from tests.support.brokers import MosquittoBroker
+from tests.support.paho_client import PahoClient
+from tests.support.publishing import publish_with_cli
+from tests.support.waiting import wait_until
 
 
 def receive(receiver: Receiver, broker: MosquittoBroker, topic: str, qos: int, count: int) -> None:
@@ -23,7 +24,7 @@ def receive(receiver: Receiver, broker: MosquittoBroker, topic: str, qos: int, c
     wanted = receiver.wal.next_offset + count
     receiver.start()
     try:
-        publish(broker, topic, qos, count)
+        publish_with_cli(broker, topic, qos, count)
         wait_until(
             lambda: receiver.wal.next_offset >= wanted,
             15,

@@ -16,12 +16,13 @@ from collections.abc import Callable
 
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.publishing import Message, publish
+from tests.support.waiting import wait_until
 
 FILTER = "$share/grp/shr/#"
 TIMEOUT = 20.0
+TOPIC = "shr/t"
 
 
 def member(broker: MosquittoBroker, client_id: str) -> MqttClient:
@@ -41,23 +42,11 @@ def collector(client: MqttClient, into: list[tuple[bytes, bool]]) -> Callable[[]
     return poll
 
 
-def publish(broker: MosquittoBroker, payloads: list[bytes], retain: bool = False) -> None:
-    client = PahoClient("shr-pub")
-    assert client.connect(broker.host, broker.port).accepted
-    try:
-        infos = [client.client.publish("shr/t", p, qos=1, retain=retain) for p in payloads]
-        for info in infos:
-            info.wait_for_publish(TIMEOUT)
-            assert info.is_published()
-    finally:
-        client.disconnect()
-
-
 def test_mosquitto_queues_an_offline_members_share_and_sends_retained_to_every_member(
     broker_factory: BrokerFactory,
 ) -> None:
     broker = broker_factory()
-    publish(broker, [b"retained"], retain=True)
+    publish(broker, [Message(TOPIC, b"retained", retain=True)])
     got_a: list[tuple[bytes, bool]] = []
     got_b: list[tuple[bytes, bool]] = []
     a, b = member(broker, "shr-a"), member(broker, "shr-b")
@@ -72,7 +61,7 @@ def test_mosquitto_queues_an_offline_members_share_and_sends_retained_to_every_m
         wait_until(both_have_retained, TIMEOUT, message=lambda: f"{got_a} / {got_b}")
 
         online = [f"on-{n}".encode() for n in range(20)]
-        publish(broker, online)
+        publish(broker, [Message(TOPIC, p) for p in online])
 
         def online_delivered() -> bool:
             poll_a()
@@ -89,7 +78,7 @@ def test_mosquitto_queues_an_offline_members_share_and_sends_retained_to_every_m
         got_a.clear()
         got_b.clear()
         offline = [f"off-{n}".encode() for n in range(20)]
-        publish(broker, offline)
+        publish(broker, [Message(TOPIC, p) for p in offline])
         b = member(broker, "shr-b")
         poll_b = collector(b, got_b)
 

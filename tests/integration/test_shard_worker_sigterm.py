@@ -13,8 +13,8 @@ from pathlib import Path
 from connector.options.source import SourceOptions
 from connector.receiver.shard_handles import ShardProcess
 from connector.receiver.shard_worker import TERMINATED_EXIT_STATUS
-from tests.brokers import BrokerFactory
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.waiting import wait_until
 
 
 def test_sigterm_to_a_receiver_process_sends_disconnect(

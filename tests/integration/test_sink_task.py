@@ -24,10 +24,10 @@ from connector.spark.writer.task import (
     TaskIdentity,
     TaskPublisher,
 )
-from tests.brokers import LOOPBACK, BrokerFactory, Pki, free_port
-from tests.interop_brokers import ExternalBroker, MochiBroker, MochiTls
-from tests.mqtt_clients import PahoClient, Received
-from tests.waiting import wait_until
+from devtools.interop_brokers import ExternalBroker, MochiBroker, MochiTls
+from tests.support.brokers import LOOPBACK, BrokerFactory, Pki, free_port
+from tests.support.paho_client import PahoClient, Received
+from tests.support.waiting import wait_until
 
 IDENTITY = TaskIdentity("write", 0, 3, 0, 11)
 

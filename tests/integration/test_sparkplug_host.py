@@ -11,11 +11,11 @@ from pathlib import Path
 from connector.options.source import SourceOptions
 from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
-from tests.brokers import MosquittoBroker
-from tests.chaos.proxy import ChaosProxy
-from tests.mqtt_clients import PahoClient, Received
-from tests.sparkplug_payloads import birth, data, pb
-from tests.waiting import wait_until
+from devtools.fault_proxy import FaultProxy
+from devtools.sparkplug_payloads import birth, data, pb
+from tests.support.brokers import MosquittoBroker
+from tests.support.paho_client import PahoClient, Received
+from tests.support.waiting import wait_until
 
 STATE = "spBv1.0/STATE/scada"
 NCMD = "spBv1.0/plant/NCMD/edge1"
@@ -67,7 +67,7 @@ def test_state_birth_will_rebirth_requests_and_clean_death(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:
     watcher = _watcher(mosquitto, "watcher")
-    with ChaosProxy((mosquitto.host, mosquitto.port)) as proxy:
+    with FaultProxy((mosquitto.host, mosquitto.port)) as proxy:
         receiver = Receiver(
             _host(proxy.url, tmp_path, "spBv1.0/#", "1", "scada", sparkplugRebirthInterval="3600")
         )

@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 import pytest
 
-from bench.common import publish_windowed
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import ProtocolLevel, Publish
-from tests.interop_brokers import MochiBroker, WindowClosed
-from tests.waiting import wait_until
+from devtools.backlog import publish_windowed
+from devtools.interop_brokers import MochiBroker, WindowClosed
+from tests.support.waiting import wait_until
 
 MochiFactory = Callable[..., MochiBroker]
 TIMEOUT = 30.0

@@ -21,19 +21,19 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
 import pytest
 
 from connector.options.source import SourceOptions
 from connector.receiver.receiver import Receiver
 from connector.wal import WalReader
-from tests.chaos.proxy import ChaosProxy
-from tests.interop_brokers import ExternalBroker, InteropBroker
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from devtools.fault_proxy import FaultProxy
+from devtools.interop_brokers import ExternalBroker
+from tests.support.brokers import InteropBroker
+from tests.support.publishing import Message, Publisher
+from tests.support.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -53,44 +53,9 @@ two exchanges await PUBCOMP at once. Such a resend is indistinguishable from a n
 with a reused id: the receiver stores it and counts it as a possible duplicate."""
 
 
-class Publisher:
-    """A paho-mqtt client (clean session) that counts the broker's acknowledgements."""
-
-    def __init__(self, broker: InteropBroker, client_id: str) -> None:
-        self.broker = broker
-        self.paho = PahoClient(client_id, clean_session=True)
-        self._lock = threading.Lock()
-        self.sent = 0
-        self.acknowledged = 0
-        self.paho.client.on_publish = self._on_publish
-        host, port = broker.url.removeprefix("tcp://").rsplit(":", 1)
-        outcome = self.paho.connect(host, int(port))
-        assert outcome.accepted, f"publisher not accepted by {broker}: {outcome}"
-
-    def _on_publish(
-        self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object
-    ) -> None:
-        with self._lock:
-            self.acknowledged += 1
-
-    def send(self, topic: str, payloads: Sequence[bytes], qos: int) -> None:
-        """Queue `payloads` for sending in order; `wait()` waits for their acknowledgements."""
-        for payload in payloads:
-            info = self.paho.client.publish(topic, payload, qos=qos)
-            assert info.rc == mqtt.MQTT_ERR_SUCCESS, mqtt.error_string(info.rc)
-            self.sent += 1
-
-    def wait(self, timeout: float = TIMEOUT) -> None:
-        """Until the broker acknowledged every message sent so far."""
-        wait_until(
-            lambda: self.acknowledged == self.sent,
-            timeout,
-            message=lambda: f"{self.broker}: {self.acknowledged} of {self.sent} acknowledged",
-        )
-
-    def close(self) -> None:
-        """Disconnect."""
-        self.paho.disconnect()
+def publisher_to(broker: InteropBroker) -> Publisher:
+    """A connected paho-mqtt publisher with a clean session."""
+    return Publisher(broker.broker.host, broker.broker.port, client_id="interop-publisher")
 
 
 class Run:
@@ -198,9 +163,9 @@ class Run:
 @pytest.fixture
 def publisher(interop_broker: InteropBroker) -> Iterator[Publisher]:
     """A connected paho-mqtt publisher with a clean session."""
-    pub = Publisher(interop_broker, "interop-publisher")
+    pub = publisher_to(interop_broker)
     yield pub
-    pub.close()
+    pub.disconnect()
 
 
 def make_run(broker: InteropBroker, tmp_path: Path, qos: int, name: str) -> Run:
@@ -230,13 +195,13 @@ def test_identical_payloads_queued_across_restarts_are_all_stored(
     run = make_run(interop_broker, tmp_path, qos, "same")
     try:
         run.stop(run.start())  # creates the persistent session
-        publisher.send("x/a", [b"ON"] * 10, qos)
-        publisher.wait()
+        publisher.send_all(Message("x/a", p, qos) for p in [b"ON"] * 10)
+        publisher.wait_acknowledged()
         first = run.start()
         run.settle(first, 10)
         run.stop(first)
-        publisher.send("x/a", [b"ON"] * 10, qos)
-        publisher.wait()
+        publisher.send_all(Message("x/a", p, qos) for p in [b"ON"] * 10)
+        publisher.wait_acknowledged()
         second = run.start()
         run.settle(second, 20)
         run.stop(second)
@@ -262,7 +227,7 @@ def test_qos2_backlog_across_a_stop_in_mid_stream(
     run = make_run(interop_broker, tmp_path, 2, "backlog")
     try:
         first = run.start()
-        publisher.send("x/n", payloads_out[: count // 2], 2)
+        publisher.send_all(Message("x/n", p, 2) for p in payloads_out[: count // 2])
         wait_until(
             lambda: first.wal.next_offset >= 300,
             TIMEOUT,
@@ -278,13 +243,14 @@ def test_qos2_backlog_across_a_stop_in_mid_stream(
 
         stopping = threading.Thread(target=stop_first, name="stop-receiver")
         stopping.start()
-        publisher.send("x/n", payloads_out[count // 2 :], 2)  # while the receiver stops
+        # while the receiver stops
+        publisher.send_all(Message("x/n", p, 2) for p in payloads_out[count // 2 :])
         stopping.join(TIMEOUT)
         assert not stopping.is_alive(), "Receiver.stop() did not return"
         if errors:
             raise errors[0]
         stored_at_stop = run.end
-        publisher.wait()
+        publisher.wait_acknowledged()
         second = run.start()
         run.settle(second, count)
         run.stop(second)
@@ -308,8 +274,8 @@ def test_messages_queued_for_a_persistent_session_are_stored(
     run = make_run(interop_broker, tmp_path, qos, "offline")
     try:
         run.stop(run.start())  # connected once: the session exists
-        publisher.send("x/o", numbered(count), qos)
-        publisher.wait()
+        publisher.send_all(Message("x/o", p, qos) for p in numbered(count))
+        publisher.wait_acknowledged()
         receiver = run.start()
         run.settle(receiver, count)
         run.stop(receiver)
@@ -348,18 +314,18 @@ def test_aedes_qos2_delivery_to_a_qos1_subscription_is_stored_and_reported(
     the fault once per connection."""
     count = 20
     broker = InteropBroker("aedes", aedes)
-    publisher = Publisher(broker, "interop-publisher")
+    publisher = publisher_to(broker)
     run = make_run(broker, tmp_path, 1, "granted")  # subscribes x/# at QoS 1
     caplog.set_level(logging.WARNING, logger=FAULT_LOGGER)
     try:
         receiver = run.start()
-        publisher.send("x/q", numbered(count), 2)
-        publisher.wait()
+        publisher.send_all(Message("x/q", p, 2) for p in numbered(count))
+        publisher.wait_acknowledged()
         run.settle(receiver, count)
         run.stop(receiver)
     finally:
         run.close()
-        publisher.close()
+        publisher.disconnect()
     payloads = run.payloads()
     summary = run.summary(count, payloads)
     assert payloads == numbered(count), summary
@@ -382,14 +348,14 @@ def test_aedes_qos_above_granted_is_logged_once_per_connection(
     resend withheld."""
     count = 20
     broker = InteropBroker("aedes", aedes)
-    proxy = ChaosProxy((aedes.host, aedes.port))
-    publisher = Publisher(broker, "interop-publisher")
+    proxy = FaultProxy((aedes.host, aedes.port))
+    publisher = publisher_to(broker)
     run = Run(broker, tmp_path / "wal", 1, "interop-granted-cut", url=proxy.url)
     caplog.set_level(logging.WARNING, logger=FAULT_LOGGER)
     try:
         receiver = run.start()
-        publisher.send("x/q", numbered(count), 2)
-        publisher.wait()
+        publisher.send_all(Message("x/q", p, 2) for p in numbered(count))
+        publisher.wait_acknowledged()
         run.settle(receiver, count)
         assert fault_warnings(caplog, QOS_ABOVE_GRANTED), caplog.text
         assert proxy.cut() == 1
@@ -398,13 +364,13 @@ def test_aedes_qos_above_granted_is_logged_once_per_connection(
             TIMEOUT,
             message=lambda: f"receiver reconnected {receiver.stats.connections - 1} times",
         )
-        publisher.send("x/q", [str(n).encode() for n in range(count, 2 * count)], 2)
-        publisher.wait()
+        publisher.send_all(Message("x/q", str(n).encode(), 2) for n in range(count, 2 * count))
+        publisher.wait_acknowledged()
         run.settle(receiver, 2 * count)
         run.stop(receiver)
     finally:
         run.close()
-        publisher.close()
+        publisher.disconnect()
         proxy.close()
     payloads = run.payloads()
     summary = run.summary(2 * count, payloads)

@@ -19,9 +19,9 @@ with its receive time. The messages go through ``decode_messages`` with a fresh 
 * every value the peer sent is in the column of its datatype, and no other value column is set
   (signed integers negative, UInt64 up to 2^64 - 1, DateTime in microseconds, arrays as lists,
   DataSet and Template as their JSON);
-* each payload decoded by pysparkplug's protobuf classes (the oracle, tests/sparkplug_payloads.py)
-  has the same seq, timestamp, and per metric the same name, alias, datatype, flags, value field
-  and raw value as our reader's; DATA metrics carry no name.
+* each payload decoded by pysparkplug's protobuf classes (the oracle,
+  devtools/sparkplug_payloads.py) has the same seq, timestamp, and per metric the same name,
+  alias, datatype, flags, value field and raw value as our reader's; DATA metrics carry no name.
 
 Tahu Java sends Template instances in DATA with members that carry no datatype (Sparkplug 3.0
 allows it): their values must still come out typed, from the birth.
@@ -53,16 +53,17 @@ from connector.sparkplug.payload import (
 )
 from connector.sparkplug.rows import VALUE_COLUMNS, Rows
 from connector.sparkplug.state import SparkplugState
+from devtools import REPO_ROOT
+from devtools.sparkplug_payloads import pb
 from devtools.system_tools import which
-from tests.brokers import MosquittoBroker
-from tests.mqtt_clients import PahoClient
-from tests.sparkplug_payloads import pb
-from tests.sparkplug_peers import BIN_DIRS, REPO, js_edge_node
-from tests.waiting import wait_until
+from tests.support.brokers import MosquittoBroker
+from tests.support.paho_client import PahoClient
+from tests.support.sparkplug_edge_nodes import BIN_DIRS, js_edge_node
+from tests.support.waiting import wait_until
 
-TAHU_DIR = REPO / ".brokers" / "tahu"
+TAHU_DIR = REPO_ROOT / ".brokers" / "tahu"
 TAHU_DRIVER = TAHU_DIR / "tahu-edge-node.jar"
-TAHU_LOGBACK = REPO / "tools" / "tahu-edge" / "logback.xml"
+TAHU_LOGBACK = REPO_ROOT / "tools" / "tahu-edge" / "logback.xml"
 PEER_TIMEOUT = 90.0
 """Seconds a peer may take from start to exit (a JVM's start, Tahu's 1 s pause at disconnect)."""
 DELIVERY_TIMEOUT = 20.0

@@ -16,10 +16,10 @@ from connector.receiver.receiver import Receiver
 from connector.sparkplug.messages import decode_messages, messages_of
 from connector.sparkplug.state import SparkplugState
 from connector.wal import WalReader
-from tests.brokers import MosquittoBroker
-from tests.mqtt_clients import PahoClient
-from tests.sparkplug_peers import js_edge_node
-from tests.waiting import wait_until
+from tests.support.brokers import MosquittoBroker
+from tests.support.paho_client import PahoClient
+from tests.support.sparkplug_edge_nodes import js_edge_node
+from tests.support.waiting import wait_until
 
 TIMEOUT = 60.0
 GROUP = "interop"

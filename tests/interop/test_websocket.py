@@ -18,7 +18,6 @@ import logging
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,10 +29,11 @@ from connector.mqtt.errors import BrokerUnreachable, TlsError
 from connector.mqtt.tls import TlsOptions
 from connector.options.source import SourceOptions
 from connector.receiver.receiver import Receiver
-from tests.brokers import Pki
-from tests.interop_brokers import MochiBroker, MochiTls
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from devtools.interop_brokers import MochiBroker, MochiTls
+from tests.support.brokers import Pki
+from tests.support.ids import unique_id
+from tests.support.paho_client import PahoClient
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0
@@ -42,13 +42,9 @@ AWS_ALPN = "x-amzn-mqtt-ca"
 MochiFactory = Callable[..., MochiBroker]
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
-
-
 def publisher(broker: MochiBroker) -> PahoClient:
     """A connected paho-mqtt client on the broker's plain TCP listener."""
-    paho = PahoClient(unique("paho-"))
+    paho = PahoClient(unique_id("paho-"))
     assert paho.connect(broker.host, broker.port).accepted, f"paho refused by {broker!r}"
     return paho
 
@@ -70,7 +66,7 @@ def receive(client: MqttClient, count: int, timeout: float = TIMEOUT) -> list[tu
 def test_every_qos_over_ws_and_after_a_broker_restart(mochi_factory: MochiFactory) -> None:
     broker = mochi_factory(listeners=("ws",))
     url = broker.ws_url + "/mqtt"
-    config = SessionConfig(unique("ws-"), clean_session=False, keep_alive=10)
+    config = SessionConfig(unique_id("ws-"), clean_session=False, keep_alive=10)
     client = MqttClient(url, config, [("ws/#", 2)], connect_timeout=5.0)
     client.reconnect_policy.initial = client.reconnect_policy.maximum = 0.05
     published: set[bytes] = set()
@@ -108,7 +104,7 @@ def test_wss_with_a_test_ca_and_client_certificates(mochi_factory: MochiFactory,
     broker = mochi_factory(listeners=("wss",), tls=tls)
     url = broker.listener_url("wss", "localhost") + "/mqtt?token=not-shown"
     trusted = TlsOptions(str(pki.ca_cert), str(pki.client_cert), str(pki.client_key))
-    with MqttClient(url, SessionConfig(unique("wss-")), [("s/#", 1)], tls=trusted) as client:
+    with MqttClient(url, SessionConfig(unique_id("wss-")), [("s/#", 1)], tls=trusted) as client:
         client.connect()
         assert "token" not in str(client.broker)
         paho = publisher(broker)
@@ -118,12 +114,12 @@ def test_wss_with_a_test_ca_and_client_certificates(mochi_factory: MochiFactory,
 
     untrusted = TlsOptions(str(pki.other_ca_cert), str(pki.client_cert), str(pki.client_key))
     with pytest.raises(TlsError, match="is not trusted"):
-        MqttClient(url, SessionConfig(unique("wss-")), tls=untrusted).connect()
+        MqttClient(url, SessionConfig(unique_id("wss-")), tls=untrusted).connect()
     # TLS 1.3: the broker's refusal of a missing client certificate arrives on the first read,
     # the WebSocket handshake's.
     anonymous = TlsOptions(str(pki.ca_cert))
     with pytest.raises(TlsError, match="requires a client certificate") as refused:
-        MqttClient(url, SessionConfig(unique("wss-")), tls=anonymous).connect()
+        MqttClient(url, SessionConfig(unique_id("wss-")), tls=anonymous).connect()
     assert "not-shown" not in str(refused.value)
 
 
@@ -133,7 +129,7 @@ def test_one_megabyte_messages_both_ways_and_many_small_ones_in_order(
     broker = mochi_factory(listeners=("ws",))
     big = os.urandom(1 << 20)
     # Small reads: the 1 MB message spans many reads, each partial frame fed on as it comes.
-    config = SessionConfig(unique("big-"))
+    config = SessionConfig(unique_id("big-"))
     with MqttClient(broker.ws_url, config, [("big/#", 1)], read_size=16384) as client:
         client.connect()
         paho = publisher(broker)
@@ -151,7 +147,7 @@ def test_one_megabyte_messages_both_ways_and_many_small_ones_in_order(
 
 def test_a_ws_url_at_the_plain_mqtt_port_names_the_listener(mochi_factory: MochiFactory) -> None:
     broker = mochi_factory()
-    client = MqttClient(f"ws://{broker.host}:{broker.port}", SessionConfig(unique("ws-")))
+    client = MqttClient(f"ws://{broker.host}:{broker.port}", SessionConfig(unique_id("ws-")))
     with pytest.raises(BrokerUnreachable) as failed:
         client.connect()
     assert f"ws://{broker.host}:{broker.port}/mqtt" in str(failed.value)
@@ -188,7 +184,7 @@ def test_alpn_as_aws_iot_core_requires_it(
 
     def offering(*alpn: str) -> MqttClient:
         tls = TlsOptions(str(pki.ca_cert), str(pki.client_cert), str(pki.client_key), alpn=alpn)
-        return MqttClient(url, SessionConfig(unique("alpn-")), tls=tls, connect_timeout=5.0)
+        return MqttClient(url, SessionConfig(unique_id("alpn-")), tls=tls, connect_timeout=5.0)
 
     with pytest.raises(TlsError) as refused:
         offering("mqtt").connect()
@@ -209,7 +205,7 @@ def test_alpn_offered_to_a_server_without_alpn_goes_on(
     url = broker.listener_url("tls", "localhost")
     with (
         caplog.at_level(logging.INFO, logger="connector.mqtt.driver"),
-        MqttClient(url, SessionConfig(unique("alpn-")), tls=tls) as client,
+        MqttClient(url, SessionConfig(unique_id("alpn-")), tls=tls) as client,
     ):
         client.connect()
     assert f"ALPN protocol None selected (offered: {AWS_ALPN})" in caplog.text
@@ -217,7 +213,7 @@ def test_alpn_offered_to_a_server_without_alpn_goes_on(
 
 def test_the_cli_subscribes_over_ws(mochi_factory: MochiFactory) -> None:
     broker = mochi_factory(listeners=("ws",))
-    topic = unique("cli/")
+    topic = unique_id("cli/")
     paho = publisher(broker)
     paho.publish(topic, b"retained \x00 for the cli", 1, retain=True)
     paho.disconnect()
@@ -244,9 +240,9 @@ def test_mqtt5_over_ws_keeps_properties(mochi_factory: MochiFactory) -> None:
 
     broker = mochi_factory(listeners=("ws",))
     v5 = ProtocolLevel.MQTT_5
-    config = SessionConfig(unique("ws5-"), clean_session=True, level=v5)
+    config = SessionConfig(unique_id("ws5-"), clean_session=True, level=v5)
     client = MqttClient(broker.ws_url + "/mqtt", config, [("ws5/#", 1)], connect_timeout=5.0)
-    publisher = MqttClient(broker.url, SessionConfig(unique("pub5-"), True, level=v5))
+    publisher = MqttClient(broker.url, SessionConfig(unique_id("pub5-"), True, level=v5))
     props = Properties(content_type="application/json", user_properties=[("k", "1"), ("k", "2")])
     with client, publisher:
         connected = client.connect()

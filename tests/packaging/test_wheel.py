@@ -15,16 +15,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.brokers import MosquittoBroker
-from tests.offline_session import queue_for_session
-from tests.spark.streams import numbered, unique_id
-from tests.spark_processes import (
-    DIST_NAME,
-    FreshVenv,
-    build_wheel,
-    clean_env,
-    source_files,
-)
+from tests.support.brokers import MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, queue_for_session
+from tests.support.spark_processes import DIST_NAME, FreshVenv, build_wheel, clean_env, source_files
 
 PRODUCT = ("connector", "streaming_jobs", "pyspark_mqtt.py")
 """The wheel's top-level entries besides its ``.dist-info``."""
@@ -136,7 +130,7 @@ def test_spark_in_the_fresh_virtualenv_finds_format_mqtt_by_itself(
 ) -> None:
     topic, client_id = f"wheel/{unique_id('t-')}", unique_id("wheel-")
     messages = numbered(topic, 5, qos=1)
-    queue_for_session(mosquitto, client_id, [(topic, 1)], messages)
+    queue_for_session(mosquitto, client_id, topic, 1, messages)
     result = venv.run_script(
         SPARK_READ,
         mosquitto.url, topic, client_id, str(tmp_path / "wal"), str(tmp_path / "checkpoint"),

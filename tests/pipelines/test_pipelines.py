@@ -22,13 +22,15 @@ import yaml
 
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
+from devtools import REPO_ROOT
 from devtools.broker_process import LOOPBACK, port_accepts
 from devtools.delta_log import DeltaSnapshot
 from streaming_jobs.pipelines.launch import CONNECT_PORT
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark.streams import Message, publish, unique_id
-from tests.spark_processes import REPO_ROOT, SparkProcess, tail
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.publishing import Message, publish
+from tests.support.spark_processes import SparkProcess, tail
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -1,36 +1,21 @@
-"""Fixtures for end-to-end tests of ``format("mqtt")``: real Mosquitto, real Spark, real Delta.
+"""End-to-end tests of ``format("mqtt")``: real Mosquitto, real Spark, real Delta.
 
-One Spark session serves the whole run (it takes seconds to start and warm up). Every test gets
-its own broker, WAL, checkpoint and table under ``tmp_path`` and stops its queries in a
-``finally``. The helpers the tests share (publishing, queries, waits, assertions) are in
-:mod:`tests.spark.streams`.
+The run's one Spark session and each test's ``dirs`` come from
+:mod:`tests.support.spark_fixtures`, the helpers the tests share (queries, waits, assertions)
+from :mod:`tests.support.spark_streams`. Every test gets its own broker, WAL, checkpoint and
+table under ``tmp_path`` and stops its queries in a ``finally``; a test that leaves one running
+fails.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from pyspark.sql import SparkSession
 
-from streaming_jobs.spark_session import local_spark
-from tests.spark.streams import StreamDirs
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """The one local Spark session (local[2], Delta) of the test run."""
-    session = local_spark("connector-spark-tests", **{"spark.sql.shuffle.partitions": "2"})
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        for query in session.streams.active:
-            with contextlib.suppress(Exception):  # best effort at the end of the run
-                query.stop()
-        session.stop()
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture(autouse=True)
@@ -44,9 +29,3 @@ def _no_leftover_queries(request: pytest.FixtureRequest) -> Iterator[None]:
     for query in leftovers:
         query.stop()
     assert not leftovers, f"test left {len(leftovers)} streaming queries running"
-
-
-@pytest.fixture
-def dirs(tmp_path: Path) -> StreamDirs:
-    """WAL, checkpoint and table paths for one query, under the test's tmp_path."""
-    return StreamDirs.under(tmp_path / "stream")

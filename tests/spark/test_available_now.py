@@ -26,19 +26,19 @@ from pyspark.sql import SparkSession
 
 from connector.wal import WalWriter
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import SteadyPublisher
+from tests.support.spark_streams import (
     StreamDirs,
     mqtt_reader,
     payloads,
     read_table,
     reported_delivery,
     to_delta,
-    unique_id,
     wait_wal_released,
 )
-from tests.steady_traffic import SteadyPublisher
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 RUN_TIMEOUT = 180.0
 RATE = 150.0
@@ -123,7 +123,7 @@ def test_available_now_leaves_nothing_behind_and_a_new_wal_goes_on(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, qos: int, receivers: int
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     runs = Runs(
         spark,
         broker.url,

@@ -48,14 +48,13 @@ from pathlib import Path
 import pytest
 
 from connector.mqtt.cli import SEQUENCE_DIGITS
-from connector.mqtt.config import SessionConfig
-from connector.mqtt.driver import MqttClient
 from connector.mqtt.packets import ProtocolLevel
+from devtools.backlog import create_session, pub_command
 from devtools.delta_log import DeltaSnapshot
 from devtools.process_tree import alive_in, process_groups
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark_processes import tail
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.spark_processes import tail
+from tests.support.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ def _batch_files(directory: Path) -> list[int]:
 
 
 @dataclass
-class Publisher:
+class StagePublisher:
     """A background ``python -m connector.mqtt pub`` subprocess for one stage's topic."""
 
     topic: str
@@ -114,14 +113,11 @@ class Publisher:
         qos: int,
         workdir: Path,
         mqtt: str = "3.1.1",
-    ) -> Publisher:
+    ) -> StagePublisher:
         topic, count, rate = stage
         log = workdir / f"pub-{topic.replace('/', '-')}.log"
-        command = [
-            sys.executable, "-m", "connector.mqtt", "pub", "--broker", broker.url,
-            "--topic", topic, "--qos", str(qos), "--count", str(count),
-            "--size", str(PAYLOAD_BYTES), "--inflight", str(PUBLISH_INFLIGHT),
-        ]  # fmt: skip
+        command = pub_command(broker.url, topic, qos, count, PAYLOAD_BYTES)
+        command += ["--inflight", str(PUBLISH_INFLIGHT)]
         if rate is not None:
             command += ["--rate", str(rate)]
         if mqtt == "5":
@@ -297,20 +293,6 @@ def scenario(broker: MosquittoBroker, qos: int, workdir: Path, mqtt: str) -> Ite
         run.cleanup()
 
 
-def create_session(broker: MosquittoBroker, client_id: str, qos: int, mqtt: str) -> None:
-    """The job's persistent session exists before anything is published (at the job's MQTT
-    version: at 5 its Session Expiry Interval is the job's, never)."""
-    level = ProtocolLevel.parse(mqtt)
-    client = MqttClient(
-        broker.url,
-        SessionConfig(client_id, clean_session=False, level=level),
-        [(TOPIC_FILTER, qos)],
-    )
-    connected = client.connect()
-    assert not connected.session_present
-    client.disconnect()
-
-
 def read_table(table: Path) -> dict:
     """(topic -> sequence numbers) of every row of the Delta table, read from its log and
     Parquet files without Spark (devtools.delta_log)."""
@@ -363,13 +345,17 @@ def test_kill_9_and_restart_delivers_exactly_once(
     broker_factory: BrokerFactory, tmp_path: Path, qos: int, mqtt: str
 ) -> None:
     broker = broker_factory(max_queued_messages=1_000_000)
-    publishers: list[Publisher] = []
+    publishers: list[StagePublisher] = []
     with scenario(broker, qos, tmp_path, mqtt) as run:
-        create_session(broker, run.client_id, qos, mqtt)
+        # The job's session exists before anything is published (at the job's MQTT version:
+        # at 5 its Session Expiry Interval is the job's, never).
+        create_session(
+            broker.url, run.client_id, TOPIC_FILTER, qos, level=ProtocolLevel.parse(mqtt)
+        )
         try:
             # (a) a backlog, a run killed while its first batch is in flight (planned, not
             # committed).
-            publishers.append(Publisher.start(broker, STAGE_A, qos, tmp_path, mqtt))
+            publishers.append(StagePublisher.start(broker, STAGE_A, qos, tmp_path, mqtt))
             publishers[-1].finish()
             job = run.start_job()
             job.wait_for("the first batch planned", lambda: job.offsets, START_TIMEOUT)
@@ -382,7 +368,7 @@ def test_kill_9_and_restart_delivers_exactly_once(
             # (b) killed mid-stream while a publisher is sending, not aligned with batches.
             job = run.start_job()
             job.wait_new_commits(1, START_TIMEOUT)
-            publishers.append(Publisher.start(broker, STAGE_B, qos, tmp_path, mqtt))
+            publishers.append(StagePublisher.start(broker, STAGE_B, qos, tmp_path, mqtt))
             wal = job.wal_position()
             job.wait_for("the receiver appending", lambda: job.wal_position() != wal, 30)
             assert publishers[-1].running, "kill (b) was meant to land while messages flow"
@@ -398,7 +384,7 @@ def test_kill_9_and_restart_delivers_exactly_once(
 
             # Last run: stage c is queued by the broker while no job runs; with every
             # publisher done, the available-now run drains the session's queue and exits.
-            publishers.append(Publisher.start(broker, STAGE_C, qos, tmp_path, mqtt))
+            publishers.append(StagePublisher.start(broker, STAGE_C, qos, tmp_path, mqtt))
             for publisher in publishers:
                 publisher.finish()
             job = run.start_job("available-now")

@@ -7,22 +7,17 @@ from pyspark.sql import SparkSession
 
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
-    StreamDirs,
-    numbered,
-    publish,
-    start_stream,
-    unique_id,
-    wait_for_rows,
-)
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import StreamDirs, start_stream, wait_for_rows
 
 
 def test_the_first_batch_of_a_run_takes_the_broker_s_queue(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     session = MqttClient(broker.url, SessionConfig(client_id, clean_session=False), [("fb/#", 1)])
     assert not session.connect().session_present
     session.disconnect()

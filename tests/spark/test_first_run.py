@@ -19,19 +19,17 @@ from pyspark.sql import Row, SparkSession
 from connector.source import create_session
 from connector.spark.reader.progress_frame import source_receivers
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory
-from tests.spark import job_runner
-from tests.spark.job_runner import LAND_TIMEOUT, TRIGGER, Job
-from tests.spark.streams import (
-    Message,
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ingest_job import LAND_TIMEOUT, START_TIMEOUT, TRIGGER, Job
+from tests.support.publishing import Message, publish
+from tests.support.spark_streams import (
     StreamDirs,
     assert_at_least_once,
     assert_exactly_once,
-    publish,
     read_table,
     stop_all,
     to_delta,
-    unique_id,
     wait_for_rows,
 )
 
@@ -64,7 +62,7 @@ def test_a_session_made_ahead_loses_nothing_of_the_first_run(
         "topic": "plant/#",
         "qos": "2",
         "walPath": str(dirs.wal),
-        "clientId": unique_id(),
+        "clientId": unique_id("spark-"),
     }
     sessions = create_session(opts)
     assert [s.created for s in sessions] == [True]
@@ -98,7 +96,7 @@ def test_the_job_loses_nothing_published_from_its_ready_line(
         "first-run",
     )  # fmt: skip
     try:
-        job.wait_for("the job's ready line", lambda: READY in job.stdout, job_runner.START_TIMEOUT)
+        job.wait_for("the job's ready line", lambda: READY in job.stdout, START_TIMEOUT)
         messages = mixed("plant/a")
         publish(broker, messages)
         job.wait_for(

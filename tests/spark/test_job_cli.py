@@ -13,10 +13,11 @@ import pytest
 
 from connector.receiver.broker_session import SUBSCRIPTIONS_FILE
 from connector.wal import WalReader
+from devtools import REPO_ROOT
 from devtools.broker_process import free_port
 from streaming_jobs.ingest_config import build_parser
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import REPO_ROOT, batch_files, run_job
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import batch_files, run_job
 
 FAST = 10.0
 """Seconds a run that fails before Spark starts may take (Python start and imports)."""

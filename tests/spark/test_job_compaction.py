@@ -15,14 +15,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from devtools.delta_log import DeltaSnapshot, delta_commits, delta_row_count, txn_versions
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import (
-    LAND_TIMEOUT,
-    Job,
-    PacedPublisher,
-    publish,
-    wait_subscribed,
-)
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import LAND_TIMEOUT, Job
+from tests.support.publishing import PacedPublisher, as_messages, publish
+from tests.support.waiting import wait_subscribed
 
 BURST = 200
 PACED = 1600  # at RATE per second (40 s), from before the kill to after the restart
@@ -65,12 +61,12 @@ def test_compaction_while_streaming_survives_kill_9_and_keeps_rows_once(
     total = BURST + PACED
     jobs: list[Job] = []
     publisher = PacedPublisher(
-        broker, [message(s) for s in range(BURST, total)], RATE, qos=2, hold_at=HOLD_AT
+        broker, as_messages([message(s) for s in range(BURST, total)], qos=2), RATE, HOLD_AT
     )
     try:
         jobs.append(Job.start(args, tmp_path, "run-1"))
         wait_subscribed(broker, client_id, "compact/#", 2, jobs[0])
-        publish(broker, [message(s) for s in range(BURST)], qos=2)
+        publish(broker, as_messages([message(s) for s in range(BURST)], qos=2))
         publisher.start()
         jobs[0].wait_for(
             "a compaction that finished, then another one starting",

@@ -25,17 +25,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from devtools.delta_log import delta_commits, delta_row_count, txn_versions
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import (
-    LAND_TIMEOUT,
-    START_TIMEOUT,
-    TRIGGER,
-    Job,
-    PacedPublisher,
-    batch_files,
-    publish,
-    wait_subscribed,
-)
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import LAND_TIMEOUT, START_TIMEOUT, TRIGGER, Job, batch_files
+from tests.support.publishing import PacedPublisher, as_messages, publish
+from tests.support.waiting import wait_subscribed
 
 SCHEMA = "seq BIGINT NOT NULL, temp DOUBLE"
 BURST = 150  # before the kill
@@ -78,12 +71,15 @@ def test_kill_9_between_the_two_writes_then_restart_keeps_both_tables_exactly_on
     total = BURST + PACED
     jobs: list[Job] = []
     publisher = PacedPublisher(
-        broker, [message(s) for s in range(BURST, total)], RATE, qos=2, hold_at=PACED // 2
+        broker,
+        as_messages([message(s) for s in range(BURST, total)], qos=2),
+        RATE,
+        hold_at=PACED // 2,
     )
     try:
         jobs.append(Job.start(args, tmp_path, "run-1"))
         wait_subscribed(broker, client_id, "crash/#", 2, jobs[0])
-        publish(broker, [message(s) for s in range(BURST)], qos=2)
+        publish(broker, as_messages([message(s) for s in range(BURST)], qos=2))
         publisher.start()
         jobs[0].wait_for(
             "a batch in the table but not yet in the checkpoint",

@@ -4,7 +4,7 @@ ends at 100% of the messages queued for the job's session; with the default (``a
 of it on a pipe, and the log has the final line either way.
 
 Messages are queued for the job's persistent session before it starts
-(:func:`tests.offline_session.queue_for_session`), so each run drains a known number, in
+(:func:`tests.support.publishing.queue_for_session`), so each run drains a known number, in
 several micro-batches (``--max-messages-per-trigger``), and exits by itself.
 """
 
@@ -15,11 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from devtools import REPO_ROOT
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.offline_session import queue_for_session
-from tests.spark.job_runner import EXIT_TIMEOUT, INGEST, REPO_ROOT, START_TIMEOUT, Job, job_env
-from tests.spark.streams import numbered, publish, unique_id
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.ingest_job import EXIT_TIMEOUT, INGEST, START_TIMEOUT, Job, job_env
+from tests.support.publishing import numbered, publish, queue_for_session
 
 TOPIC = "drain/t"
 FIRST, SECOND = 300, 90
@@ -66,7 +67,7 @@ def test_an_available_now_run_shows_its_progress_towards_the_target(
 ) -> None:
     broker = broker_factory()
     client_id = unique_id("drain-")
-    queue_for_session(broker, client_id, [("drain/#", 1)], numbered(TOPIC, FIRST))
+    queue_for_session(broker, client_id, "drain/#", 1, numbered(TOPIC, FIRST))
 
     out, err = _drain(broker, tmp_path, client_id, "--progress", "always")
     detail = f"--- stdout\n{out}\n--- stderr\n{err!r}"

@@ -24,17 +24,10 @@ from pyspark.sql import functions as F
 
 from devtools.delta_log import delta_row_count
 from streaming_jobs import payloads
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import (
-    LAND_TIMEOUT,
-    TRIGGER,
-    Job,
-    batch_files,
-    publish,
-    run_job,
-    spark_submit,
-    wait_subscribed,
-)
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import LAND_TIMEOUT, TRIGGER, Job, batch_files, run_job, spark_submit
+from tests.support.publishing import Message, as_messages, publish
+from tests.support.waiting import wait_subscribed
 
 SCHEMA = "seq BIGINT NOT NULL, temp DOUBLE, status STRING"
 BAD_JSON: dict[bytes, str] = {
@@ -90,7 +83,7 @@ def test_json_payloads_split_exactly_once_between_table_and_dead_letters(
         messages = [(topic, json.dumps(body).encode()) for topic, body in good.values()]
         for n, payload in enumerate(BAD_JSON):  # interleaved with the good ones
             messages.insert(2 * n + 1, (f"plant/bad{n}/dev/telemetry", payload))
-        publish(broker, messages)
+        publish(broker, as_messages(messages))
         total = len(messages)
         job.wait_for(
             f"{total} rows in the table and the dead-letter table",
@@ -158,7 +151,10 @@ def test_text_payloads_with_toml_config_and_sigterm_during_a_batch(
     texts = ["plain", "ünïcödé ✓", "", "line\nbreak"]
     try:
         wait_subscribed(broker, client_id, "text/#", 1, job)  # QoS 1: the flag won
-        publish(broker, [("text/a", t.encode()) for t in texts] + [("text/b", b"\xc3\x28")])
+        publish(
+            broker,
+            [Message("text/a", t.encode()) for t in texts] + [Message("text/b", b"\xc3\x28")],
+        )
         job.wait_for(
             "5 rows, their batch committed in the checkpoint",
             lambda: (
@@ -170,7 +166,7 @@ def test_text_payloads_with_toml_config_and_sigterm_during_a_batch(
         )
 
         committed = max(batch_files(checkpoint, "commits"))
-        publish(broker, [("text/last", b"the last one")])
+        publish(broker, [Message("text/last", b"the last one")])
         job.wait_for(
             "a batch planned after the last message",
             lambda: max(batch_files(checkpoint, "offsets")) > committed,
@@ -212,9 +208,9 @@ def test_sigterm_to_the_spark_submit_jvm_stops_after_the_batch_with_a_summary(
     job = Job.start(args, tmp_path, "submit-job", launcher=spark_submit())
     try:
         wait_subscribed(broker, client_id, "jvm/#", 1, job)
-        publish(broker, [(f"jvm/{i % 3}", f"m{i}".encode()) for i in range(40)])
+        publish(broker, [Message(f"jvm/{i % 3}", f"m{i}".encode()) for i in range(40)])
         job.wait_for("40 rows landed", lambda: delta_row_count(table) >= 40, LAND_TIMEOUT)
-        publish(broker, [("jvm/last", b"the last one")])
+        publish(broker, [Message("jvm/last", b"the last one")])
         status = job.terminate()  # the JVM: spark-submit execs java
     finally:
         job.cleanup()

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.interop_brokers import ExternalBroker
-from tests.spark.job_runner import EXIT_TIMEOUT, START_TIMEOUT, Job, publish
+from devtools.interop_brokers import ExternalBroker
+from tests.support.ingest_job import EXIT_TIMEOUT, START_TIMEOUT, Job
+from tests.support.publishing import Message, publish
 
 pytestmark = pytest.mark.interop
 
@@ -66,7 +67,7 @@ def test_identical_messages_queued_between_available_now_runs_all_land(
     runs.append(_run_available_now(args, tmp_path, "run1"))  # creates the session: 0 rows
     assert runs[-1].proc.returncode == 0, runs[-1].logs()
     for n in (2, 3):
-        publish(mochi, [(TOPIC, PAYLOAD)] * BURST, qos=qos)  # while no job runs
+        publish(mochi, [Message(TOPIC, PAYLOAD, qos)] * BURST)  # while no job runs
         runs.append(_run_available_now(args, tmp_path, f"run{n}"))
         assert runs[-1].proc.returncode == 0, runs[-1].logs()
 

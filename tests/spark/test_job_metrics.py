@@ -14,15 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.broker_process import free_port
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import (
-    LAND_TIMEOUT,
-    START_TIMEOUT,
-    TRIGGER,
-    Job,
-    publish,
-    wait_subscribed,
-)
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import LAND_TIMEOUT, START_TIMEOUT, TRIGGER, Job
+from tests.support.publishing import Message, publish
+from tests.support.waiting import wait_subscribed
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -60,7 +55,7 @@ def test_a_scrape_during_a_run(broker_factory: BrokerFactory, tmp_path: Path) ->
         wait_subscribed(broker, client_id, "m/#", 1, job)
         job.wait_for("the metrics endpoint", lambda: scrape(port), START_TIMEOUT)
         published = time.monotonic()
-        publish(broker, [(f"m/{i % 3}", b"reading %d" % i) for i in range(30)])
+        publish(broker, [Message(f"m/{i % 3}", b"reading %d" % i) for i in range(30)])
         seen: list[Samples] = []
 
         def landed() -> bool:

@@ -31,9 +31,10 @@ from streaming_jobs.payloads import (
     make_plan,
     table_rows,
 )
-from tests.brokers import BrokerFactory
-from tests.mqtt_clients import PahoClient
-from tests.spark.job_runner import LAND_TIMEOUT, PUBLISH_TIMEOUT, TRIGGER, Job, wait_subscribed
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import LAND_TIMEOUT, TRIGGER, Job
+from tests.support.publishing import Message, publish
+from tests.support.waiting import wait_subscribed
 
 SCHEMA = "seq BIGINT NOT NULL, temp DOUBLE"
 RECEIVED = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -171,20 +172,6 @@ def test_a_schema_field_named_properties_renames_the_mqtt_column(spark: SparkSes
 # ---------------------------------------------------------------------------- end to end
 
 
-def _publish(
-    broker_url: str, host: str, port: int, messages: list[tuple[str, bytes, PahoProperties | None]]
-) -> None:
-    client = PahoClient(f"pub5-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv5)
-    assert client.connect(host, port).accepted, broker_url
-    try:
-        infos = [client.client.publish(t, p, qos=1, properties=props) for t, p, props in messages]
-        for info in infos:
-            info.wait_for_publish(PUBLISH_TIMEOUT)
-            assert info.is_published()
-    finally:
-        client.disconnect()
-
-
 def _properties(content_type: str | None, device: str) -> PahoProperties:
     props = PahoProperties(PacketTypes.PUBLISH)
     if content_type is not None:
@@ -210,15 +197,17 @@ def test_the_job_lands_mqtt5_properties_and_dead_letters_a_text_plain_message(
         "job5",
     )  # fmt: skip
     messages = [
-        ("plant/a", b'{"seq": 0, "temp": 1.5}', _properties("application/json", "d0")),
-        ("plant/b", b'{"seq": 1, "temp": 2.5}', None),  # no properties: parsed
-        ("plant/c", b'{"seq": 2, "temp": 3.5}', _properties("text/plain", "d2")),
-        ("plant/d", b'{"seq": 3, "temp": 4.5}', _properties(None, "d3")),
-        ("plant/e", b"not json", _properties(None, "d4")),
+        Message(
+            "plant/a", b'{"seq": 0, "temp": 1.5}', properties=_properties("application/json", "d0")
+        ),
+        Message("plant/b", b'{"seq": 1, "temp": 2.5}'),  # no properties: parsed
+        Message("plant/c", b'{"seq": 2, "temp": 3.5}', properties=_properties("text/plain", "d2")),
+        Message("plant/d", b'{"seq": 3, "temp": 4.5}', properties=_properties(None, "d3")),
+        Message("plant/e", b"not json", properties=_properties(None, "d4")),
     ]
     try:
         wait_subscribed(broker, client_id, "plant/#", 1, job)
-        _publish(broker.url, broker.host, broker.port, messages)
+        publish(broker, messages, protocol=mqtt.MQTTv5)
         job.wait_for(
             "5 rows in the table and the dead-letter table",
             lambda: delta_row_count(table) + delta_row_count(dead) >= len(messages),
@@ -252,7 +241,7 @@ def test_the_job_lands_mqtt5_properties_and_dead_letters_a_text_plain_message(
     assert set(dead_rows) == {"plant/c", "plant/e"}
     assert dead_rows["plant/c"].reason == "content type 'text/plain' is not JSON"
     assert dead_rows["plant/c"].ct == "text/plain"
-    assert bytes(dead_rows["plant/c"].payload) == messages[2][1]
+    assert bytes(dead_rows["plant/c"].payload) == messages[2].payload
     assert dead_rows["plant/e"].reason == payloads.NOT_JSON
     offsets = sorted([r.offset for r in good.values()] + [r.offset for r in dead_rows.values()])
     assert offsets == list(range(len(messages))), "every message exactly once, in one table"

@@ -22,18 +22,11 @@ from connector.sparkplug.messages import Message as Stored
 from connector.sparkplug.messages import decode_messages
 from connector.sparkplug.state import SparkplugState
 from devtools.delta_log import delta_row_count, txn_versions
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import (
-    LAND_TIMEOUT,
-    START_TIMEOUT,
-    TRIGGER,
-    Job,
-    PacedPublisher,
-    batch_files,
-    publish,
-    wait_subscribed,
-)
-from tests.sparkplug_payloads import birth, data, row_key
+from devtools.sparkplug_payloads import birth, data, row_key
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import LAND_TIMEOUT, START_TIMEOUT, TRIGGER, Job, batch_files
+from tests.support.publishing import PacedPublisher, as_messages, publish
+from tests.support.waiting import wait_subscribed
 
 N = "spBv1.0/plant/{}/edge1"
 D = "spBv1.0/plant/{}/edge1/pump"
@@ -90,11 +83,11 @@ def test_kill_9_during_alias_only_data_then_restart_without_a_birth(
     everything = BIRTHS + first + paced
     expected = _expected(everything)
     jobs: list[Job] = []
-    publisher = PacedPublisher(broker, paced, RATE, qos=2, hold_at=PACED // 2)
+    publisher = PacedPublisher(broker, as_messages(paced, qos=2), RATE, hold_at=PACED // 2)
     try:
         jobs.append(Job.start(args, tmp_path, "run-1"))
         wait_subscribed(broker, client_id, "spBv1.0/#", 2, jobs[0])
-        publish(broker, BIRTHS + first, qos=2)
+        publish(broker, as_messages(BIRTHS + first, qos=2))
         publisher.start()
         jobs[0].wait_for(
             "a committed batch of alias-only DATA",

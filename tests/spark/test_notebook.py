@@ -21,8 +21,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark.streams import Message, publish, unique_id
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.publishing import Message, publish
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO_ROOT / "streaming_jobs" / "notebooks" / "mqtt_ingest.py"

@@ -12,17 +12,11 @@ from pyspark.sql.streaming import StreamingQuery
 
 from connector.spark.reader.progress_frame import progress_frame
 from connector.spark.reader.progress_report import REPORT_VERSION
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
-    StreamDirs,
-    numbered,
-    publish,
-    start_stream,
-    unique_id,
-    wait_for_rows,
-    wait_subscribed,
-)
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import StreamDirs, start_stream, wait_for_rows
+from tests.support.waiting import wait_subscribed, wait_until
 
 
 def latest_report(query: StreamingQuery) -> dict[str, Any] | None:
@@ -37,7 +31,7 @@ def test_the_progress_reports_each_receiver(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     query = start_stream(spark, broker.url, dirs, topic="prog/#", clientId=client_id)
     try:
         wait_subscribed(broker, client_id, "prog/#", 1)
@@ -90,7 +84,7 @@ def test_several_receivers_each_report_their_figures(
     """Receivers in processes of their own (``receivers=2``, topics split) answer the same
     figures through the shard worker's status."""
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     query = start_stream(
         spark, broker.url, dirs, topics="pra/#,prb/#", clientId=client_id, receivers=2,
         shardBy="topics", qos=1,

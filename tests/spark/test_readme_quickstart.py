@@ -18,10 +18,11 @@ from pyspark.sql import SparkSession
 
 from connector.receiver.broker_session import SUBSCRIPTIONS_FILE
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import SUBMIT_ARGS
-from tests.spark.streams import LAND_TIMEOUT, assert_exactly_once, numbered, publish
-from tests.waiting import wait_until
+from tests.support.brokers import BrokerFactory
+from tests.support.ingest_job import SUBMIT_ARGS
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import LAND_TIMEOUT, assert_exactly_once
+from tests.support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## Reading MQTT: the quick start"

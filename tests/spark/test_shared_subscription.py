@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import TypedDict
 
 from devtools.delta_log import DeltaSnapshot, delta_commits, delta_version, file_rows
-from tests.brokers import BrokerFactory
-from tests.spark.job_runner import LAND_TIMEOUT, TRIGGER, Job, spark_submit, wait_subscribed
-from tests.spark.streams import Message, publish, unique_id
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.ingest_job import LAND_TIMEOUT, TRIGGER, Job, spark_submit
+from tests.support.publishing import Message, publish
+from tests.support.waiting import wait_subscribed
 
 GROUP = "ingest"
 FILTER = "shr/+/data"

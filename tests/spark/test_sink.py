@@ -20,10 +20,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from connector.spark.writer.task import IDEMPOTENCY_KEY
-from tests.brokers import LOOPBACK, BrokerFactory, MosquittoBroker, free_port
-from tests.interop_brokers import ExternalBroker
-from tests.mqtt_clients import PahoClient, Received
-from tests.spark.streams import TRIGGER, StreamDirs, mqtt_reader, unique_id, wait_subscribed
+from devtools.interop_brokers import ExternalBroker
+from tests.support.brokers import LOOPBACK, BrokerFactory, free_port
+from tests.support.ids import unique_id
+from tests.support.paho_client import PahoClient, Received
+from tests.support.publishing import Message, publish
+from tests.support.spark_streams import TRIGGER, StreamDirs, mqtt_reader
+from tests.support.waiting import wait_subscribed
 
 ARRIVE_TIMEOUT = 60.0
 
@@ -143,26 +146,19 @@ def test_a_broker_restart_in_the_middle_of_a_write_loses_nothing(
     assert connects >= 2, "the task never connected again"
 
 
-def publish_v5(broker: MosquittoBroker, topic: str, count: int) -> None:
+def with_every_property(topic: str, count: int) -> list[Message]:
     """``count`` MQTT 5 messages with every property a consumer sees."""
-    client = PahoClient(unique_id("pub-"), protocol=mqtt.MQTTv5)
-    assert client.connect(broker.host, broker.port).accepted
-    try:
-        infos = []
-        for i in range(count):
-            props = PahoProperties(PacketTypes.PUBLISH)
-            props.ContentType = "application/json"
-            props.ResponseTopic = "reply/here"
-            props.CorrelationData = b"corr-%d" % i
-            props.MessageExpiryInterval = 3600
-            props.PayloadFormatIndicator = 1
-            props.UserProperty = [("site", "s1"), ("n", str(i))]
-            payload = json.dumps({"n": i}).encode()
-            infos.append(client.client.publish(topic, payload, qos=1, properties=props))
-        for info in infos:
-            info.wait_for_publish(30)
-    finally:
-        client.disconnect()
+    messages = []
+    for i in range(count):
+        props = PahoProperties(PacketTypes.PUBLISH)
+        props.ContentType = "application/json"
+        props.ResponseTopic = "reply/here"
+        props.CorrelationData = b"corr-%d" % i
+        props.MessageExpiryInterval = 3600
+        props.PayloadFormatIndicator = 1
+        props.UserProperty = [("site", "s1"), ("n", str(i))]
+        messages.append(Message(topic, json.dumps({"n": i}).encode(), properties=props))
+    return messages
 
 
 def test_mqtt_to_mqtt_keeps_the_properties_and_adds_the_idempotency_key(
@@ -187,7 +183,7 @@ def test_mqtt_to_mqtt_keeps_the_properties_and_adds_the_idempotency_key(
     try:
         with subscriber(broker.host, broker.port, "out/#", v5=True) as sub:
             wait_subscribed(broker, client_id, "in/#", 1)
-            publish_v5(broker, "in/dev1", 20)
+            publish(broker, with_every_property("in/dev1", 20), protocol=mqtt.MQTTv5)
             received = arrived(sub, {json.dumps({"n": i}).encode() for i in range(20)})
     finally:
         query.stop()

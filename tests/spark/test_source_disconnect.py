@@ -19,21 +19,19 @@ import pytest
 from pyspark.sql import SparkSession
 
 from devtools.delta_log import delta_row_count
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark import job_runner
-from tests.spark.job_runner import TRIGGER, Job
-from tests.spark.streams import (
+from tests.support import ingest_job
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.ingest_job import TRIGGER, Job
+from tests.support.publishing import Message, numbered, publish
+from tests.support.spark_streams import (
     StreamDirs,
     mqtt_reader,
-    numbered,
-    publish,
     start_stream,
     to_delta,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
 )
-from tests.waiting import wait_until
+from tests.support.waiting import wait_subscribed, wait_until
 
 DISCONNECT_TIMEOUT = 30.0
 """The runner (or a receiver process) stops its receivers after Spark has moved on."""
@@ -76,7 +74,7 @@ def test_query_stop_sends_disconnect(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, receivers: int
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     query = start_stream(
         spark, broker.url, dirs, topic="dis/#", clientId=client_id, receivers=receivers
     )
@@ -95,7 +93,7 @@ def test_the_end_of_an_available_now_run_sends_disconnect(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, receivers: int
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     frame = mqtt_reader(
         spark, broker.url, dirs.wal, topic="now/#", clientId=client_id, receivers=receivers,
         availableNowIdleTimeout="0.5",
@@ -132,14 +130,12 @@ def test_sigterm_of_the_ingest_job_sends_disconnect(
     job = Job.start([*args, "--trigger", TRIGGER], tmp_path, f"sigterm-{receivers}")
     try:
         for client in client_ids(client_id, receivers):
-            job_runner.wait_subscribed(
-                broker, client, subscription("job/#", client_id, receivers), 1, job
-            )
-        job_runner.publish(broker, [("job/t", b"one"), ("job/t", b"two")])
+            wait_subscribed(broker, client, subscription("job/#", client_id, receivers), 1, job)
+        publish(broker, [Message("job/t", b"one"), Message("job/t", b"two")])
         job.wait_for(
             "2 rows in the table",
             lambda: delta_row_count(tmp_path / "table") >= 2,
-            job_runner.LAND_TIMEOUT,
+            ingest_job.LAND_TIMEOUT,
         )
         assert job.terminate() == 0, job.logs()
         assert_disconnected(broker, client_ids(client_id, receivers))
@@ -156,7 +152,7 @@ def test_the_end_of_an_available_now_job_sends_disconnect(
     args = job_args(broker, tmp_path, client_id, 1)
     job = Job.start([*args, "--trigger", "available-now"], tmp_path, "available-now")
     try:
-        assert job.proc.wait(job_runner.START_TIMEOUT) == 0, job.logs()
+        assert job.proc.wait(ingest_job.START_TIMEOUT) == 0, job.logs()
         assert_disconnected(broker, [client_id])
     finally:
         job.cleanup()

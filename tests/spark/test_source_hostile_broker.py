@@ -15,14 +15,14 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from tests.hostile_broker import QueueBroker
-from tests.spark.streams import (
-    Message,
+from tests.support.hostile_broker import QueueBroker
+from tests.support.ids import unique_id
+from tests.support.publishing import Message
+from tests.support.spark_streams import (
     StreamDirs,
     assert_exactly_once,
     assert_gap_free,
     start_stream,
-    unique_id,
     wait_for_rows,
 )
 
@@ -46,7 +46,7 @@ def test_one_violation_loses_nothing_and_the_query_keeps_running(
             send(broker.unacked())
 
     broker = QueueBroker([(m.topic, m.payload) for m in messages], plan)
-    query = start_stream(spark, broker.url, dirs, topic="hostile/#", clientId=unique_id())
+    query = start_stream(spark, broker.url, dirs, topic="hostile/#", clientId=unique_id("spark-"))
     try:
         rows = wait_for_rows(spark, dirs.table, len(messages), [query])
         assert query.isActive and query.exception() is None
@@ -68,7 +68,7 @@ def test_a_broker_that_keeps_violating_fails_the_query_clearly(
         send([], BAD_FRAME)
 
     broker = QueueBroker([], plan)
-    query = start_stream(spark, broker.url, dirs, topic="hostile/#", clientId=unique_id())
+    query = start_stream(spark, broker.url, dirs, topic="hostile/#", clientId=unique_id("spark-"))
     try:
         with pytest.raises(StreamingQueryException) as failure:
             # pyspark types awaitTermination's timeout int; it takes seconds as a float

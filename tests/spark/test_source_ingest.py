@@ -11,23 +11,21 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connector.source import MqttDataSource
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import Message, numbered, publish
+from tests.support.spark_streams import (
     COLUMNS,
-    Message,
     StreamDirs,
     assert_exactly_once,
     assert_gap_free,
     mqtt_reader,
-    numbered,
-    publish,
     read_table,
     start_stream,
     to_delta,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
 )
+from tests.support.waiting import wait_subscribed
 
 COUNT = 150
 TOPICS = ("plant/a/temp", "plant/b/temp", "plant/c")
@@ -42,7 +40,7 @@ def test_every_message_lands_once_with_its_metadata(
     # Retained before the subscription: delivered on subscribing, with the retain flag.
     retained = Message("plant/status", b"retained-before" + BINARY_TAIL, qos=1, retain=True)
     publish(broker, [retained])
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     query = start_stream(spark, broker.url, dirs, topic="plant/#", qos=sub_qos, clientId=client_id)
     try:
         wait_subscribed(broker, client_id, "plant/#", sub_qos)
@@ -87,7 +85,7 @@ def _land_a_few(
     """Run an mqtt -> Delta query built from ``session`` and check messages land."""
     broker = broker_factory()
     dirs = StreamDirs.under(tmp_path / "stream")
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     frame = mqtt_reader(session, broker.url, dirs.wal, topic="reg/#", clientId=client_id).load()
     query = to_delta(frame, dirs)
     try:

@@ -21,19 +21,18 @@ from pyspark.sql import SparkSession
 
 from connector.wal.records import FRAME_KIND, FRAME_SIZE, KIND_BLOCK, KIND_PROPERTIES_BLOCK
 from connector.wal.segment import HEADER_SIZE
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.mqtt_clients import PahoClient
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import Message, publish
+from tests.support.spark_streams import (
     COLUMNS,
-    PUBLISH_TIMEOUT,
     StreamDirs,
     assert_gap_free,
     read_table,
     start_stream,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
 )
+from tests.support.waiting import wait_subscribed
 
 TOPIC_FILTER = "m5/#"
 EXPIRY = 3600
@@ -52,26 +51,6 @@ def full_properties(n: int) -> PahoProperties:
     props.CorrelationData = CORRELATION + struct.pack(">I", n)
     props.UserProperty = list(USER_PROPERTIES)
     return props
-
-
-def publish_v5(
-    broker: MosquittoBroker, messages: list[tuple[str, bytes, int, PahoProperties | None]]
-) -> None:
-    """Publish (topic, payload, qos, properties or None) with an MQTT 5 paho client, in order,
-    and wait until the broker took every one (paho keeps at most 20 in flight)."""
-    client = PahoClient(unique_id("pub5-"), protocol=mqtt.MQTTv5)
-    outcome = client.connect(broker.host, broker.port)
-    assert outcome.accepted, outcome
-    try:
-        infos = [
-            client.client.publish(topic, payload, qos=qos, properties=props)
-            for topic, payload, qos, props in messages
-        ]
-        for info in infos:
-            info.wait_for_publish(PUBLISH_TIMEOUT)
-            assert info.is_published()
-    finally:
-        client.disconnect()
 
 
 def block_kinds(wal: Path) -> set[int]:
@@ -104,13 +83,13 @@ def test_mqtt5_messages_land_exactly_once_with_their_properties(
     )
     try:
         wait_subscribed(broker, client_id, TOPIC_FILTER, 2)
-        messages = []
+        messages: list[Message] = []
         for n in range(90):
             qos = n % 3
             props = full_properties(n) if n % 2 == 0 else None
             payload = json.dumps({"n": n, "props": props is not None}).encode()
-            messages.append((f"m5/q{qos}/{n % 4}", payload, qos, props))
-        publish_v5(broker, messages)
+            messages.append(Message(f"m5/q{qos}/{n % 4}", payload, qos, properties=props))
+        publish(broker, messages, protocol=mqtt.MQTTv5)
         wait_for_rows(spark, dirs.table, len(messages), [query])
     finally:
         query.stop()
@@ -131,9 +110,10 @@ def test_mqtt5_messages_land_exactly_once_with_their_properties(
     assert_gap_free(rows)
     by_payload = {bytes(row["payload"]): row for row in rows}
     assert len(by_payload) == len(rows) == len(messages), "every message exactly once"
-    for n, (topic, payload, qos, props) in enumerate(messages):
-        row = by_payload[payload]
-        assert (row["topic"], row["qos"], row["duplicate"]) == (topic, qos, False)
+    for n, message in enumerate(messages):
+        props = message.properties
+        row = by_payload[message.payload]
+        assert (row["topic"], row["qos"], row["duplicate"]) == (message.topic, message.qos, False)
         got = row["properties"].asDict(recursive=True)
         if props is None:
             assert got == {
@@ -174,7 +154,8 @@ def test_a_3_1_1_query_keeps_its_schema_and_a_version_2_wal(
     try:
         wait_subscribed(broker, client_id, TOPIC_FILTER, 1)
         # An MQTT 5 publisher's properties do not reach a 3.1.1 subscriber.
-        publish_v5(broker, [("m5/x", b"%d" % n, 1, full_properties(n)) for n in range(5)])
+        messages = [Message("m5/x", b"%d" % n, properties=full_properties(n)) for n in range(5)]
+        publish(broker, messages, protocol=mqtt.MQTTv5)
         wait_for_rows(spark, dirs.table, 5, [query])
     finally:
         query.stop()

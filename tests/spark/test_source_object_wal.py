@@ -8,19 +8,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connector.wal.opening import open_reader, wal_identity
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import (
     StreamDirs,
     assert_exactly_once,
     mqtt_reader,
-    numbered,
-    publish,
     read_table,
     to_delta,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
 )
+from tests.support.waiting import wait_subscribed
 
 COUNT = 120
 
@@ -39,7 +38,7 @@ def test_messages_land_once_through_a_wal_on_s3(
     partition_data: str,
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     topic = f"{client_id}/#"
     reader = mqtt_reader(
         spark, broker.url, dirs.wal, topic=topic, qos=2, clientId=client_id,
@@ -75,6 +74,6 @@ def test_an_unsupported_wal_path_is_refused_with_the_reason(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    reader = mqtt_reader(spark, broker.url, dirs.wal, topic="x/#", clientId=unique_id())
+    reader = mqtt_reader(spark, broker.url, dirs.wal, topic="x/#", clientId=unique_id("spark-"))
     with pytest.raises(Exception, match=r"walPath.*s3a:// is not supported.*write it as s3://"):
         reader.option("walPath", "s3a://bucket/wal").load()

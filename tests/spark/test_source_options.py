@@ -14,8 +14,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from devtools.broker_process import free_port
-from tests.brokers import LOOPBACK, BrokerFactory
-from tests.waiting import wait_until
+from tests.support.brokers import LOOPBACK, BrokerFactory
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture

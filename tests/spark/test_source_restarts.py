@@ -9,28 +9,26 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import (
     LAND_TIMEOUT,
     StreamDirs,
     assert_at_least_once,
     assert_exactly_once,
     assert_gap_free,
     mqtt_reader,
-    numbered,
     payloads,
-    publish,
     read_table,
     reported_delivery,
     start_stream,
     stop_all,
     to_delta,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
     wal_holds,
 )
-from tests.waiting import wait_until
+from tests.support.waiting import wait_subscribed, wait_until
 
 AVAILABLE_NOW_TIMEOUT = 120.0
 
@@ -39,7 +37,7 @@ def test_stop_and_restart_loses_nothing_and_repeats_nothing(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     before, while_down, after = (
         numbered("restart/t", 50, qos=1, tag="before"),
         numbered("restart/t", 50, qos=2, tag="down"),
@@ -74,7 +72,7 @@ def test_broker_restart_during_ingest(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, qos: int
 ) -> None:
     broker = broker_factory(persistence=True)
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     first = numbered("brk/t", 80, qos=qos, tag="first")
     second = numbered("brk/t", 40, qos=qos, tag="second")
     # A small backlog bound pauses the receiver until Spark commits: when the broker goes
@@ -118,7 +116,7 @@ def test_backlog_bound_pauses_the_receiver_without_stalling_the_query(
     """With maxBacklogMessages below the traffic, the receiver pauses until Spark has
     committed what it read; Spark must release it even when no new batch is pending."""
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     messages = numbered("bp/t", 45, qos=2, tag="bp")
     query = start_stream(
         spark, broker.url, dirs, topic="bp/#", qos=2, clientId=client_id, maxBacklogMessages=10
@@ -158,7 +156,7 @@ def test_max_messages_per_trigger_bounds_every_batch(
 ) -> None:
     broker = broker_factory()
     limit = 25
-    options = {"topic": "adm/#", "clientId": unique_id(), "availableNowIdleTimeout": "0.5"}
+    options = {"topic": "adm/#", "clientId": unique_id("spark-"), "availableNowIdleTimeout": "0.5"}
     _establish_session(spark, broker.url, dirs, **options)
     backlog = numbered("adm/t", 130, tag="backlog")
     publish(broker, backlog)  # queued by the broker for the persistent session
@@ -181,7 +179,7 @@ def test_available_now_drains_the_backlog_and_stops(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    options = {"topic": "now/#", "clientId": unique_id(), "availableNowIdleTimeout": "1"}
+    options = {"topic": "now/#", "clientId": unique_id("spark-"), "availableNowIdleTimeout": "1"}
     _establish_session(spark, broker.url, dirs, **options)
     assert read_table(spark, dirs.table) == []
     backlog = numbered("now/t", 120, qos=2, tag="backlog")
@@ -218,7 +216,7 @@ def test_inline_and_wal_partitions_land_identical_data(
     broker = broker_factory()
     modes = ("inline", "wal")
     streams = {mode: StreamDirs.under(tmp_path / mode) for mode in modes}
-    ids = {mode: unique_id() for mode in modes}
+    ids = {mode: unique_id("spark-") for mode in modes}
     per_partition = 7
     for mode in modes:
         _establish_session(

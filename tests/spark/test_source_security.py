@@ -25,18 +25,17 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerFactory, MosquittoBroker, Pki
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory, MosquittoBroker, Pki
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import (
     StreamDirs,
     assert_exactly_once,
     mqtt_reader,
-    numbered,
-    publish,
     to_delta,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
 )
+from tests.support.waiting import wait_subscribed
 
 FAIL_TIMEOUT = 120.0
 
@@ -100,7 +99,7 @@ def test_password_over_tls_leaks_nowhere_and_the_wal_is_owner_only(
     process_output(request)  # start from here
 
     good = StreamDirs.under(tmp_path / "good")
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     frame = mqtt_reader(
         spark, url, good.wal, topic="sec/#", clientId=client_id,
         username="ingest", password=secret, **{"tls.caFile": str(pki.ca_cert)},
@@ -126,7 +125,7 @@ def test_password_over_tls_leaks_nowhere_and_the_wal_is_owner_only(
     bad = StreamDirs.under(tmp_path / "bad")
     failing = to_delta(
         mqtt_reader(
-            spark, url, bad.wal, topic="sec/#", clientId=unique_id(),
+            spark, url, bad.wal, topic="sec/#", clientId=unique_id("spark-"),
             username="ingest", password=wrong, **{"tls.caFile": str(pki.ca_cert)},
         ).load(),
         bad,

@@ -16,20 +16,17 @@ from pathlib import Path
 import pytest
 from pyspark.sql import Row, SparkSession
 
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark.streams import (
-    Message,
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.publishing import Message, numbered, publish
+from tests.support.spark_streams import (
     StreamDirs,
     assert_exactly_once,
-    numbered,
-    publish,
     read_table,
     start_stream,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
 )
-from tests.waiting import wait_until
+from tests.support.waiting import wait_subscribed, wait_until
 
 EXIT_TIMEOUT = 30.0
 
@@ -117,7 +114,7 @@ def test_shared_subscription_receivers_deliver_exactly_once_across_a_restart(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, qos: int, version: str
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     options: dict[str, str | int] = {
         "topic": "shr/#", "qos": qos, "clientId": client_id, "receivers": 2,
         "mqttVersion": version,
@@ -164,7 +161,7 @@ def test_topic_split_receivers_and_a_changed_receiver_count(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     filters = ["tpc/a/#", "tpc/b/#", "tpc/c/#"]
     options: dict[str, str | int] = {
         "topics": ",".join(filters), "qos": 1, "clientId": client_id,
@@ -247,7 +244,7 @@ def test_sigkill_of_the_source_process_mid_ingest_then_restart_is_exactly_once(
     QoS 1 messages first, QoS 2 ones (pending ids in the WALs) around the kill."""
     qos = 2
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     options: dict[str, str | int] = {
         "topic": "kil/#", "qos": qos, "clientId": client_id, "receivers": 2,
         "maxMessagesPerTrigger": 50,

@@ -21,25 +21,23 @@ from pyspark.sql import SparkSession
 
 from connector.wal.block import encode_block
 from connector.wal.records import FLAGS
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import (
     StreamDirs,
     assert_exactly_once,
     assert_gap_free,
     mqtt_reader,
-    numbered,
     payloads,
-    publish,
     read_table,
     start_stream,
     to_delta,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
     wait_wal_released,
     wal_holds,
 )
-from tests.waiting import wait_until
+from tests.support.waiting import wait_subscribed, wait_until
 
 FAIL_TIMEOUT = 120.0
 WAL_TIMEOUT = 30.0
@@ -77,7 +75,7 @@ def test_torn_wal_tail_is_cut_without_losing_records(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs, damage: str
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     options: dict[str, str | int] = {"topic": "torn/#", "qos": 1, "clientId": client_id}
     landed = numbered("torn/t", 10, tag="landed")
     stored = numbered("torn/t", 40, tag="stored")
@@ -131,7 +129,7 @@ def test_wiped_wal_fails_the_query_unless_data_loss_is_allowed(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     options = {"topic": "wipe/#", "clientId": client_id}
     first = numbered("wipe/t", 20, tag="first")
     later = numbered("wipe/t", 20, tag="later")
@@ -174,7 +172,7 @@ def test_second_query_on_a_wal_in_use_fails_and_the_first_goes_on(
     spark: SparkSession, broker_factory: BrokerFactory, tmp_path: Path
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     options = {"topic": "lock/#", "clientId": client_id}
     owner = StreamDirs.under(tmp_path / "owner")
     # Same WAL and client id, its own checkpoint and table.

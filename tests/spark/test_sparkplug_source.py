@@ -25,19 +25,12 @@ from connector.sparkplug.messages import Message as Stored
 from connector.sparkplug.messages import decode_messages
 from connector.sparkplug.state import SparkplugState
 from connector.wal.opening import read_sidecar
-from tests.brokers import BrokerFactory, MosquittoBroker
-from tests.spark.streams import (
-    Message,
-    StreamDirs,
-    mqtt_reader,
-    publish,
-    to_delta,
-    unique_id,
-    wait_for_rows,
-    wait_subscribed,
-)
-from tests.sparkplug_payloads import birth, data, death, row_key
-from tests.waiting import wait_until
+from devtools.sparkplug_payloads import birth, data, death, row_key
+from tests.support.brokers import BrokerFactory, MosquittoBroker
+from tests.support.ids import unique_id
+from tests.support.publishing import Message, publish
+from tests.support.spark_streams import StreamDirs, mqtt_reader, to_delta, wait_for_rows
+from tests.support.waiting import wait_subscribed, wait_until
 
 GROUP, NODE = "plant", "edge1"
 N = f"spBv1.0/{GROUP}/{{}}/{NODE}"
@@ -141,7 +134,7 @@ def test_sparkplug_metrics_resolve_across_batches_restarts_rebirths_and_a_will(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("spark-")
     one, two = _phase_one(), _phase_two()
     query = _start(spark, broker, dirs, client_id)
     try:

@@ -15,19 +15,17 @@ from pyspark.sql import SparkSession
 from devtools.delta_log import DeltaSnapshot, delta_commits
 from streaming_jobs.compaction_policy import FANOUT, CompactionPolicy
 from streaming_jobs.table_maintenance import TableMaintenance
-from tests.brokers import BrokerFactory
-from tests.spark.streams import (
+from tests.support.brokers import BrokerFactory
+from tests.support.ids import unique_id
+from tests.support.publishing import numbered, publish
+from tests.support.spark_streams import (
     StreamDirs,
     assert_exactly_once,
-    numbered,
-    publish,
     read_table,
     start_stream,
-    unique_id,
     wait_for_rows,
-    wait_subscribed,
 )
-from tests.waiting import wait_until
+from tests.support.waiting import wait_subscribed, wait_until
 
 RETENTION_SECONDS = 10.0
 """The stream is idle while VACUUM is awaited: no batch has a file written and not committed."""
@@ -41,7 +39,7 @@ def test_a_followed_query_is_compacted_while_it_streams(
     spark: SparkSession, broker_factory: BrokerFactory, dirs: StreamDirs
 ) -> None:
     broker = broker_factory()
-    client_id = unique_id()
+    client_id = unique_id("tm-")
     query = start_stream(spark, broker.url, dirs, topic="tm/#", qos=1, clientId=client_id)
     maintenance = TableMaintenance(
         spark,

@@ -1,5 +1,5 @@
 // An aedes MQTT broker on 127.0.0.1 for the connector's interop tests
-// (tests/interop_brokers.py).
+// (devtools/interop_brokers.py).
 //
 //   node server.js PORT [--trace]
 //

@@ -1,5 +1,5 @@
 // Command mochi-broker runs a mochi-mqtt broker (github.com/mochi-mqtt/server/v2) on
-// 127.0.0.1 for the connector's interop tests (tests/interop_brokers.py).
+// 127.0.0.1 for the connector's interop tests (devtools/interop_brokers.py).
 //
 // One plain TCP listener on the port given by -port; optional listeners for MQTT over
 // WebSocket (-ws-port), over TLS (-tls-port) and over WebSocket with TLS (-wss-port), the TLS

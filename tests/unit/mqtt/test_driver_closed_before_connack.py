@@ -25,7 +25,7 @@ from connector.mqtt.driver import MqttClient
 from connector.mqtt.errors import ConnectionLost
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.tls import TlsOptions
-from tests.brokers import Pki
+from tests.support.brokers import Pki
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -21,7 +21,7 @@ from connector.mqtt.config import SessionConfig
 from connector.mqtt.driver import MqttClient
 from connector.mqtt.errors import BrokerUnreachable, ConnectionLost
 from connector.mqtt.tls import TlsOptions
-from tests.brokers import Pki
+from tests.support.brokers import Pki
 
 
 @contextmanager

@@ -47,7 +47,7 @@ from connector.mqtt.errors import (
     WebSocketViolation,
 )
 from connector.mqtt.websocket import FrameViolation, WebSocketStream
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 TIMEOUT = 5.0
 SECRET = "X-Amz-Signature=0123456789abcdef"

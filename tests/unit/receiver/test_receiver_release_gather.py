@@ -8,7 +8,7 @@ import time
 from connector.mqtt.driver import Read
 from connector.mqtt.packets import Publish
 from connector.receiver.receiver import RELEASE_GATHER, RELEASE_GATHER_WAIT, _gather_releases
-from tests.scripted_reads import ScriptedReads
+from tests.support.scripted_reads import ScriptedReads
 
 
 def releases(first: int, count: int) -> list[int]:

@@ -43,6 +43,6 @@ def test_imports_of_developer_tools_are_seen(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text(
         "import os\nfrom devtools.mosquitto import MosquittoBroker\n"
-        "def f():\n    import tests.waiting\n    from . import sibling\n"
+        "def f():\n    import tests.support.waiting\n    from . import sibling\n"
     )
     assert imported_top_levels(module) == {"os", "devtools", "tests"}

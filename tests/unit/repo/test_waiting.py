@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 
 def test_returns_first_truthy_value() -> None:

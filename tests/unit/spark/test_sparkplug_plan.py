@@ -15,7 +15,7 @@ from connector.sparkplug.state import SparkplugState
 from connector.wal import NewRecord
 from connector.wal.file_writer import WalWriter
 from connector.wal.opening import open_reader, read_sidecar
-from tests.sparkplug_payloads import birth, data
+from devtools.sparkplug_payloads import birth, data
 
 NODE = "spBv1.0/plant/{}/edge1"
 

@@ -22,7 +22,7 @@ from connector.sparkplug.payload import decode_payload
 from connector.sparkplug.rows import VALUE_COLUMN, Rows
 from connector.sparkplug.state import Context, Resolved
 from connector.sparkplug.topics import parse_topic
-from tests.sparkplug_payloads import payload, pb
+from devtools.sparkplug_payloads import payload, pb
 
 MQTT = {"topic": "spBv1.0/g/NDATA/n", "qos": 0, "timestamp": 1, "offset": 7, "receiver": 0}
 

@@ -17,7 +17,7 @@ from connector.sparkplug.host import (
 )
 from connector.sparkplug.payload import decode_payload
 from connector.sparkplug.wire import read_varint, varint
-from tests.sparkplug_payloads import birth, data, death, pb
+from devtools.sparkplug_payloads import birth, data, death, pb
 
 N = "spBv1.0/plant/{}/edge1"
 D = "spBv1.0/plant/{}/edge1/pump"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from connector.sparkplug.messages import Message, decode_messages, fold, state_payload
 from connector.sparkplug.rows import Rows
 from connector.sparkplug.state import SparkplugState
-from tests.sparkplug_payloads import birth, data, death, payload, pb
+from devtools.sparkplug_payloads import birth, data, death, payload, pb
 
 NODE = "spBv1.0/plant/{}/edge1"
 DEVICE = "spBv1.0/plant/{}/edge1/pump"

@@ -22,7 +22,7 @@ from connector.sparkplug.payload import (
     decode_payload,
 )
 from connector.sparkplug.wire import WireError, fields, packed_varints, read_varint
-from tests.sparkplug_payloads import pb, rich_payload
+from devtools.sparkplug_payloads import pb, rich_payload
 
 # ---------------------------------------------------------------------------- the wire
 

@@ -21,7 +21,7 @@ from connector.wal.object_reader import ObjectWalReader
 from connector.wal.object_writer import ObjectWalWriter
 from connector.wal.objects import ObjectStore, segment_dir
 from connector.wal.opening import AnyWalReader, open_reader, open_writer, wal_identity
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 
 def records(first: int, count: int, qos: int = 1) -> list[NewRecord]:

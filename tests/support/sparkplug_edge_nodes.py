@@ -4,14 +4,12 @@ missing."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from devtools import REPO_ROOT
 from devtools.system_tools import which
 
-REPO = Path(__file__).resolve().parents[1]
-JS_DIR = REPO / "tools" / "sparkplug-edge"
+JS_DIR = REPO_ROOT / "tools" / "sparkplug-edge"
 BIN_DIRS = ("/usr/bin", "/usr/local/bin")
 
 

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.reasoncodes import ReasonCode
 
-from tests.waiting import wait_until
+from tests.support.ids import unique_id
+from tests.support.waiting import wait_until
+
+if TYPE_CHECKING:
+    from devtools.broker_process import BrokerProcess
 
 log = logging.getLogger(__name__)
 
@@ -284,3 +290,24 @@ class PahoClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+@contextmanager
+def connected_paho(
+    broker: BrokerProcess,
+    client_id: str = "",
+    *,
+    clean_session: bool = True,
+    username: str | None = None,
+    password: str | None = None,
+) -> Iterator[PahoClient]:
+    """A :class:`PahoClient` connected to ``broker`` (a refusal fails the test), with a client
+    id of its own unless given one; DISCONNECT at the end. Its QoS 1/2 publishes wait for the
+    broker's acknowledgement."""
+    name = client_id or unique_id("paho-")
+    with PahoClient(
+        name, clean_session=clean_session, username=username, password=password
+    ) as client:
+        assert client.connect(broker.host, broker.port).accepted, f"{name} refused by {broker!r}"
+        yield client
+        client.disconnect()

@@ -1,7 +1,10 @@
-"""The delay proxy (devtools/delay_proxy.py) as a separate process between a socket and an echo
-server on 127.0.0.1: a round trip takes at least twice the one-way delay, large transfers
-arrive intact and in order, many writes in a row are not held back one delay each, a close on
-either side closes the other, and nothing but IPv4 loopback addresses is accepted."""
+"""The fault proxy (devtools/fault_proxy.py) between a socket and an echo server on 127.0.0.1.
+
+As a separate process adding a delay (:class:`DelayProxy`): a round trip takes at least twice
+the one-way delay, large transfers arrive intact and in order, many writes in a row are not held
+back one delay each, a close on either side closes the other, and nothing but IPv4 loopback
+addresses is accepted. In this process (:class:`FaultProxy`): each fault does what it says,
+and the counters count it."""
 
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from devtools.delay_proxy import DelayProxy, loopback_address
-from tests.waiting import wait_until
+from devtools.fault_proxy import DelayProxy, FaultProxy, loopback_address
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DELAY_MS = 10.0
@@ -175,7 +178,7 @@ def test_only_ipv4_loopback_addresses_are_accepted(address: str) -> None:
     for flag in ("--listen", "--target"):
         other = "--target" if flag == "--listen" else "--listen"
         done = subprocess.run(
-            [sys.executable, "-m", "devtools.delay_proxy", flag, address,
+            [sys.executable, "-m", "devtools.fault_proxy", flag, address,
              other, "127.0.0.1:1", "--delay-ms", "1"],
             capture_output=True, text=True, timeout=TIMEOUT, cwd=REPO,
         )  # fmt: skip
@@ -190,3 +193,116 @@ def test_loopback_addresses_parse() -> None:
         loopback_address("127.0.0.1:65536")
     with pytest.raises(ValueError):
         DelayProxy(1883, -1.0)
+
+
+# ---------------------------------------------------------------------------- in this process
+
+
+@pytest.fixture
+def faults(echo: EchoServer) -> Iterator[FaultProxy]:
+    with FaultProxy(("127.0.0.1", echo.port)) as running:
+        yield running
+
+
+def forwarding(proxy: FaultProxy) -> socket.socket:
+    """A connection through ``proxy`` that has reached the echo server."""
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=TIMEOUT)
+    sock.sendall(b"hello")
+    assert receive(sock, 5) == b"hello"
+    return sock
+
+
+def silent(sock: socket.socket, seconds: float = 0.3) -> bool:
+    """Nothing arrives on ``sock`` for ``seconds``."""
+    sock.settimeout(seconds)
+    try:
+        sock.recv(16)
+    except TimeoutError:
+        return True
+    finally:
+        sock.settimeout(TIMEOUT)
+    return False
+
+
+def test_a_cut_closes_every_connection(faults: FaultProxy) -> None:
+    with forwarding(faults) as one, forwarding(faults) as two:
+        assert faults.forwarding_links == 2
+        assert faults.cut() == 2
+        for sock in (one, two):
+            with pytest.raises(OSError):
+                sock.sendall(b"x")
+                assert sock.recv(16) == b""
+                sock.sendall(b"x")  # a reset connection fails at the latest here
+        wait_until(lambda: faults.open_links == 0, TIMEOUT, message="links left after the cut")
+    assert faults.stats.cuts == 2
+    assert faults.stats.connections == 2
+
+
+def test_a_stall_holds_both_ways_until_resumed(faults: FaultProxy) -> None:
+    with forwarding(faults) as sock:
+        assert faults.stall() == 1
+        sock.sendall(b"held")
+        assert silent(sock)
+        faults.resume()
+        assert receive(sock, 4) == b"held"
+    assert faults.stats.stalls == 1
+
+
+def test_a_stall_of_new_connections_holds_them_from_the_start(faults: FaultProxy) -> None:
+    faults.stall(new_connections=True)
+    with socket.create_connection(("127.0.0.1", faults.port), timeout=TIMEOUT) as sock:
+        sock.sendall(b"held")
+        assert silent(sock)
+        faults.resume()
+        assert receive(sock, 4) == b"held"
+
+
+def test_a_held_upstream_holds_what_the_client_sends(faults: FaultProxy, echo: EchoServer) -> None:
+    with forwarding(faults) as sock:
+        assert faults.hold_upstream() == 1
+        sock.sendall(b"held")
+        assert silent(sock)
+        with echo.lock:
+            server_side = echo.connections[-1]
+        server_side.sendall(b"down")  # the broker's side still reaches the client
+        assert receive(sock, 4) == b"down"
+        faults.resume()
+        assert receive(sock, 4) == b"held"
+
+
+def test_fragments_arrive_whole_and_are_counted(faults: FaultProxy) -> None:
+    faults.fragment(1)
+    assert faults.fragment_size == 1
+    with forwarding(faults) as sock:
+        sock.sendall(b"abcdef")
+        assert receive(sock, 6) == b"abcdef"
+    wait_until(  # each byte, both ways
+        lambda: faults.stats.fragments >= 2 * (5 + 6), TIMEOUT, message=str(faults.stats)
+    )
+
+
+def test_refused_and_blackholed_connections(faults: FaultProxy) -> None:
+    faults.refuse(True)
+    with socket.create_connection(("127.0.0.1", faults.port), timeout=TIMEOUT) as sock:
+        assert sock.recv(16) == b""
+    faults.refuse(False)
+    faults.blackhole(True)
+    with socket.create_connection(("127.0.0.1", faults.port), timeout=TIMEOUT) as sock:
+        sock.sendall(b"CONNECT")
+        assert silent(sock)
+        assert faults.forwarding_links == 0
+    faults.blackhole(False)
+    with forwarding(faults):
+        pass
+    assert (faults.stats.refused, faults.stats.blackholed, faults.stats.connections) == (1, 1, 2)
+
+
+def test_an_injected_frame_follows_the_next_publish(faults: FaultProxy, echo: EchoServer) -> None:
+    publish = bytes([0x30, 5, 0, 1, ord("t"), ord("h"), ord("i")])
+    frame = bytes([0x36, 0x05, 0x00, 0x01, 0x61, 0x00, 0x01])
+    with socket.create_connection(("127.0.0.1", faults.port), timeout=TIMEOUT) as sock:
+        wait_until(lambda: faults.forwarding_links == 1, TIMEOUT, message="not forwarding")
+        assert faults.inject(frame) == 1
+        sock.sendall(publish + publish)
+        assert receive(sock, 2 * len(publish) + len(frame)) == publish + frame + publish
+    assert faults.stats.malformed_frames == 1

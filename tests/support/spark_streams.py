@@ -1,10 +1,11 @@
-"""Helpers for end-to-end tests of ``format("mqtt")`` (tests/spark, tests/chaos): where a
-query keeps its files, publishing to a real Mosquitto, starting ``mqtt`` -> Delta queries,
-waiting on the Delta table, and the delivery assertions.
+"""Helpers for end-to-end tests of ``format("mqtt")`` (tests/spark, tests/chaos and the other
+directories that run queries): where a query keeps its files, starting ``mqtt`` -> Delta
+queries, waiting on the Delta table, and the delivery assertions.
 
-Waits are conditions with deadlines: the broker's log for a subscription, the Delta table for a
-row count, the WAL's lock for a stopped writer. The fixtures (the Spark session, ``dirs``) are in
-``tests/spark/conftest.py``.
+Waits are conditions with deadlines: the Delta table for a row count, the WAL's lock for a
+stopped writer. The fixtures (the Spark session, ``dirs``) are in
+:mod:`tests.support.spark_fixtures`; publishing is :mod:`tests.support.publishing`, a
+receiver's subscription :func:`tests.support.waiting.wait_subscribed`.
 """
 
 from __future__ import annotations
@@ -12,26 +13,23 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.streaming import DataStreamReader, StreamingQuery
+from typing import TYPE_CHECKING
 
 from connector.wal import WalDataLossError, WalReader
 from devtools.delta_log import delta_version
-from tests.brokers import MosquittoBroker
-from tests.mqtt_clients import PahoClient
-from tests.waiting import wait_until
+from tests.support.publishing import Message
+from tests.support.waiting import wait_until
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql.streaming import DataStreamReader, StreamingQuery
 
 TRIGGER = "300 milliseconds"
 LAND_TIMEOUT = 120.0
 """Deadline for messages to reach the table (the first Delta commit of a run takes seconds)."""
-SUBSCRIBE_TIMEOUT = 90.0
-"""Deadline for a query's receiver to subscribe (starting the query's Python runner)."""
-PUBLISH_TIMEOUT = 30.0
 COLUMNS = (
     "topic", "payload", "qos", "retained", "duplicate", "messageId", "timestamp", "offset",
     "receiver",
@@ -49,71 +47,6 @@ class StreamDirs:
     @classmethod
     def under(cls, base: Path) -> StreamDirs:
         return cls(base / "wal", base / "checkpoint", base / "table")
-
-
-def unique_id(prefix: str = "spark-") -> str:
-    """A client id (at most 23 characters, valid for MQTT 3.1) or topic part no test shares."""
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
-
-
-# ---------------------------------------------------------------------------- publishing
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message to publish."""
-
-    topic: str
-    payload: bytes
-    qos: int = 1
-    retain: bool = False
-
-
-def numbered(
-    topic: str, count: int, *, qos: int = 1, start: int = 0, tag: str = "m"
-) -> list[Message]:
-    """``count`` messages on ``topic`` with distinct payloads ``<tag>-<n>``."""
-    return [Message(topic, f"{tag}-{n}".encode(), qos) for n in range(start, start + count)]
-
-
-def publish(
-    broker: MosquittoBroker,
-    messages: Sequence[Message],
-    *,
-    username: str | None = None,
-    password: str | None = None,
-) -> None:
-    """Publish ``messages`` in order with paho and wait until the broker took every one.
-
-    paho keeps at most 20 QoS 1/2 messages in flight, Mosquitto's window for 3.1.1 publishers
-    (beyond it Mosquitto silently drops QoS 2 messages).
-    """
-    client = PahoClient(unique_id("pub-"), username=username, password=password)
-    outcome = client.connect(broker.host, broker.port)
-    assert outcome.accepted, f"publisher refused by {broker.url}: {outcome}"
-    try:
-        infos = [
-            client.client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain) for m in messages
-        ]
-        for message, info in zip(messages, infos, strict=True):
-            info.wait_for_publish(PUBLISH_TIMEOUT)
-            assert info.is_published(), f"broker did not take {message}"
-    finally:
-        client.disconnect()
-
-
-def wait_subscribed(broker: MosquittoBroker, client_id: str, topic: str, qos: int) -> None:
-    """Wait until the broker logged the SUBSCRIBE of ``client_id`` (log type ``subscribe``).
-
-    Messages published before a receiver's first subscription are not queued for it.
-    """
-    line = f": {client_id} {qos} {topic}\n"
-    wait_until(
-        lambda: line in broker.log_text(),
-        SUBSCRIBE_TIMEOUT,
-        interval=0.05,
-        message=f"{client_id} did not subscribe to {topic!r} at QoS {qos} on {broker.url}",
-    )
 
 
 # ---------------------------------------------------------------------------- queries

@@ -1,4 +1,5 @@
-"""Helpers for end-to-end tests of ``streaming_jobs/ingest.py`` run as a subprocess.
+"""Helpers for end-to-end tests of ``streaming_jobs/ingest.py`` run as a subprocess
+(tests/spark, tests/chaos).
 
 The job runs under plain ``python`` (local[2]) in its own session and process group, with its
 stdout and stderr in files. ``kill_9`` sends SIGKILL to the job's process groups, including the
@@ -13,30 +14,23 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devtools.broker_process import BrokerProcess
-from devtools.mosquitto import MosquittoBroker
+from devtools import REPO_ROOT
 from devtools.process_tree import alive_in, process_groups
 from streaming_jobs.spark_session import delta_jars
-from tests.mqtt_clients import PahoClient
-from tests.spark_processes import tail
-from tests.waiting import wait_until
+from tests.support.spark_processes import tail
+from tests.support.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 INGEST = REPO_ROOT / "streaming_jobs" / "ingest.py"
 TRIGGER = "processing-time=300 milliseconds"
 START_TIMEOUT = 150.0
 """A job's Spark session, query start and subscription, on a busy two-core machine."""
 LAND_TIMEOUT = 150.0
 EXIT_TIMEOUT = 90.0
-PUBLISH_TIMEOUT = 30.0
-HOLD_TIMEOUT = 300.0
-"""How long a held publisher waits for its release (``PacedPublisher.hold_at``)."""
 # The job's JVM: C1 JIT only (about halves the start), no web UI.
 SUBMIT_ARGS = (
     "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false pyspark-shell"
@@ -157,93 +151,8 @@ class Job:
 
 
 INGESTING = " INFO ingesting "
-"""The job's line once its query's receiver has reported its own subscription."""
-
-
-def wait_subscribed(
-    broker: MosquittoBroker, client_id: str, topic: str, qos: int, job: Job
-) -> None:
-    """Wait until the broker logged the job's SUBSCRIBE (made before Spark starts: from then
-    on the broker queues for the job) and the job's query is running: its ``ingesting`` line,
-    after its receiver's own connection."""
-    line = f": {client_id} {qos} {topic}\n"
-    job.wait_for(
-        f"{client_id} never subscribed to {topic}",
-        lambda: line in broker.log_text() and INGESTING in job.stdout,
-        START_TIMEOUT,
-    )
-
-
-def publish(broker: BrokerProcess, messages: Sequence[tuple[str, bytes]], qos: int = 1) -> None:
-    """Publish (topic, payload) pairs in order; return once the broker took every one."""
-    client = PahoClient(f"pub-{time.monotonic_ns() % 10**9}")
-    outcome = client.connect(broker.host, broker.port)
-    assert outcome.accepted, outcome
-    try:
-        infos = [client.client.publish(t, p, qos=qos) for t, p in messages]
-        for info in infos:
-            info.wait_for_publish(PUBLISH_TIMEOUT)
-            assert info.is_published()
-    finally:
-        client.disconnect()
-
-
-class PacedPublisher(threading.Thread):
-    """Publishes (topic, payload) pairs at about ``rate`` per second in the background.
-
-    ``hold_at``: after that many messages it waits until ``release()`` (a test's kill), so it
-    is still sending when the kill comes however slowly the job got there."""
-
-    def __init__(
-        self,
-        broker: MosquittoBroker,
-        messages: Sequence[tuple[str, bytes]],
-        rate: float,
-        qos: int = 1,
-        hold_at: int | None = None,
-    ) -> None:
-        super().__init__(daemon=True, name="paced-publisher")
-        self.broker = broker
-        self.messages = list(messages)
-        self.rate = rate
-        self.qos = qos
-        self.hold_at = hold_at
-        self.released = threading.Event()
-        self.error: BaseException | None = None
-        self.sent = 0
-
-    def release(self) -> None:
-        """Let a publisher held at ``hold_at`` go on."""
-        self.released.set()
-
-    def run(self) -> None:
-        try:
-            client = PahoClient(f"paced-{time.monotonic_ns() % 10**9}")
-            assert client.connect(self.broker.host, self.broker.port).accepted
-            began = time.monotonic()
-            infos = []
-            for index, (topic, payload) in enumerate(self.messages):
-                if index == self.hold_at and not self.released.is_set():
-                    held = time.monotonic()
-                    assert self.released.wait(HOLD_TIMEOUT), "the publisher was never released"
-                    began += time.monotonic() - held
-                pause = began + index / self.rate - time.monotonic()
-                if pause > 0:
-                    time.sleep(pause)  # pacing the load, not waiting for a condition
-                infos.append(client.client.publish(topic, payload, qos=self.qos))
-                self.sent += 1
-            for info in infos:
-                info.wait_for_publish(PUBLISH_TIMEOUT)
-                assert info.is_published()
-            client.disconnect()
-        except BaseException as exc:  # reported by finish()
-            self.error = exc
-
-    def finish(self, timeout: float = 120.0) -> None:
-        self.join(timeout)
-        assert not self.is_alive(), "the publisher did not finish"
-        if self.error is not None:
-            raise self.error
+"""The job's line once its query's receiver has reported its own subscription (what
+:func:`tests.support.waiting.wait_subscribed` waits for, given the job)."""
 
 
 def batch_files(checkpoint: Path, kind: str) -> list[int]:

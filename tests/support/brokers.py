@@ -1,8 +1,10 @@
-"""Real Mosquitto brokers and throwaway TLS material for integration tests.
+"""Real brokers and throwaway TLS material for the tests.
 
-The broker itself lives in :mod:`devtools.mosquitto` (the demo and the benchmarks run one too);
-`make_test_pki` builds a CA, server and client certificates with the `openssl` command line
-tool; `BrokerFactory` starts brokers for a test and stops them at its end.
+The brokers themselves live in :mod:`devtools.mosquitto` and :mod:`devtools.interop_brokers`
+(the demo and the benchmarks run them too); `make_test_pki` builds a CA, server and client
+certificates with the `openssl` command line tool; `BrokerFactory` starts Mosquitto brokers for
+a test and stops them at its end; `InteropBroker` is the face the interop tests see of any of
+Mosquitto, mochi-mqtt and aedes: a name, a `tcp://` URL and the log.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devtools.broker_process import LOOPBACK, BrokerError, free_port, port_accepts
+from devtools.broker_process import LOOPBACK, BrokerError, BrokerProcess, free_port, port_accepts
 from devtools.mosquitto import DEFAULT_LOG_TYPES, MosquittoBroker, TlsListener, find_mosquitto
 from devtools.system_tools import MissingToolError, find_tool, run_tool
 
@@ -24,6 +26,7 @@ __all__ = [
     "LOOPBACK",
     "BrokerError",
     "BrokerFactory",
+    "InteropBroker",
     "MissingToolError",
     "MosquittoBroker",
     "Pki",
@@ -188,3 +191,28 @@ class BrokerFactory:
                 )
             broker.close()
         return crashed
+
+
+@dataclass(frozen=True)
+class InteropBroker:
+    """A running broker of any kind, as the interop tests see it."""
+
+    name: str
+    broker: BrokerProcess
+
+    @property
+    def url(self) -> str:
+        """`tcp://127.0.0.1:PORT`."""
+        return self.broker.url
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's log file."""
+        return self.broker.log_path
+
+    def log_text(self) -> str:
+        """Everything the broker has logged so far."""
+        return self.broker.log_text()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.url}"

@@ -45,11 +45,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from devtools import REPO_ROOT
 from devtools.broker_process import LOOPBACK, free_port
 from devtools.process_tree import alive_in, process_groups
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DIST_NAME = "mqtt-lakehouse-connector"
 SITE_PACKAGES = Path(sysconfig.get_paths()["purelib"])
 """The project virtualenv's site-packages: PySpark and the other dependencies."""

@@ -1,4 +1,5 @@
-"""Brokers other than Mosquitto for the interop tests: mochi-mqtt (Go) and aedes (Node).
+"""Brokers other than Mosquitto, for the interop tests and the benchmarks: mochi-mqtt (Go) and
+aedes (Node).
 
 `make setup` builds tools/mochi-broker into `.brokers/mochi/mochi-broker` and installs
 tools/aedes-broker's lock file into its node_modules. `ExternalBroker` runs one of them on a
@@ -6,9 +7,6 @@ free loopback port, its stdout and stderr going to a log file, and waits for the
 it prints. Without the toolchain (Go, or Node) the broker is unavailable
 (`BrokerUnavailable`: the tests skip, saying why); with the toolchain but nothing built, a
 `MissingToolError` points at `make setup`.
-
-`InteropBroker` is the face the interop tests see of any of the three brokers: a name, a
-`tcp://` URL and the log.
 
 `MochiBroker` can open more listeners beside the plain one, each on a free loopback port of its
 own: MQTT over WebSocket (`ws_url`), over TLS (`tls_url`, with `MochiTls`: the server
@@ -31,15 +29,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools import REPO_ROOT
 from devtools.broker_process import BrokerError, BrokerProcess, free_port
 from devtools.system_tools import MissingToolError, which
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
-MOCHI_BINARY = REPO / ".brokers" / "mochi" / "mochi-broker"
-MOCHI_SOURCES = REPO / "tools" / "mochi-broker"
-AEDES_DIR = REPO / "tools" / "aedes-broker"
+MOCHI_BINARY = REPO_ROOT / ".brokers" / "mochi" / "mochi-broker"
+MOCHI_SOURCES = REPO_ROOT / "tools" / "mochi-broker"
+AEDES_DIR = REPO_ROOT / "tools" / "aedes-broker"
 AEDES_SERVER = AEDES_DIR / "server.js"
 # Where Go's and Node's official installs put their binaries, outside many users' PATH.
 _GO_DIRS = ("/usr/local/go/bin",)
@@ -274,28 +272,3 @@ def aedes_broker(workdir: Path | str, *, trace: bool = True) -> ExternalBroker:
         ready_text="aedes-broker ready on",
         cwd=AEDES_DIR,
     )
-
-
-@dataclass(frozen=True)
-class InteropBroker:
-    """A running broker of any kind, as the interop tests see it."""
-
-    name: str
-    broker: BrokerProcess
-
-    @property
-    def url(self) -> str:
-        """`tcp://127.0.0.1:PORT`."""
-        return self.broker.url
-
-    @property
-    def log_path(self) -> Path:
-        """The broker's log file."""
-        return self.broker.log_path
-
-    def log_text(self) -> str:
-        """Everything the broker has logged so far."""
-        return self.broker.log_text()
-
-    def __str__(self) -> str:
-        return f"{self.name} at {self.url}"
