@@ -186,8 +186,8 @@ def publish(
     username: str | None = None,
     password: str | None = None,
 ) -> None:
-    """Publish ``messages`` in order with a new paho client (MQTT 5 for messages with
-    properties) and wait until the broker took every one."""
+    """Publish ``messages`` in order with a new paho client at ``protocol`` (messages with
+    properties need ``paho.mqtt.client.MQTTv5``) and wait until the broker took every one."""
     publisher = Publisher(
         broker.host, broker.port, protocol=protocol, username=username, password=password
     )
