@@ -109,7 +109,7 @@ class NumberTally(Tally):
 
 def one_run(setting: Setting, args: Any, workdir: Path) -> dict[str, Any]:
     """One backlog, one cut, one reconnect; the run's figures. BenchError on a loss."""
-    from devtools.fault_proxy import FaultProxy as ChaosProxy
+    from devtools.fault_proxy import FaultProxy
     from devtools.mosquitto import MosquittoBroker
 
     count, cut_at, timeout, name = args.messages, args.cut_at, args.timeout, setting.name
@@ -129,7 +129,7 @@ def one_run(setting: Setting, args: Any, workdir: Path) -> dict[str, Any]:
         publish_numbered(
             broker.url, count, args.size, timeout, setting.qos, setting.inflight, TOPIC
         )
-        with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
+        with FaultProxy(("127.0.0.1", broker.port)) as proxy:
             receiver = receiver_at(proxy.url)
             watch = AckWatch(receiver)
             tally = NumberTally(wal, count)
