@@ -309,9 +309,16 @@ def test_a_broker_that_keeps_violating_is_given_up_on(
 
 def test_one_message_between_violations_keeps_the_client_going() -> None:
     def script(conn: socket.socket, number: int) -> None:
-        # Every connection delivers one new message in its own read, then breaks the rules.
+        # Every connection delivers one new message, waits for its PUBACK (so the message was
+        # a read of its own), then breaks the rules.
         conn.sendall(encode_publish("a/n", str(number).encode(), 1, 1))
-        time.sleep(0.1)
+        seen = b""
+        conn.settimeout(DEADLINE)
+        while encode(Puback(1)) not in seen:
+            data = conn.recv(65536)
+            if not data:
+                return
+            seen += data
         conn.sendall(h("F0 00"))
 
     with ScriptedBroker(script) as broker:

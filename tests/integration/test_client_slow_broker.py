@@ -78,7 +78,13 @@ def test_a_disconnect_with_unread_messages_keeps_the_acks_the_broker_has_not_rea
     topic, count, part = "slow/closing", 20_000, 5_000
 
     def client() -> MqttClient:
-        return MqttClient(broker.url, SessionConfig("closing", keep_alive=10), [("slow/#", 1)])
+        # Reads of 64 KiB: one read of the default size can hold the whole backlog.
+        return MqttClient(
+            broker.url,
+            SessionConfig("closing", keep_alive=10),
+            [("slow/#", 1)],
+            read_size=1 << 16,
+        )
 
     offline = client()
     offline.connect()

@@ -1,8 +1,11 @@
 """Compaction while the ingest job streams (docs/operations.md, "Table maintenance"): at QoS 2
-with a tiny target size, compactions happen between batches; a ``kill -9`` while one runs and
-a restart lose and duplicate nothing; a downstream ``readStream`` of the table sees each row
-once (compaction commits with ``dataChange=false``); the table ends with fewer files than the
-stream committed."""
+with a tiny target size, compactions happen between batches; a ``kill -9`` the moment the first
+one starts and a restart lose and duplicate nothing, and the restarted job compacts; a
+downstream ``readStream`` of the table sees each row once (compaction commits with
+``dataChange=false``); the table ends with fewer files than the stream committed.
+
+With a 16 KiB target every batch file (a few KiB) is in the class below half the target, so
+the eighth makes a compaction due, and the job looks after every commit (the smallest tail)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ HOLD_AT = PACED - 200
 COMPACTING = " INFO compacting "
 COMPACTED = " INFO compacted "
 COMPACTION_TIMEOUT = 300.0
-"""Eight batches and two compactions after the job's start, on a busy two-core machine."""
+"""Eight batches and a compaction after the job's start, on a busy two-core machine."""
 
 
 def message(seq: int) -> tuple[str, bytes]:
@@ -56,7 +59,7 @@ def test_compaction_while_streaming_survives_kill_9_and_keeps_rows_once(
         "--table", str(table), "--checkpoint", str(checkpoint),
         "--trigger", "processing-time=200 milliseconds",
         "--payload-format", "json", "--schema", "seq BIGINT NOT NULL",
-        "--target-file-size", "64KiB", "--small-files", "30",
+        "--target-file-size", "16KiB", "--small-files", "23",
     ]  # fmt: skip
     total = BURST + PACED
     jobs: list[Job] = []
@@ -69,11 +72,8 @@ def test_compaction_while_streaming_survives_kill_9_and_keeps_rows_once(
         publish(broker, as_messages([message(s) for s in range(BURST)], qos=2))
         publisher.start()
         jobs[0].wait_for(
-            "a compaction that finished, then another one starting",
-            lambda: (
-                COMPACTED in jobs[0].stdout
-                and jobs[0].stdout.rfind(COMPACTING) > jobs[0].stdout.find(COMPACTED)
-            ),
+            "a compaction starting",
+            lambda: COMPACTING in jobs[0].stdout,
             COMPACTION_TIMEOUT,
         )
         jobs[0].kill_9()
@@ -108,7 +108,7 @@ def test_compaction_while_streaming_survives_kill_9_and_keeps_rows_once(
     assert not duplicated and not missing, f"duplicated {duplicated[:10]}, missing {missing[:10]}"
 
     done = operations(table)
-    assert done["OPTIMIZE"] >= 2, done
+    assert done["OPTIMIZE"] >= 1, done
     live = len(DeltaSnapshot.load(table).files)
     batches = len(txn_versions(table))
     assert live < batches / 2, f"{live} files for {batches} batch commits"
