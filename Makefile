@@ -335,6 +335,15 @@ fuzz: setup
 		--config-settings editable_mode=compat -e '.[dev,fuzz]'
 	$(VENV_PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --hypothesis-examples $(FUZZ_EXAMPLES)
 
+## long-run: a week in an hour (bench/long_run.py): four ingest jobs side by side on one steady
+## publisher for an hour, their tables and stores sampled; then bench/REPORT.md. Flags via
+## LONG_RUN_ARGS (e.g. "--minutes 20 --configs none default")
+LONG_RUN_ARGS ?=
+.PHONY: long-run
+long-run: setup
+	$(VENV_PY) -m bench.long_run $(LONG_RUN_ARGS)
+	$(VENV_PY) -m bench.report
+
 ## chaos: the fault-injection tests at full length (CHAOS_SCALE=long: more kills, restarts,
 ## cuts); counters go to bench/results/chaos.json, then bench/REPORT.md is rendered again.
 ## Replay a run with CHAOS_SEED=<seed printed by the run>.

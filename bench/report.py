@@ -21,6 +21,7 @@ from . import (
     ingest,
     ingest_s3,
     latency,
+    long_run,
     micro,
     reconnect,
     scale,
@@ -86,6 +87,8 @@ SECTIONS: tuple[Part | Group, ...] = (
          "python -m bench.chaos_soak --runs 20 (the network-faults, kill -9 and failover tests)",
          chaos_soak.section),
     Part("reconnect", "Reconnect", "python -m bench.reconnect", reconnect.section),
+    Part("long_run", "A week in an hour: tables over a long run", "python -m bench.long_run",
+         long_run.section),
     Group("WAL on object storage", ingest_s3.intro, (
         Part("ingest_s3", "Into Delta: QoS 1 and 2, broker windows 20 and unbounded",
              INGEST_S3 + "ingest_s3.json", ingest_s3.section),

@@ -112,13 +112,9 @@ class BatchWriter:
         for path, rows, partition_by in targets:
             if self._table_exists(rows, path):
                 continue
-            writer = rows.write.format("delta").mode("append")
-            if interval is not None:
-                writer = writer.option("delta.checkpointInterval", str(interval))
-            if partition_by:
-                writer = writer.partitionBy(*partition_by)
+            cluster_by = self.plan.cluster_by if path == self.table else ()
             try:
-                writer.save(path)
+                _create(rows, path, interval, partition_by, cluster_by)
             except Exception:
                 # Another application created it first (two jobs on one table, started
                 # together): Delta refuses the second table creation, and the table is there.
@@ -288,3 +284,30 @@ def created_table_interval(spark: SparkSession, requested: int | None) -> int | 
     if spark.conf.get(DEFAULT_INTERVAL_KEY, None) is not None:
         return None
     return CREATED_TABLE_CHECKPOINT_INTERVAL
+
+
+def _create(
+    rows: DataFrame,
+    path: str,
+    interval: int | None,
+    partition_by: tuple[str, ...],
+    cluster_by: tuple[str, ...],
+) -> None:
+    """Create the empty table at ``path`` with ``rows``' columns: partitioned by
+    ``partition_by`` through Delta's writer, or with liquid clustering on ``cluster_by``
+    through Delta's table builder (the writer's ``clusterBy`` does not reach a path table)."""
+    if cluster_by:
+        from delta.tables import DeltaTable
+
+        builder = DeltaTable.createIfNotExists(rows.sparkSession).location(path)
+        builder = builder.addColumns(rows.schema).clusterBy(*cluster_by)
+        if interval is not None:
+            builder = builder.property("delta.checkpointInterval", str(interval))
+        builder.execute()
+        return
+    writer = rows.write.format("delta").mode("append")
+    if interval is not None:
+        writer = writer.option("delta.checkpointInterval", str(interval))
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)

@@ -479,6 +479,7 @@ def supervise(
             keep_payload=config.keep_payload,
             dead_letters=config.dead_letter_table is not None,
             partition_by=config.partition_by,
+            cluster_by=config.cluster_by,
             mqtt5=parsed.mqtt5,
             property_columns=config.property_columns,
             events=config.events_table is not None,

@@ -170,6 +170,7 @@ class IngestConfig:
     sparkplug_host_id: str | None = None
     sparkplug_rebirth_interval: float | None = None
     partition_by: tuple[str, ...] = ()
+    cluster_by: tuple[str, ...] = ()
     merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
     compaction: str = _DEFAULTS["compaction"]
@@ -474,6 +475,12 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
         raise UsageError("--insecure needs an ssl://, mqtts:// or wss:// --broker")
     topic_columns = _names("--topic-columns", values.get("topic_columns"), allow_skips=True)
     partition_by = _names("--partition-by", values.get("partition_by"), allow_skips=False)
+    cluster_by = _names("--cluster-by", values.get("cluster_by"), allow_skips=False)
+    if partition_by and cluster_by:
+        raise UsageError(
+            "--partition-by and --cluster-by: a Delta table is partitioned or clustered, not "
+            'both; choose one (docs/operations.md, "Layout")'
+        )
     property_columns = _property_columns(
         values.get("property_columns"), _is_mqtt5(values["mqtt_version"])
     )
@@ -486,6 +493,7 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
             "topic_columns": topic_columns,
             "property_columns": property_columns,
             "partition_by": tuple(n for n in partition_by if n is not None),
+            "cluster_by": tuple(n for n in cluster_by if n is not None),
         }
     )
     try:

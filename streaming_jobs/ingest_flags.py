@@ -307,6 +307,9 @@ FLAGS: tuple[Flag, ...] = (
          metavar="PATH"),
     Flag("--partition-by", OUTPUT, "comma-separated partition columns of `--table`; 'date' "
          "adds the UTC receive date", kind="names", metavar="COLUMNS"),
+    Flag("--cluster-by", OUTPUT, "comma-separated liquid clustering columns of a `--table` the "
+         "job creates (instead of --partition-by; compaction clusters as it merges); 'date' "
+         "adds the UTC receive date", kind="names", metavar="COLUMNS"),
     Flag("--table-checkpoint-interval", OUTPUT, "`delta.checkpointInterval` of the tables the "
          "job creates (the job checkpoints every 10 versions in the background); existing "
          "tables keep theirs", type=int, metavar="N",

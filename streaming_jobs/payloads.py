@@ -28,6 +28,7 @@ Type is parsed as before.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -109,6 +110,8 @@ class PayloadPlan:
     """``--property-columns``: fields of ``properties`` copied to top-level columns."""
     events: bool = False
     """Sparkplug: an ``--events-table`` takes the births, deaths and STATE messages."""
+    cluster_by: tuple[str, ...] = ()
+    """``--cluster-by``: the table's liquid clustering columns, when the job creates it."""
     projections: Projections = dataclasses.field(
         default_factory=Projections, compare=False, repr=False
     )
@@ -116,7 +119,8 @@ class PayloadPlan:
 
     @property
     def adds_date(self) -> bool:
-        return DATE in self.partition_by and DATE not in self._data_names()
+        layout = (*self.partition_by, *self.cluster_by)
+        return DATE in layout and DATE not in self._data_names()
 
     @property
     def sparkplug(self) -> bool:
@@ -180,12 +184,13 @@ def make_plan(
     mqtt5: bool = False,
     property_columns: tuple[str, ...] = (),
     events: bool = False,
+    cluster_by: tuple[str, ...] = (),
 ) -> PayloadPlan:
     """Check that the names fit together; MQTT columns that a schema field names are renamed
     ``mqtt_<name>`` (a JSON ``timestamp`` field is common). ``property_columns`` need
     ``mqtt5``; ``events`` (an events table) needs ``sparkplug``."""
     if payload_format == SPARKPLUG:
-        return _sparkplug_plan(keep_payload, dead_letters, partition_by, events)
+        return _sparkplug_plan(keep_payload, dead_letters, partition_by, events, cluster_by)
     if events:
         raise SchemaError("--events-table goes with --payload-format sparkplug")
     fields = list(schema.fields) if schema is not None else []
@@ -226,38 +231,46 @@ def make_plan(
         renamed,
         mqtt5,
         property_columns,
+        cluster_by=cluster_by,
     )
-    columns = {c.lower() for c in plan.table_columns()}
-    arrays = {c.lower() for c in (*ARRAY_PROPERTIES, plan.column(PROPERTIES))}
-    for name in partition_by:
-        if name.lower() not in columns:
-            raise SchemaError(
-                f"--partition-by {name!r}: no such column; the table has "
-                + ", ".join(plan.table_columns())
-            )
-        if mqtt5 and name.lower() in arrays:
-            raise SchemaError(
-                f"--partition-by {name!r}: Delta cannot partition by a struct or array"
-            )
+    arrays = (*ARRAY_PROPERTIES, plan.column(PROPERTIES)) if mqtt5 else ()
+    _check_layout(plan, arrays)
     return plan
 
 
 def _sparkplug_plan(
-    keep_payload: bool, dead_letters: bool, partition_by: tuple[str, ...], events: bool
+    keep_payload: bool,
+    dead_letters: bool,
+    partition_by: tuple[str, ...],
+    events: bool,
+    cluster_by: tuple[str, ...],
 ) -> PayloadPlan:
     plan = PayloadPlan(
-        SPARKPLUG, None, (), keep_payload, dead_letters, partition_by, {}, events=events
+        SPARKPLUG, None, (), keep_payload, dead_letters, partition_by, {}, events=events,
+        cluster_by=cluster_by,
+    )  # fmt: skip
+    _check_layout(
+        plan, [name for name, spark, _, _ in SPARKPLUG_FIELDS if spark.startswith("ARRAY")]
     )
-    columns = plan.table_columns()
-    arrays = {name for name, spark, _, _ in SPARKPLUG_FIELDS if spark.startswith("ARRAY")}
-    for name in partition_by:
-        if name not in columns:
-            raise SchemaError(
-                f"--partition-by {name!r}: no such column; the table has " + ", ".join(columns)
-            )
-        if name in arrays:
-            raise SchemaError(f"--partition-by {name!r}: Delta cannot partition by an array")
     return plan
+
+
+def _check_layout(plan: PayloadPlan, arrays: Sequence[str]) -> None:
+    """Each ``--partition-by`` and ``--cluster-by`` column is one of the table's, and not a
+    struct or array (Delta partitions and clusters by scalar columns only)."""
+    columns = {c.lower() for c in plan.table_columns()}
+    nested = {c.lower() for c in arrays}
+    layouts = (("--partition-by", "partition", plan.partition_by),
+               ("--cluster-by", "cluster", plan.cluster_by))  # fmt: skip
+    for flag, verb, names in layouts:
+        for name in names:
+            if name.lower() not in columns:
+                raise SchemaError(
+                    f"{flag} {name!r}: no such column; the table has "
+                    + ", ".join(plan.table_columns())
+                )
+            if name.lower() in nested:
+                raise SchemaError(f"{flag} {name!r}: Delta cannot {verb} by a struct or array")
 
 
 def is_json_content_type(content_type: Column) -> Column:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,33 +47,52 @@ class BatchStats:
         return max(0.0, self.written_at - self.newest_us / 1e6)
 
 
+RECENT_BATCHES = 1000
+"""Batches whose statistics :class:`RunStats` keeps for lookup; the run's totals count all."""
+
+
 class RunStats:
     """Batch statistics of this run; written by the batch writer (a Py4J callback thread),
-    read by the main loop."""
+    read by the main loop. Memory stays bounded over a run of months: running totals, and
+    the last :data:`RECENT_BATCHES` batches for :meth:`get` (a progress line looks its batch
+    up right after the batch's commit)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._batches: dict[int, BatchStats] = {}
+        self._recent: OrderedDict[int, BatchStats] = OrderedDict()
+        self._totals = (0, 0, 0)
+        self._latest: BatchStats | None = None
         self.started = time.monotonic()
 
     def record(self, stats: BatchStats) -> None:
+        """Count ``stats``; a batch recorded again (a replay) replaces its earlier figures."""
         with self._lock:
-            self._batches[stats.batch_id] = stats
+            batches, rows, dead = self._totals
+            earlier = self._recent.pop(stats.batch_id, None)
+            if earlier is None:
+                batches += 1
+            else:
+                rows, dead = rows - earlier.rows, dead - earlier.dead_letters
+            self._totals = (batches, rows + stats.rows, dead + stats.dead_letters)
+            self._recent[stats.batch_id] = stats
+            if len(self._recent) > RECENT_BATCHES:
+                self._recent.popitem(last=False)
+            if self._latest is None or stats.batch_id >= self._latest.batch_id:
+                self._latest = stats
 
     def get(self, batch_id: int) -> BatchStats | None:
         with self._lock:
-            return self._batches.get(batch_id)
+            return self._recent.get(batch_id)
 
     def latest(self) -> BatchStats | None:
         """The batch of the highest id written by this run."""
         with self._lock:
-            return self._batches[max(self._batches)] if self._batches else None
+            return self._latest
 
     def totals(self) -> tuple[int, int, int]:
         """(batches, rows, dead-letter rows) written by this run."""
         with self._lock:
-            batches = list(self._batches.values())
-        return len(batches), sum(b.rows for b in batches), sum(b.dead_letters for b in batches)
+            return self._totals
 
 
 def delivery(progress: Mapping[str, Any]) -> dict[str, Any]:

@@ -276,6 +276,36 @@ def test_tables_created_before_the_query_take_the_first_batch_directly(
     assert details is not None and details.partitionColumns == ["date"]
 
 
+def test_a_clustered_table_takes_batches_directly_and_compaction_clusters_it(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    """``--cluster-by``: the job creates the table with liquid clustering, its batches commit
+    directly, and the maintenance's OPTIMIZE clusters the files (Delta's own clustering)."""
+    from connector.spark.schema import SCHEMA_DDL
+    from streaming_jobs.compaction_policy import CompactionPolicy
+    from streaming_jobs.table_maintenance import TableMaintenance
+
+    table = tmp_path / "clustered"
+    plan = make_plan("binary", None, cluster_by=("topic", "date"))
+    writer = BatchWriter(plan, str(table), None, RunStats())
+    assert writer.create_tables(spark, SCHEMA_DDL) == [str(table)]
+    details = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+    assert details is not None and details.clusteringColumns == ["topic", "date"]
+    for batch in range(3):
+        writer(source_rows(spark, [b"a", b"b"], topic=f"t/{batch}"), batch)
+    assert (writer.appender.direct_commits, writer.appender.writer_commits) == (3, 0)
+
+    maintenance = TableMaintenance(spark, [str(table)], CompactionPolicy(1 << 20, 23))
+    try:
+        assert maintenance.compact(str(table), 1 << 20)
+    finally:
+        assert maintenance.close(60)
+    optimize = _commit_info(delta_commits(table)[-1])["commitInfo"]
+    assert optimize["operation"] == "OPTIMIZE"
+    assert json.loads(optimize["operationParameters"]["clusterBy"]) == ["topic", "date"]
+    assert delta_row_count(table) == 6
+
+
 def _table_interval(spark: SparkSession, table: Path) -> str | None:
     properties = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first().properties  # type: ignore[union-attr]
     return properties.get("delta.checkpointInterval")

@@ -69,6 +69,15 @@ def test_topic_columns_and_partition_by() -> None:
         parse_config([*BASE, "--topic-columns", "site,Site"], environ={})
 
 
+def test_cluster_by_instead_of_partition_by() -> None:
+    config, _ = parse_config([*BASE, "--cluster-by", "topic, date"], environ={})
+    assert (config.cluster_by, config.partition_by) == (("topic", "date"), ())
+    with pytest.raises(UsageError, match="partitioned or clustered, not both"):
+        parse_config([*BASE, "--cluster-by", "topic", "--partition-by", "date"], environ={})
+    with pytest.raises(UsageError, match="--cluster-by: 'to pic' is not a column name"):
+        parse_config([*BASE, "--cluster-by", "to pic"], environ={})
+
+
 def test_table_checkpoint_interval_from_flag_or_file(tmp_path: Path) -> None:
     config, _ = parse_config(BASE, environ={})
     assert config.table_checkpoint_interval is None  # the writer picks (decision 23)
@@ -260,3 +269,21 @@ def test_the_job_waits_for_a_checkpoint_in_progress_unless_told_to_stop_now(
         "a Delta checkpoint or compaction was still running; it is done again later "
         "(the tables are complete)"
     ]
+
+
+def test_run_stats_keep_totals_of_every_batch_and_only_recent_batches() -> None:
+    """A run of months records millions of batches: totals stay exact, memory stays bounded."""
+    from streaming_jobs.progress import RECENT_BATCHES
+
+    stats = RunStats()
+    count = RECENT_BATCHES * 3
+    for batch in range(count):
+        stats.record(
+            BatchStats(batch, rows=2, dead_letters=batch % 2, newest_us=None, written_at=0)
+        )
+    stats.record(BatchStats(count - 1, rows=5, dead_letters=0, newest_us=None, written_at=0))
+    assert stats.totals() == (count, 2 * (count - 1) + 5, count // 2 - 1)
+    latest = stats.latest()
+    assert latest is not None and (latest.batch_id, latest.rows) == (count - 1, 5)
+    assert stats.get(0) is None and stats.get(count - RECENT_BATCHES) is not None
+    assert len(stats._recent) == RECENT_BATCHES

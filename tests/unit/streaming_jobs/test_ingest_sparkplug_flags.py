@@ -78,9 +78,19 @@ def test_the_sparkplug_plan_takes_partition_columns_of_its_table() -> None:
     assert plan.sparkplug and plan.events
     assert "metric_name" in plan.table_columns() and "date" in plan.table_columns()
     assert "event" not in plan.table_columns()
-    with pytest.raises(SchemaError, match="Delta cannot partition by an array"):
+    with pytest.raises(SchemaError, match="Delta cannot partition by a struct or array"):
         make_plan("sparkplug", None, partition_by=("long_array",))
     with pytest.raises(SchemaError, match="no such column"):
         make_plan("sparkplug", None, partition_by=("site",))
     with pytest.raises(SchemaError, match="--events-table goes with"):
         make_plan("json", None, events=True)
+
+
+def test_cluster_columns_are_checked_like_partition_columns() -> None:
+    plan = make_plan("binary", None, cluster_by=("topic", "date"))
+    assert plan.cluster_by == ("topic", "date") and "date" in plan.table_columns()
+    assert "date" not in make_plan("binary", None, cluster_by=("topic",)).table_columns()
+    with pytest.raises(SchemaError, match="--cluster-by 'site': no such column"):
+        make_plan("binary", None, cluster_by=("site",))
+    with pytest.raises(SchemaError, match="--cluster-by 'long_array': Delta cannot cluster by"):
+        make_plan("sparkplug", None, cluster_by=("long_array",))

@@ -1,0 +1,486 @@
+"""A week in an hour (``python -m bench.long_run``): one steady publisher into the ingest job
+with a short trigger for a long run, four jobs side by side on the same messages: no
+maintenance, Delta's auto compaction switched on as it comes, the job's default compaction, and
+that default with liquid clustering (when the job has ``--cluster-by``).
+
+Every ``--sample-every`` seconds each job's stores are sampled (live and on-disk data files,
+table bytes, ``_delta_log`` files and bytes, WAL and checkpoint bytes, RSS, open fds and threads
+of its processes); every ``--read-every`` seconds two reads of each table are timed through
+Spark and delta-rs: a full ``count(*)`` and a filtered count of one topic and hour. At the end
+the same reads of a fully OPTIMIZEd copy of a table. Write amplification is the bytes that
+maintenance commits (``OPTIMIZE``, auto or not) added over the bytes the stream's commits
+added, read from each table's log. The goals are issue-level: docs/operations.md, "Table
+maintenance"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from devtools.demo.job import INGEST_SCRIPT, IngestJob
+from devtools.process_tree import process_groups, processes, read_small
+from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES
+
+from . import common
+from .render import Charts, Lines, goals_table, md_table, num
+
+TOPICS = 4
+TOPIC_FILTER = "week/+"
+AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled=true"
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "none": ("--compaction", "off"),
+    "auto_compact": ("--compaction", "off", "--spark-conf", AUTO_COMPACT),
+    "default": (),
+    "clustered": ("--cluster-by", "topic,timestamp"),
+}
+"""Each way of running the job: its extra flags."""
+MAINTENANCE_OPERATIONS = frozenset({"OPTIMIZE"})
+"""Commits whose added bytes count as maintenance (auto compaction commits as OPTIMIZE too)."""
+FLAT_GROWTH = 0.10
+"""A store is flat when it grew at most this much over the last half of the run."""
+
+
+def topic(index: int) -> str:
+    return f"week/dev{index}"
+
+
+@dataclass
+class LogTally:
+    """A table's ``_delta_log`` read commit by commit as it grows: live files, bytes added by
+    the stream and by maintenance, commits by operation."""
+
+    table: Path
+    version: int = -1
+    live: dict[str, int] = field(default_factory=dict)
+    ingested_bytes: int = 0
+    maintenance_bytes: int = 0
+    operations: dict[str, int] = field(default_factory=dict)
+
+    def catch_up(self) -> None:
+        while (path := self.table / "_delta_log" / f"{self.version + 1:020d}.json").exists():
+            try:
+                actions = [json.loads(line) for line in path.read_text().splitlines() if line]
+            except ValueError:
+                return  # a commit file being written: read next time
+            self.add(actions)
+            self.version += 1
+
+    def add(self, actions: Sequence[Mapping[str, Any]]) -> None:
+        operation = next(
+            (a["commitInfo"].get("operation", "?") for a in actions if "commitInfo" in a), "?"
+        )
+        self.operations[operation] = self.operations.get(operation, 0) + 1
+        for action in actions:
+            if "add" in action:
+                size = int(action["add"].get("size", 0))
+                self.live[action["add"]["path"]] = size
+                if operation in MAINTENANCE_OPERATIONS:
+                    self.maintenance_bytes += size
+                else:
+                    self.ingested_bytes += size
+            elif "remove" in action:
+                self.live.pop(action["remove"]["path"], None)
+
+
+def tree_size(path: Path, suffix: str = "") -> tuple[int, int]:
+    """(files, bytes) under ``path`` whose names end with ``suffix``."""
+    files = size = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            if name.endswith(suffix):
+                try:
+                    size += os.stat(os.path.join(root, name)).st_size
+                except FileNotFoundError:
+                    continue
+                files += 1
+    return files, size
+
+
+def process_figures(root: int) -> dict[str, int]:
+    """RSS (KiB) of the JVM and of the Python processes, open fds and threads of every
+    process of the job's process groups."""
+    groups = process_groups(root)
+    figures = {"jvm_rss_kib": 0, "python_rss_kib": 0, "fds": 0, "threads": 0}
+    for pid, (state, _, group) in processes().items():
+        status = read_small(f"/proc/{pid}/status")
+        if group not in groups or state == "Z" or status is None:
+            continue
+        fields = dict(
+            line.split(":", 1)
+            for line in status.decode(errors="replace").splitlines()
+            if ":" in line
+        )
+        rss = int(fields.get("VmRSS", "0 kB").split()[0])
+        java = (read_small(f"/proc/{pid}/comm") or b"").strip() == b"java"
+        figures["jvm_rss_kib" if java else "python_rss_kib"] += rss
+        figures["threads"] += int(fields.get("Threads", "0"))
+        try:
+            figures["fds"] += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return figures
+
+
+@dataclass
+class RunningJob:
+    name: str
+    base: Path
+    job: IngestJob
+    tally: LogTally
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    reads: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def table(self) -> Path:
+        return self.base / "table"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.base / "checkpoint"
+
+    def sample(self, elapsed: float) -> dict[str, Any]:
+        self.tally.catch_up()
+        proc = self.job.proc
+        data_files, data_bytes = tree_size(self.table, ".parquet")
+        log_files, log_bytes = tree_size(self.table / "_delta_log")
+        wal_files, wal_bytes = tree_size(self.checkpoint / "mqtt-wal")
+        checkpoint_files, checkpoint_bytes = tree_size(self.checkpoint)
+        row = {
+            "t": round(elapsed, 1),
+            "commits": self.tally.version + 1,
+            "batches": self.tally.operations.get("STREAMING UPDATE", 0),
+            "live_files": len(self.tally.live),
+            "live_bytes": sum(self.tally.live.values()),
+            "disk_files": data_files,
+            "disk_bytes": data_bytes,
+            "log_files": log_files,
+            "log_bytes": log_bytes,
+            "wal_bytes": wal_bytes,
+            "checkpoint_files": checkpoint_files - wal_files,
+            "checkpoint_bytes": checkpoint_bytes - wal_bytes,
+            "ingested_bytes": self.tally.ingested_bytes,
+            "maintenance_bytes": self.tally.maintenance_bytes,
+            **(process_figures(proc.pid) if proc is not None and proc.poll() is None else {}),
+        }
+        self.samples.append(row)
+        return row
+
+
+# --------------------------------------------------------------------------------------- reads
+
+
+def timed(run: Callable[[], int]) -> tuple[float, int]:
+    began = time.perf_counter()
+    rows = run()
+    return time.perf_counter() - began, rows
+
+
+def read_times(spark: Any, table: Path, hour: datetime) -> dict[str, float]:
+    """Seconds of the two reads, through Spark and delta-rs (their row counts checked equal)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from pyspark.sql import functions as F
+
+    low, high = hour, hour + timedelta(hours=1)
+    frame = spark.read.format("delta").load(str(table))
+    one = (F.col("topic") == topic(0)) & (F.col("timestamp") >= low) & (F.col("timestamp") < high)
+    spark_full, full_rows = timed(lambda: frame.count())
+    spark_filtered, filtered_rows = timed(lambda: frame.where(one).count())
+
+    def rs(filtered: bool) -> int:
+        dataset = DeltaTable(str(table)).to_pyarrow_dataset()
+        condition = (
+            (pc.field("topic") == topic(0))
+            & (pc.field("timestamp") >= pc.scalar(low))
+            & (pc.field("timestamp") < pc.scalar(high))
+        )
+        return int(dataset.count_rows(filter=condition if filtered else None))
+
+    rs_full, rs_full_rows = timed(lambda: rs(False))
+    rs_filtered, rs_filtered_rows = timed(lambda: rs(True))
+    if rs_full_rows < full_rows or rs_filtered_rows < filtered_rows:
+        raise common.BenchError(f"{table}: delta-rs counted fewer rows than Spark")
+    return {
+        "spark_full": round(spark_full, 3),
+        "spark_filtered": round(spark_filtered, 3),
+        "delta_rs_full": round(rs_full, 3),
+        "delta_rs_filtered": round(rs_filtered, 3),
+        "rows": full_rows,
+    }
+
+
+def optimized_copy(spark: Any, table: Path, target: Path) -> Path:
+    """A copy of ``table``'s live files as they are, then fully OPTIMIZEd."""
+    from delta.tables import DeltaTable
+
+    shutil.copytree(table, target)
+    DeltaTable.forPath(spark, str(target)).optimize().executeCompaction()
+    return target
+
+
+# ------------------------------------------------------------------------------------ the run
+
+
+def job_command(name: str, base: Path, broker_url: str, args: Any) -> list[str]:
+    return [
+        sys.executable, str(INGEST_SCRIPT),
+        "--broker", broker_url, "--topic", TOPIC_FILTER, "--qos", "1",
+        "--client-id", f"week-{name}", "--table", str(base / "table"),
+        "--checkpoint", str(base / "checkpoint"),
+        "--trigger", f"processing-time={args.trigger_ms} milliseconds",
+        "--master", "local[1]", "--log-level", "WARNING",
+        *CONFIGS[name],
+    ]  # fmt: skip
+
+
+def publishers(broker_url: str, args: Any) -> list[subprocess.Popen[bytes]]:
+    """One ``python -m connector.mqtt pub`` per topic, together ``--rate`` messages a second
+    for the run's length."""
+    per_topic = args.rate / TOPICS
+    count = int(per_topic * args.minutes * 60)
+    return [
+        subprocess.Popen(
+            [
+                *common.pub_command(broker_url, topic(i), 1, count, args.size),
+                "--rate",
+                str(per_topic),
+            ],
+            cwd=common.REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(TOPICS)
+    ]
+
+
+def measure(args: Any) -> dict[str, Any]:
+    from devtools.mosquitto import MosquittoBroker
+
+    from .ingest import spark_session
+
+    names = [n for n in args.configs if n in CONFIGS]
+    work = Path(tempfile.mkdtemp(prefix="week-"))
+    broker = MosquittoBroker(work / "broker", max_queued_messages=1_000_000).start()
+    jobs: list[RunningJob] = []
+    spark = spark_session("bench-long-run", master="local[1]")
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    pubs: list[subprocess.Popen[bytes]] = []
+    began = time.monotonic()
+    try:
+        for name in names:
+            base = work / name
+            base.mkdir()
+            common.create_session(broker.url, f"week-{name}", TOPIC_FILTER, 1)
+            job = IngestJob(job_command(name, base, broker.url, args), base / "job.log")
+            job.start()
+            jobs.append(RunningJob(name, base, job, LogTally(base / "table")))
+        pubs = publishers(broker.url, args)
+        began = time.monotonic()
+        end = began + args.minutes * 60
+        next_read = began + args.read_every
+        while (now := time.monotonic()) < end:
+            common.check_broker(broker)
+            for running in jobs:
+                if running.job.exit_code() is not None:
+                    raise common.BenchError(f"{running.name} ended:\n{running.job.log_tail()}")
+                running.sample(now - began)
+            if now >= next_read:
+                next_read = now + args.read_every
+                for running in jobs:
+                    reads = read_times(spark, running.table, hour)
+                    running.reads.append({"t": round(time.monotonic() - began, 1), **reads})
+            print(f"{now - began:7.0f} s: " + ", ".join(
+                f"{r.name} {r.samples[-1]['batches']} batches {r.samples[-1]['live_files']} files"
+                for r in jobs), flush=True)  # fmt: skip
+            time.sleep(max(0.0, min(end, now + args.sample_every) - time.monotonic()))
+        elapsed = time.monotonic() - began
+        for running in jobs:
+            running.sample(elapsed)
+        finals = {r.name: [read_times(spark, r.table, hour) for _ in range(3)] for r in jobs}
+        copy = optimized_copy(spark, jobs[0].table, work / "optimized")
+        optimized = [read_times(spark, copy, hour) for _ in range(3)]
+    finally:
+        for pub in pubs:
+            pub.kill()
+        for running in jobs:
+            running.job.stop(90.0)
+        broker.close()
+        spark.stop()
+    result = {
+        "machine": common.machine("pyspark", "delta-spark", "deltalake"),
+        "parameters": {
+            "minutes": args.minutes,
+            "trigger_ms": args.trigger_ms,
+            "rate": args.rate,
+            "size": args.size,
+            "topics": TOPICS,
+            "target_bytes": DEFAULT_TARGET_BYTES,
+            "small_files": DEFAULT_SMALL_FILES,
+            "configs": {n: list(CONFIGS[n]) for n in names},
+        },
+        "seconds": round(elapsed, 1),
+        "jobs": {
+            r.name: {
+                "samples": r.samples,
+                "reads": r.reads,
+                "final_reads": finals[r.name],
+                "operations": r.tally.operations,
+            }
+            for r in jobs
+        },
+        "optimized_reads": optimized,
+    }
+    shutil.rmtree(work, ignore_errors=True)
+    result["goals"] = goals(result)
+    return result
+
+
+# ---------------------------------------------------------------------------------- the goals
+
+READS = ("spark_full", "spark_filtered", "delta_rs_full", "delta_rs_filtered")
+STORES = ("wal_bytes", "checkpoint_bytes", "checkpoint_files", "jvm_rss_kib", "python_rss_kib",
+          "fds", "threads")  # fmt: skip
+
+
+def median_read(reads: Sequence[Mapping[str, Any]], kind: str) -> float:
+    return statistics.median(float(r[kind]) for r in reads)
+
+
+def growth(samples: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """(last - value at half time) / value at half time, of the highest value so far (a store
+    that breathes is judged by its peaks); None without the figure."""
+    values = [(s["t"], s[key]) for s in samples if key in s]
+    if len(values) < 4:
+        return None
+    half = values[-1][0] / 2
+    at_half = max(v for t, v in values if t <= half)
+    last = max(v for _, v in values)
+    return (last - at_half) / at_half if at_half else None
+
+
+def ceiling(ratio: str, target: float, measured: float) -> dict[str, Any]:
+    """A goal that ``measured`` stays at or below ``target``."""
+    return {"ratio": ratio, "target": f"<= {target}", "measured": round(measured, 3),
+            "met": measured <= target}  # fmt: skip
+
+
+def goals(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The run's goals (module docstring), per job that maintains its table."""
+    out: list[dict[str, Any]] = []
+    params = result["parameters"]
+    jobs = result["jobs"]
+    none_rate = _rows_per_second(jobs.get("none"))
+    optimized = result["optimized_reads"]
+    for name, job in jobs.items():
+        last = job["samples"][-1]
+        if name in ("default", "clustered"):
+            for kind in READS:
+                ratio = median_read(job["final_reads"], kind) / median_read(optimized, kind)
+                out.append(ceiling(f"{name}: {kind} read / the OPTIMIZEd copy's", 1.5, ratio))
+            allowed = last["live_bytes"] / params["target_bytes"] + params["small_files"]
+            files = last["live_files"] / allowed
+            out.append(ceiling(f"{name}: live data files / (bytes / target + tail)", 1.0, files))
+        if name != "none" and last["ingested_bytes"]:
+            amplification = last["maintenance_bytes"] / last["ingested_bytes"]
+            out.append(ceiling(f"{name}: maintenance bytes / ingested bytes", 4.0, amplification))
+        for key in STORES:
+            grew = growth(job["samples"], key)
+            if grew is not None:
+                out.append(ceiling(f"{name}: {key} growth, last half", FLAT_GROWTH, grew))
+        rate = _rows_per_second(job)
+        if name != "none" and none_rate and rate is not None:
+            out.append(
+                common.goal(f"{name}: ingest rate / no maintenance's", 0.8, rate / none_rate)
+            )
+    return {goal["ratio"]: goal for goal in out}
+
+
+def _rows_per_second(job: Mapping[str, Any] | None) -> float | None:
+    if not job or not job["final_reads"]:
+        return None
+    seconds = job["samples"][-1]["t"]
+    return float(job["final_reads"][0]["rows"]) / seconds if seconds else None
+
+
+# ---------------------------------------------------------------------------------- the report
+
+
+def section(data: Mapping[str, Any], charts: Charts) -> Lines:
+    params, jobs = data["parameters"], data["jobs"]
+    out = [
+        f"{len(jobs)} ingest jobs side by side for {num(data['seconds'] / 60, 1)} minutes, each "
+        f"subscribed to the same {params['rate']:.0f} messages a second of {params['size']} bytes "
+        f"over {params['topics']} topics (QoS 1), trigger {params['trigger_ms']} ms, `local[1]` "
+        f"each; compaction's target {params['target_bytes'] // (1 << 20)} MiB, tail "
+        f"{params['small_files']} files.",
+        "",
+    ]
+    rows = []
+    for name, job in jobs.items():
+        last = job["samples"][-1]
+        amplification = (
+            last["maintenance_bytes"] / last["ingested_bytes"] if last["ingested_bytes"] else 0
+        )
+        rows.append([
+            name, str(last["batches"]), str(last["live_files"]), str(last["disk_files"]),
+            num(last["live_bytes"] / (1 << 20), 1), num(amplification, 2), str(last["log_files"]),
+            *(num(median_read(job["final_reads"], kind) * 1000) for kind in READS),
+        ])  # fmt: skip
+    optimized = data["optimized_reads"]
+    rows.append(["OPTIMIZEd copy", "", "1+", "", "", "", "",
+                 *(num(median_read(optimized, kind) * 1000) for kind in READS)])  # fmt: skip
+    out += md_table(
+        ["job", "batches", "live files", "files on disk", "live MiB", "write ampl.", "log files",
+         "Spark full ms", "Spark filtered ms", "delta-rs full ms", "delta-rs filtered ms"],
+        rows,
+    )  # fmt: skip
+    out += ["", *goals_table(data["goals"])]
+
+    def paint(plt: Any) -> None:
+        left = plt.subplot(1, 2, 1)
+        right = plt.subplot(1, 2, 2)
+        for name, job in jobs.items():
+            left.plot([s["t"] / 60 for s in job["samples"]],
+                      [s["live_files"] for s in job["samples"]], label=name)  # fmt: skip
+            right.plot([r["t"] / 60 for r in job["reads"]],
+                       [r["delta_rs_full"] * 1000 for r in job["reads"]], label=name)  # fmt: skip
+        left.set_xlabel("minutes")
+        left.set_ylabel("live data files")
+        left.set_yscale("log")
+        right.set_xlabel("minutes")
+        right.set_ylabel("delta-rs full read, ms")
+        right.set_yscale("log")
+        left.legend()
+
+    return [*out, "", *charts.draw("long_run", "Data files and read time over the run", paint)]
+
+
+def parse_args(argv: Sequence[str] | None) -> Any:
+    parser = common.arguments("long_run", __doc__.splitlines()[0], size=64)
+    parser.add_argument("--minutes", type=float, default=60.0, help="length of the run")
+    parser.add_argument("--trigger-ms", type=int, default=200, help="the jobs' trigger")
+    parser.add_argument("--rate", type=float, default=200.0, help="messages a second, all topics")
+    parser.add_argument("--sample-every", type=float, default=30.0, help="seconds between samples")
+    parser.add_argument("--read-every", type=float, default=300.0, help="seconds between reads")
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return common.finish("long_run", lambda: measure(args), args.output, section)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

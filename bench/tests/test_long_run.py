@@ -1,0 +1,82 @@
+"""bench.long_run's bookkeeping: the log tally, store growth and the goals, on made-up figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.long_run import LogTally, goals, growth, section
+from bench.render import Charts
+
+
+def commit(
+    table: Path, version: int, operation: str, adds: dict[str, int], removes: tuple[str, ...] = ()
+) -> None:
+    log = table / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    actions: list[dict[str, Any]] = [{"commitInfo": {"operation": operation}}]
+    actions += [{"add": {"path": p, "size": s}} for p, s in adds.items()]
+    actions += [{"remove": {"path": p}} for p in removes]
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+
+
+def test_the_tally_splits_stream_bytes_from_maintenance_bytes(tmp_path: Path) -> None:
+    tally = LogTally(tmp_path)
+    commit(tmp_path, 0, "STREAMING UPDATE", {"a": 10})
+    commit(tmp_path, 1, "STREAMING UPDATE", {"b": 20})
+    tally.catch_up()
+    assert (tally.version, tally.ingested_bytes, len(tally.live)) == (1, 30, 2)
+    commit(tmp_path, 2, "OPTIMIZE", {"c": 28}, removes=("a", "b"))
+    tally.catch_up()
+    assert tally.live == {"c": 28} and tally.maintenance_bytes == 28
+    assert tally.operations == {"STREAMING UPDATE": 2, "OPTIMIZE": 1}
+
+
+def test_growth_is_measured_over_the_last_half_by_peaks() -> None:
+    flat = [{"t": t, "fds": 100 + (t % 2)} for t in range(10)]
+    rising = [{"t": t, "fds": 100 + 10 * t} for t in range(10)]
+    grew = growth(flat, "fds")
+    assert grew is not None and grew < 0.02
+    grew = growth(rising, "fds")
+    assert grew is not None and grew > 0.3  # 140 at half time, 190 at the end
+    assert growth(flat[:3], "fds") is None and growth(flat, "threads") is None
+
+
+def result(files: int, amplification: float) -> dict[str, Any]:
+    reads = [{"spark_full": 1.0, "spark_filtered": 0.5, "delta_rs_full": 0.2,
+              "delta_rs_filtered": 0.1, "rows": 6000}]  # fmt: skip
+    samples = [
+        {"t": 60.0 * t, "batches": 10 * t, "live_files": files, "disk_files": files,
+         "live_bytes": 1 << 20, "ingested_bytes": 1000, "log_files": t, "fds": 50,
+         "maintenance_bytes": int(1000 * amplification), "threads": 40}
+        for t in range(1, 6)
+    ]  # fmt: skip
+    job = {"samples": samples, "reads": reads, "final_reads": reads, "operations": {}}
+    return {
+        "parameters": {"minutes": 5, "trigger_ms": 200, "rate": 20, "size": 64, "topics": 4,
+                       "target_bytes": 128 << 20, "small_files": 50, "configs": {}},
+        "seconds": 300.0,
+        "jobs": {"none": {**job, "samples": [{**s, "live_files": 500} for s in samples]},
+                 "default": job},
+        "optimized_reads": reads,
+    }  # fmt: skip
+
+
+def test_goals_hold_for_a_compacted_table_and_fail_for_too_many_files() -> None:
+    good = goals(result(files=20, amplification=2.5))
+    assert all(goal["met"] for goal in good.values()), good
+    assert "default: live data files / (bytes / target + tail)" in good
+    bad = goals(result(files=80, amplification=5.0))
+    missed = {name for name, goal in bad.items() if not goal["met"]}
+    assert missed == {
+        "default: live data files / (bytes / target + tail)",
+        "default: maintenance bytes / ingested bytes",
+    }
+
+
+def test_the_section_renders_every_job() -> None:
+    data = result(files=20, amplification=2.5)
+    data["goals"] = goals(data)
+    text = "\n".join(section(data, Charts(None)))
+    assert "| none |" in text and "| default |" in text and "OPTIMIZEd copy" in text
