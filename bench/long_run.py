@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.demo.job import INGEST_SCRIPT, IngestJob
-from devtools.process_tree import process_groups, processes, read_small
+from devtools.process_tree import process_figures
 from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES
 
 from . import common
@@ -105,31 +105,6 @@ def tree_size(path: Path, suffix: str = "") -> tuple[int, int]:
                     continue
                 files += 1
     return files, size
-
-
-def process_figures(root: int) -> dict[str, int]:
-    """RSS (KiB) of the JVM and of the Python processes, open fds and threads of every
-    process of the job's process groups."""
-    groups = process_groups(root)
-    figures = {"jvm_rss_kib": 0, "python_rss_kib": 0, "fds": 0, "threads": 0}
-    for pid, (state, _, group) in processes().items():
-        status = read_small(f"/proc/{pid}/status")
-        if group not in groups or state == "Z" or status is None:
-            continue
-        fields = dict(
-            line.split(":", 1)
-            for line in status.decode(errors="replace").splitlines()
-            if ":" in line
-        )
-        rss = int(fields.get("VmRSS", "0 kB").split()[0])
-        java = (read_small(f"/proc/{pid}/comm") or b"").strip() == b"java"
-        figures["jvm_rss_kib" if java else "python_rss_kib"] += rss
-        figures["threads"] += int(fields.get("Threads", "0"))
-        try:
-            figures["fds"] += len(os.listdir(f"/proc/{pid}/fd"))
-        except OSError:
-            continue
-    return figures
 
 
 @dataclass

@@ -64,3 +64,28 @@ def alive_in(groups: set[int]) -> list[int]:
     return [
         pid for pid, (state, _, group) in processes().items() if group in groups and state != "Z"
     ]
+
+
+def process_figures(root: int) -> dict[str, int]:
+    """RSS (KiB) of the JVM and of the Python processes, open fds and threads of every
+    process of the job's process groups."""
+    groups = process_groups(root)
+    figures = {"jvm_rss_kib": 0, "python_rss_kib": 0, "fds": 0, "threads": 0}
+    for pid, (state, _, group) in processes().items():
+        status = read_small(f"/proc/{pid}/status")
+        if group not in groups or state == "Z" or status is None:
+            continue
+        fields = dict(
+            line.split(":", 1)
+            for line in status.decode(errors="replace").splitlines()
+            if ":" in line
+        )
+        rss = int(fields.get("VmRSS", "0 kB").split()[0])
+        java = (read_small(f"/proc/{pid}/comm") or b"").strip() == b"java"
+        figures["jvm_rss_kib" if java else "python_rss_kib"] += rss
+        figures["threads"] += int(fields.get("Threads", "0"))
+        try:
+            figures["fds"] += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return figures
