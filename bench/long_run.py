@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from connector.wal import DEFAULT_SEGMENT_MAX_BYTES
 from devtools.demo.job import INGEST_SCRIPT, IngestJob
 from devtools.process_tree import process_figures
 from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES
@@ -48,6 +49,9 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 MAINTENANCE_OPERATIONS = frozenset({"OPTIMIZE"})
 """Commits whose added bytes count as maintenance (auto compaction commits as OPTIMIZE too)."""
 FLAT_GROWTH = 0.10
+WAL_BOUND = DEFAULT_SEGMENT_MAX_BYTES + (1 << 20)
+"""The WAL deletes a segment once all of it is committed: it holds the segment being written
+(up to 64 MiB) and what is not committed yet; it grows, then drops, rather than staying flat."""
 """A store is flat when it grew at most this much over the last half of the run."""
 
 
@@ -65,6 +69,10 @@ class LogTally:
     live: dict[str, int] = field(default_factory=dict)
     ingested_bytes: int = 0
     maintenance_bytes: int = 0
+    rows: int = 0
+    """Rows the stream's commits added (from each file's statistics)."""
+    batches: int = 0
+    """Commits of a stream's batch: those with a ``txn`` (SetTransaction) action."""
     operations: dict[str, int] = field(default_factory=dict)
 
     def catch_up(self) -> None:
@@ -81,6 +89,7 @@ class LogTally:
             (a["commitInfo"].get("operation", "?") for a in actions if "commitInfo" in a), "?"
         )
         self.operations[operation] = self.operations.get(operation, 0) + 1
+        self.batches += any("txn" in action for action in actions)
         for action in actions:
             if "add" in action:
                 size = int(action["add"].get("size", 0))
@@ -89,6 +98,8 @@ class LogTally:
                     self.maintenance_bytes += size
                 else:
                     self.ingested_bytes += size
+                    stats = json.loads(action["add"].get("stats") or "{}")
+                    self.rows += int(stats.get("numRecords", 0))
             elif "remove" in action:
                 self.live.pop(action["remove"]["path"], None)
 
@@ -134,7 +145,8 @@ class RunningJob:
         row = {
             "t": round(elapsed, 1),
             "commits": self.tally.version + 1,
-            "batches": self.tally.operations.get("STREAMING UPDATE", 0),
+            "batches": self.tally.batches,
+            "rows": self.tally.rows,
             "live_files": len(self.tally.live),
             "live_bytes": sum(self.tally.live.values()),
             "disk_files": data_files,
@@ -324,7 +336,7 @@ def measure(args: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- the goals
 
 READS = ("spark_full", "spark_filtered", "delta_rs_full", "delta_rs_filtered")
-STORES = ("wal_bytes", "checkpoint_bytes", "checkpoint_files", "jvm_rss_kib", "python_rss_kib",
+STORES = ("checkpoint_bytes", "checkpoint_files", "jvm_rss_kib", "python_rss_kib",
           "fds", "threads")  # fmt: skip
 
 
@@ -369,6 +381,8 @@ def goals(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if name != "none" and last["ingested_bytes"]:
             amplification = last["maintenance_bytes"] / last["ingested_bytes"]
             out.append(ceiling(f"{name}: maintenance bytes / ingested bytes", 4.0, amplification))
+        wal = max(sample.get("wal_bytes", 0) for sample in job["samples"])
+        out.append(ceiling(f"{name}: largest WAL / (a segment + 1 MiB)", 1.0, wal / WAL_BOUND))
         for key in STORES:
             grew = growth(job["samples"], key)
             if grew is not None:
@@ -382,10 +396,12 @@ def goals(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _rows_per_second(job: Mapping[str, Any] | None) -> float | None:
-    if not job or not job["final_reads"]:
+    """Rows the job committed by its last sample, per second of the run (the last samples
+    of all jobs are taken together)."""
+    if not job:
         return None
-    seconds = job["samples"][-1]["t"]
-    return float(job["final_reads"][0]["rows"]) / seconds if seconds else None
+    last = job["samples"][-1]
+    return float(last["rows"]) / last["t"] if last["t"] and "rows" in last else None
 
 
 # ---------------------------------------------------------------------------------- the report

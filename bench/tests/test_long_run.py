@@ -16,21 +16,23 @@ def commit(
     log = table / "_delta_log"
     log.mkdir(parents=True, exist_ok=True)
     actions: list[dict[str, Any]] = [{"commitInfo": {"operation": operation}}]
-    actions += [{"add": {"path": p, "size": s}} for p, s in adds.items()]
+    actions += [{"txn": {"appId": "q", "version": version}}] if operation == "WRITE" else []
+    stats = json.dumps({"numRecords": 3})
+    actions += [{"add": {"path": p, "size": s, "stats": stats}} for p, s in adds.items()]
     actions += [{"remove": {"path": p}} for p in removes]
     (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
 
 
 def test_the_tally_splits_stream_bytes_from_maintenance_bytes(tmp_path: Path) -> None:
     tally = LogTally(tmp_path)
-    commit(tmp_path, 0, "STREAMING UPDATE", {"a": 10})
-    commit(tmp_path, 1, "STREAMING UPDATE", {"b": 20})
+    commit(tmp_path, 0, "WRITE", {"a": 10})
+    commit(tmp_path, 1, "WRITE", {"b": 20})
     tally.catch_up()
-    assert (tally.version, tally.ingested_bytes, len(tally.live)) == (1, 30, 2)
+    assert (tally.version, tally.ingested_bytes, len(tally.live), tally.rows) == (1, 30, 2, 6)
     commit(tmp_path, 2, "OPTIMIZE", {"c": 28}, removes=("a", "b"))
     tally.catch_up()
     assert tally.live == {"c": 28} and tally.maintenance_bytes == 28
-    assert tally.operations == {"STREAMING UPDATE": 2, "OPTIMIZE": 1}
+    assert tally.operations == {"WRITE": 2, "OPTIMIZE": 1} and tally.batches == 2
 
 
 def test_growth_is_measured_over_the_last_half_by_peaks() -> None:
@@ -48,7 +50,7 @@ def result(files: int, amplification: float) -> dict[str, Any]:
               "delta_rs_filtered": 0.1, "rows": 6000}]  # fmt: skip
     samples = [
         {"t": 60.0 * t, "batches": 10 * t, "live_files": files, "disk_files": files,
-         "live_bytes": 1 << 20, "ingested_bytes": 1000, "log_files": t, "fds": 50,
+         "live_bytes": 1 << 20, "ingested_bytes": 1000, "rows": 100 * t, "log_files": t, "fds": 50,
          "maintenance_bytes": int(1000 * amplification), "threads": 40}
         for t in range(1, 6)
     ]  # fmt: skip
