@@ -226,7 +226,7 @@ def job_command(name: str, base: Path, broker_url: str, args: Any) -> list[str]:
         "--client-id", f"week-{name}", "--table", str(base / "table"),
         "--checkpoint", str(base / "checkpoint"),
         "--trigger", f"processing-time={args.trigger_ms} milliseconds",
-        "--master", "local[1]", "--log-level", "WARNING",
+        "--log-level", "WARNING",
         *CONFIGS[name],
     ]  # fmt: skip
 
@@ -412,9 +412,9 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
     out = [
         f"{len(jobs)} ingest jobs side by side for {num(data['seconds'] / 60, 1)} minutes, each "
         f"subscribed to the same {params['rate']:.0f} messages a second of {params['size']} bytes "
-        f"over {params['topics']} topics (QoS 1), trigger {params['trigger_ms']} ms, `local[1]` "
-        f"each; compaction's target {params['target_bytes'] // (1 << 20)} MiB, tail "
-        f"{params['small_files']} files.",
+        f"over {params['topics']} topics (QoS 1), trigger {params['trigger_ms']} ms, the "
+        f"job's default `local[2]` each; compaction's target "
+        f"{params['target_bytes'] // (1 << 20)} MiB, tail {params['small_files']} files.",
         "",
     ]
     rows = []

@@ -243,22 +243,38 @@ def _die_with_parent() -> None:
         log.debug("PR_SET_PDEATHSIG is not available here")
 
 
+SCHEDULER_MODE = "spark.scheduler.mode"
+"""FAIR in a session the job starts itself (unless ``--spark-conf`` says otherwise): table
+maintenance runs its jobs in a pool of its own (``streaming_jobs/table_maintenance.py``), and
+the stream's batches then share the executor slots with a compaction instead of queueing
+behind all of its tasks. Under spark-submit the submitter's setting stands."""
+
+
+def job_settings(
+    conf: dict[str, str], master: str | None, launched_here: bool
+) -> dict[str, str]:
+    """The settings :func:`job_spark` adds to ``conf`` (which wins): in a session the job
+    starts itself, :data:`SCHEDULER_MODE` FAIR, and the local driver's when it is one JVM."""
+    if not launched_here:
+        return dict(conf)
+    settings = {SCHEDULER_MODE: "FAIR", **conf}
+    return with_local_driver(settings) if _one_jvm(master or "local") else settings
+
+
 def job_spark(
     app_name: str, master: str | None = None, conf: dict[str, str] | None = None
 ) -> SparkSession:
     """The session for a job: the one spark-submit configured, plus Delta when it lacks it;
     under plain ``python``, a local session (``master`` or ``local[2]``; a ``local`` master
-    gets the spawn-free local file system). ``conf``: more settings (``--spark-conf``)."""
+    gets the spawn-free local file system, and :data:`SCHEDULER_MODE` FAIR). ``conf``: more
+    settings (``--spark-conf``)."""
     prepare_local_environment()
     builder = SparkSession.builder.appName(app_name)
-    settings = dict(conf or {})
     launched_here = "PYSPARK_GATEWAY_PORT" not in os.environ  # not by spark-submit
     if master:
         builder = builder.master(master)
     elif launched_here:
         builder = builder.master("local[2]").config("spark.driver.host", "127.0.0.1")
-    if launched_here and _one_jvm(master or "local"):
-        settings = with_local_driver(settings)
-    for key, value in settings.items():
+    for key, value in job_settings(conf or {}, master, launched_here).items():
         builder = builder.config(key, value)
     return with_delta(builder).getOrCreate()

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 MIN_FILE_SIZE_KEY = "spark.databricks.delta.optimize.minFileSize"
 MAX_FILE_SIZE_KEY = "spark.databricks.delta.optimize.maxFileSize"
+POOL_PROPERTY = "spark.scheduler.pool"
+POOL = "table-maintenance"
+"""The scheduler pool of maintenance's Spark jobs."""
 LISTING_PARALLELISM_KEY = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 """``VACUUM`` lists the table's directories in this many Spark tasks; Spark's default (10,000)
 costs half a minute on a small machine for a table of one directory. Unless the user set it,
@@ -146,6 +149,9 @@ class TableMaintenance:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
+        # Spark jobs of this thread go to their own pool: with FAIR scheduling the stream's
+        # batches take turns with a compaction's tasks (spark_session.SCHEDULER_MODE).
+        self._session.sparkContext.setLocalProperty(POOL_PROPERTY, POOL)
         while True:
             with self._lock:
                 while not self._due and not self._closing and not self._vacuum_due():

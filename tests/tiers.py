@@ -21,11 +21,10 @@ from pathlib import Path
 TESTS_DIR = Path(__file__).resolve().parent
 SERIAL_DIRS = ("chaos", "cluster", "connect", "packaging", "pipelines", "spark")
 """The directories whose tests run one after another, in one process."""
-BESIDE = ("spark/test_crash_recovery.py", "spark/test_first_run.py", "spark/test_job_*.py")
+BESIDE = ("spark/test_crash_recovery.py", "spark/test_job_*.py")
 """Modules of those directories that run in the broker tier's process instead, to even out the
 tiers' times: each runs the ingest job (its own Spark application) as a subprocess, with its
-own broker, ports and directories, and reads the tables back (or streams, as test_first_run's
-first test does) in its tier's own session."""
+own broker, ports and directories, and reads the tables back in its tier's own session."""
 OUTSIDE = ("bench/tests",)
 """Test directories outside ``tests/``, relative to the repository (a package's own tests, which
 need neither a broker nor Spark): they run in the broker tier."""

@@ -3,9 +3,9 @@
 The demo starts its own Mosquitto, publishers and ingest job (a Spark JVM), waits until the
 tables hold what was published, stops the job and writes ``report.json``. The test checks the
 report against what it asked for (``--messages``, ``--devices``), and the report's counts
-against the Delta tables as a separate Spark process reads them, so that neither the demo's
-bookkeeping nor its own reading of the tables is taken on trust. No second Spark session runs
-in the pytest process.
+against the Delta tables as ``devtools.delta_log`` reads them (their log and Parquet files,
+without Spark), so that neither the demo's bookkeeping nor its own reading of the tables is
+taken on trust. No Spark session runs in the pytest process.
 
 By default the demo keeps its data and ends with a few lines of PySpark that read the tables: the
 test runs those lines as printed. A second run over the same data directory, with ``--clean``,
@@ -19,9 +19,13 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from devtools.delta_log import DeltaSnapshot
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 150
@@ -33,31 +37,6 @@ SUBMIT_ARGS = (
     "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false "
     "--conf spark.ui.showConsoleProgress=false pyspark-shell"
 )
-
-READ_TABLES = """
-import json, sys
-from pyspark.sql import functions as F
-from streaming_jobs.spark_session import local_spark
-
-spark = local_spark("demo-check", "local[1]")
-spark.sparkContext.setLogLevel("ERROR")
-rows = spark.read.format("delta").load(sys.argv[1])
-dead = spark.read.format("delta").load(sys.argv[2])
-typed = ("ts", "temperature", "humidity", "seq", "site", "device")
-out = {
-    "rows": rows.count(),
-    "distinct_readings": rows.select("device", "seq").distinct().count(),
-    "incomplete": rows.where(" OR ".join(f"{c} IS NULL" for c in typed)).count(),
-    "per_device": {r["device"]: r["count"] for r in rows.groupBy("device").count().collect()},
-    "sites": {r["device"]: r["site"] for r in rows.select("device", "site").distinct().collect()},
-    "qos": {r["device"]: r["qos"] for r in rows.select("device", "qos").distinct().collect()},
-    "dead": dead.count(),
-    "reasons": {r["reason"]: r["count"] for r in dead.groupBy("reason").count().collect()},
-}
-print(json.dumps(out))
-spark.stop()
-"""
-
 
 HOW_TO_READ = "read them    with .venv/bin/python (this repository's virtualenv):"
 
@@ -91,18 +70,22 @@ def tail(text: str) -> str:
     return text if len(text) <= LOG_TAIL else "[...]\n" + text[-LOG_TAIL:]
 
 
-def read_tables(table: str, dead_letter: str) -> dict:
-    """Counts from the two Delta tables, read by a short-lived Spark process."""
-    done = subprocess.run(
-        [sys.executable, "-c", READ_TABLES, table, dead_letter],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=READ_TIMEOUT,
-        env={**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS},
-    )
-    assert done.returncode == 0, f"reading the tables failed:\n{tail(done.stderr)}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def read_tables(table: str, dead_letter: str) -> dict[str, Any]:
+    """Counts from the two Delta tables, read from their logs and Parquet files by
+    ``devtools.delta_log`` (neither the demo's code nor its Spark)."""
+    rows = DeltaSnapshot.load(Path(table)).read().to_pylist()
+    dead = DeltaSnapshot.load(Path(dead_letter)).read().to_pylist()
+    typed = ("ts", "temperature", "humidity", "seq", "site", "device")
+    return {
+        "rows": len(rows),
+        "distinct_readings": len({(r["device"], r["seq"]) for r in rows}),
+        "incomplete": sum(1 for r in rows if any(r[c] is None for c in typed)),
+        "per_device": dict(Counter(r["device"] for r in rows)),
+        "sites": {r["device"]: r["site"] for r in rows},
+        "qos": {r["device"]: r["qos"] for r in rows},
+        "dead": len(dead),
+        "reasons": dict(Counter(r["reason"] for r in dead)),
+    }
 
 
 def processes_mentioning(text: str) -> list[str]:

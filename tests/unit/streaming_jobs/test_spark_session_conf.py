@@ -116,3 +116,13 @@ def test_resubmitting_without_a_master_is_local(jar: Path) -> None:
 def test_resubmitting_to_a_cluster_adds_no_file_system(jar: Path, master: str) -> None:
     command = resubmit_command(_conf(spark__master=master), "submit")
     assert command == ["submit", "--jars", "/jars/delta-spark.jar", "--master", master]
+
+
+def test_a_job_started_here_schedules_fairly_unless_told_otherwise() -> None:
+    """Table maintenance's pool shares the executors with the stream's batches (FAIR); the
+    user's --spark-conf wins, and under spark-submit the submitter's setting stands."""
+    from streaming_jobs.spark_session import SCHEDULER_MODE, job_settings
+
+    assert job_settings({}, "spark://h:7077", True)[SCHEDULER_MODE] == "FAIR"
+    assert job_settings({SCHEDULER_MODE: "FIFO"}, None, True)[SCHEDULER_MODE] == "FIFO"
+    assert SCHEDULER_MODE not in job_settings({"a": "1"}, None, False)
