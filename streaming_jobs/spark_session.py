@@ -250,9 +250,7 @@ the stream's batches then share the executor slots with a compaction instead of 
 behind all of its tasks. Under spark-submit the submitter's setting stands."""
 
 
-def job_settings(
-    conf: dict[str, str], master: str | None, launched_here: bool
-) -> dict[str, str]:
+def job_settings(conf: dict[str, str], master: str | None, launched_here: bool) -> dict[str, str]:
     """The settings :func:`job_spark` adds to ``conf`` (which wins): in a session the job
     starts itself, :data:`SCHEDULER_MODE` FAIR, and the local driver's when it is one JVM."""
     if not launched_here:
