@@ -436,6 +436,24 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
          "Spark full ms", "Spark filtered ms", "delta-rs full ms", "delta-rs filtered ms"],
         rows,
     )  # fmt: skip
+    batches = [job["samples"][-1]["batches"] for job in jobs.values()]
+    out += [
+        "",
+        f"Batches per job: {min(batches)} to {max(batches)}, fewer than the 10,000 a week in an "
+        "hour asks for: the machine ran every job's batches side by side. Write amplification "
+        "over the run (bytes maintenance wrote / bytes the stream wrote), at each quarter:",
+        "",
+    ]
+    quarters = []
+    for name, job in jobs.items():
+        samples = job["samples"]
+        cells = []
+        for k in (1, 2, 3, 4):
+            at = samples[len(samples) * k // 4 - 1]
+            ratio = at["maintenance_bytes"] / at["ingested_bytes"] if at["ingested_bytes"] else 0
+            cells.append(f"{num(ratio, 2)} ({num(at['t'] / 60)} min)")
+        quarters.append([name, *cells])
+    out += md_table(["job", "1st quarter", "half", "3rd quarter", "end"], quarters)
     out += ["", *goals_table(data["goals"])]
 
     def paint(plt: Any) -> None:
