@@ -82,6 +82,8 @@ FAILURE_LOGGERS = (
 NOISE = (
     "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream",
     "org.apache.spark.util.SparkStringUtils",
+    # a WARN at each compaction: maintenance's pool has no allocation file (it needs none)
+    "org.apache.spark.scheduler.FairSchedulableBuilder",
 )
 
 
