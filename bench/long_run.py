@@ -14,8 +14,6 @@ maintenance"."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -29,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from connector.wal import DEFAULT_SEGMENT_MAX_BYTES
+from devtools.delta_log import file_rows, read_commit
 from devtools.demo.job import INGEST_SCRIPT, IngestJob
+from devtools.disk_usage import tree_size
 from devtools.process_tree import process_figures
 from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES
 
@@ -76,11 +76,13 @@ class LogTally:
     operations: dict[str, int] = field(default_factory=dict)
 
     def catch_up(self) -> None:
-        while (path := self.table / "_delta_log" / f"{self.version + 1:020d}.json").exists():
+        while True:
             try:
-                actions = [json.loads(line) for line in path.read_text().splitlines() if line]
+                actions = read_commit(self.table, self.version + 1)
             except ValueError:
                 return  # a commit file being written: read next time
+            if actions is None:
+                return
             self.add(actions)
             self.version += 1
 
@@ -98,24 +100,9 @@ class LogTally:
                     self.maintenance_bytes += size
                 else:
                     self.ingested_bytes += size
-                    stats = json.loads(action["add"].get("stats") or "{}")
-                    self.rows += int(stats.get("numRecords", 0))
+                    self.rows += file_rows(action["add"]) or 0
             elif "remove" in action:
                 self.live.pop(action["remove"]["path"], None)
-
-
-def tree_size(path: Path, suffix: str = "") -> tuple[int, int]:
-    """(files, bytes) under ``path`` whose names end with ``suffix``."""
-    files = size = 0
-    for root, _, names in os.walk(path):
-        for name in names:
-            if name.endswith(suffix):
-                try:
-                    size += os.stat(os.path.join(root, name)).st_size
-                except FileNotFoundError:
-                    continue
-                files += 1
-    return files, size
 
 
 @dataclass

@@ -103,16 +103,16 @@ class BatchWriter:
         table another application creates at the same moment."""
         interval = created_table_interval(spark, checkpoint_interval)
         decoded = decode(spark.createDataFrame([], source_schema), self.plan)
-        targets = [(self.table, table_rows(decoded, self.plan), self.plan.partition_by)]
+        plan = self.plan
+        targets = [(self.table, table_rows(decoded, plan), plan.partition_by, plan.cluster_by)]
         if self.dead_letter_table is not None:
-            targets.append((self.dead_letter_table, dead_letter_rows(decoded, self.plan), ()))
+            targets.append((self.dead_letter_table, dead_letter_rows(decoded, plan), (), ()))
         if self.events_table is not None:
-            targets.append((self.events_table, event_rows(decoded), ()))
+            targets.append((self.events_table, event_rows(decoded), (), ()))
         created = []
-        for path, rows, partition_by in targets:
+        for path, rows, partition_by, cluster_by in targets:
             if self._table_exists(rows, path):
                 continue
-            cluster_by = self.plan.cluster_by if path == self.table else ()
             try:
                 _create(rows, path, interval, partition_by, cluster_by)
             except Exception:

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from connector.wal import DEFAULT_SEGMENT_MAX_BYTES
 from devtools.delta_log import DeltaSnapshot, txn_versions
+from devtools.disk_usage import tree_size
 from devtools.process_tree import process_figures
 from tests.support.brokers import BrokerFactory
 from tests.support.ingest_job import LAND_TIMEOUT, Job, batch_files
@@ -33,10 +34,6 @@ FLAT = 0.10
 """Growth allowed over the second half (the issue's goal for every store but the table)."""
 SLACK = 8
 """Open files and threads come and go with a batch's tasks: this many more are not growth."""
-
-
-def tree_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 @pytest.mark.timeout(900)
@@ -63,7 +60,7 @@ def test_the_stores_beside_the_table_stay_flat_over_hundreds_of_batches(
         live = DeltaSnapshot.load(table).files if table.exists() else {}
         samples.append({
             "batch": commits[-1] if commits else -1,
-            "wal": tree_bytes(checkpoint / "mqtt-wal"),
+            "wal": tree_size(checkpoint / "mqtt-wal")[1],
             "offsets_files": len(batch_files(checkpoint, "offsets")),
             "commits_files": len(commits),
             "live_files": len(live),
