@@ -17,6 +17,11 @@ stream's. Rules:
   them after the retention period.
 * :meth:`TableMaintenance.close` lets a running compaction finish (up to its timeout) and starts
   no other.
+* On a table with liquid clustering ``OPTIMIZE`` reclusters every Z-cube (the files one
+  clustering wrote together) smaller than ``minCubeSize.threshold`` (100 GiB by Delta's default:
+  the whole table, each time) with the files no clustering has touched. Here the policy's units
+  are those cubes (each unclustered file a unit of its own) and the threshold is the due class's
+  bound, so a cube climbs the classes as a file does and stays once it is half the target.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ log = logging.getLogger(__name__)
 
 MIN_FILE_SIZE_KEY = "spark.databricks.delta.optimize.minFileSize"
 MAX_FILE_SIZE_KEY = "spark.databricks.delta.optimize.maxFileSize"
+MIN_CUBE_SIZE_KEY = "spark.databricks.delta.optimize.clustering.mergeStrategy.minCubeSize.threshold"
+"""Z-cubes of this size or more are left alone by an incremental ``OPTIMIZE`` of a clustered
+table."""
+ZCUBE_TAG = "ZCUBE_ID"
+"""The tag naming a file's Z-cube in its ``AddFile`` action."""
 POOL_PROPERTY = "spark.scheduler.pool"
 POOL = "table-maintenance"
 """The scheduler pool of maintenance's Spark jobs."""
@@ -212,25 +222,30 @@ class TableMaintenance:
             log.warning("compaction of %s failed, tried again later: %s", path, first_line(exc))
 
     def small_files(self, path: str) -> dict[str, list[int]]:
-        """The sizes of the table's files below half the target size, by partition."""
-        files = _snapshot_files(self._session, path)
-        rows = (
-            files.where(F.col("size") < self.policy.bounds[0])
-            .select(F.to_json("partitionValues").alias("partition"), "size")
-            .collect()
-        )
+        """The sizes of the table's units below half the target size, by partition: files, or
+        on a clustered table Z-cubes (module docstring)."""
+        files, clustered = _snapshot_files(self._session, path)
+        partition = F.to_json("partitionValues").alias("partition")
+        if clustered:  # a file of a cube counts as the cube; one no clustering wrote, alone
+            unit = F.coalesce(F.col("tags").getItem(ZCUBE_TAG), F.col("path")).alias("unit")
+            files = files.groupBy(partition, unit).agg(F.sum("size").alias("size"))
+        else:
+            files = files.select(partition, "size")
+        rows = files.where(F.col("size") < self.policy.bounds[0]).collect()
         found: dict[str, list[int]] = defaultdict(list)
         for row in rows:
             found[row["partition"] or ""].append(int(row["size"]))
         return found
 
     def compact(self, path: str, min_file_size: int) -> bool:
-        """``OPTIMIZE`` of the files below ``min_file_size``; False when it changed nothing."""
+        """``OPTIMIZE`` of the files (on a clustered table, the Z-cubes) below
+        ``min_file_size``; False when it changed nothing."""
         from delta.tables import DeltaTable
 
         began = time.monotonic()
         log.info("compacting %s: the files below %s", path, _size_text(min_file_size))
         self._session.conf.set(MIN_FILE_SIZE_KEY, str(min_file_size))
+        self._session.conf.set(MIN_CUBE_SIZE_KEY, str(min_file_size))
         result = DeltaTable.forPath(self._session, path).optimize().executeCompaction()
         metrics = _metrics(result)
         elapsed = time.monotonic() - began
@@ -280,14 +295,17 @@ class _BatchListener(StreamingQueryListener):
         pass
 
 
-def _snapshot_files(session: SparkSession, path: str) -> DataFrame:
-    """The table's live files (Delta's ``AddFile`` actions) at its newest version."""
+def _snapshot_files(session: SparkSession, path: str) -> tuple[DataFrame, bool]:
+    """The table's live files (Delta's ``AddFile`` actions) at its newest version, and whether
+    the table has liquid clustering."""
     jvm = session._jvm
     assert jvm is not None
     none = jvm.scala.Option.apply(None)
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session._jsparkSession, path)
+    delta = jvm.org.apache.spark.sql.delta
+    delta_log = delta.DeltaLog.forTable(session._jsparkSession, path)
     snapshot = delta_log.update(False, none, none)
-    return DataFrame(snapshot.allFiles().toDF(), session)
+    clustered = delta.skipping.clustering.ClusteredTableUtils.isSupported(snapshot.protocol())
+    return DataFrame(snapshot.allFiles().toDF(), session), bool(clustered)
 
 
 def _metrics(result: DataFrame) -> dict[str, Any]:

@@ -8,15 +8,26 @@ fault timings that two at once would disturb. The broker tier (every other direc
 brokers, ports and directories private, so it runs beside it in a second process. Both print
 their 25 slowest tests; the broker tier's output streams, the serial tier's follows it. The
 exit status is the first non-zero of the two.
+
+The local Spark driver JVMs of both tiers map their classes from one class-data archive
+(:mod:`devtools.class_archive`), built beside the tiers' first minutes when this checkout has
+none for its JDK and jars yet: JVMs started before it is there start without it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+from devtools import class_archive
+
+log = logging.getLogger(__name__)
 
 TESTS_DIR = Path(__file__).resolve().parent
 SERIAL_DIRS = ("chaos", "cluster", "connect", "packaging", "pipelines", "spark")
@@ -59,9 +70,35 @@ def _relative(path: Path) -> str:
     return str(path.relative_to(TESTS_DIR.parent))
 
 
+def with_class_archive() -> threading.Thread | None:
+    """Point this process's environment (the tiers inherit it) at the class-data archive, and
+    build it in the background when it is not there yet; the builder, if one runs."""
+    try:
+        path = class_archive.archive_path()
+    except Exception as exc:  # no JDK or no PySpark: the Spark tests will say so themselves
+        log.warning("no class-data archive: %s", exc)
+        return None
+    os.environ[class_archive.OPTS_ENV] = class_archive.submit_opts(
+        path, os.environ.get(class_archive.OPTS_ENV)
+    )
+    if path.is_file():
+        return None
+
+    def build() -> None:
+        try:
+            class_archive.build(path)
+        except Exception as exc:  # the tests run as well without it, a little slower
+            log.warning("the class-data archive was not built: %s", exc)
+
+    builder = threading.Thread(target=build, name="class-archive", daemon=True)
+    builder.start()
+    return builder
+
+
 def main(extra: Sequence[str]) -> int:
     serial, broker = tiers()
     command = [sys.executable, "-m", "pytest", "-q", DURATIONS, *extra]
+    builder = with_class_archive()
     with tempfile.TemporaryFile() as serial_out:
         behind = subprocess.Popen([*command, *serial], stdout=serial_out, stderr=subprocess.STDOUT)
         try:
@@ -69,6 +106,8 @@ def main(extra: Sequence[str]) -> int:
             front = subprocess.run([*command, *broker], check=False).returncode
         finally:
             rest = behind.wait()
+            if builder is not None:
+                builder.join()
         serial_out.seek(0)
         print(f"\ntier 2 of 2 (serial): {' '.join(serial)}", flush=True)
         sys.stdout.buffer.write(serial_out.read())
@@ -77,4 +116,5 @@ def main(extra: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     sys.exit(main(sys.argv[1:]))

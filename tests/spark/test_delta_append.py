@@ -292,18 +292,34 @@ def test_a_clustered_table_takes_batches_directly_and_compaction_clusters_it(
     details = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
     assert details is not None and details.clusteringColumns == ["topic", "date"]
     for batch in range(3):
-        writer(source_rows(spark, [b"a", b"b"], topic=f"t/{batch}"), batch)
+        payloads = [f"{batch}-{i}".encode() * 10 for i in range(400)]
+        writer(source_rows(spark, payloads, topic=f"t/{batch}"), batch)
     assert (writer.appender.direct_commits, writer.appender.writer_commits) == (3, 0)
 
     maintenance = TableMaintenance(spark, [str(table)], CompactionPolicy(1 << 20, 23))
+
+    def units(maintenance: TableMaintenance) -> list[int]:
+        return [size for sizes in maintenance.small_files(str(table)).values() for size in sizes]
+
     try:
         assert maintenance.compact(str(table), 1 << 20)
+        optimize = _commit_info(delta_commits(table)[-1])["commitInfo"]
+        assert optimize["operation"] == "OPTIMIZE"
+        assert json.loads(optimize["operationParameters"]["clusterBy"]) == ["topic", "date"]
+        cube = set(spark.read.format("delta").load(str(table)).inputFiles())
+        (cube_size,) = units(maintenance)  # the cube is one unit
+        for batch in range(3, 6):
+            writer(source_rows(spark, [b"c"], topic=f"t/{batch}"), batch)
+        sizes = units(maintenance)
+        assert sorted(sizes)[-1] == cube_size and len(sizes) == 4
+        # Only what is smaller than the cube is reclustered: the cube's files stay.
+        assert maintenance.compact(str(table), max(u for u in sizes if u != cube_size) + 1)
     finally:
         assert maintenance.close(60)
-    optimize = _commit_info(delta_commits(table)[-1])["commitInfo"]
-    assert optimize["operation"] == "OPTIMIZE"
-    assert json.loads(optimize["operationParameters"]["clusterBy"]) == ["topic", "date"]
-    assert delta_row_count(table) == 6
+    live = set(spark.read.format("delta").load(str(table)).inputFiles())
+    assert cube <= live and len(live - cube) == 1
+    assert len(units(maintenance)) == 2
+    assert delta_row_count(table) == 3 * 400 + 3
 
 
 def _table_interval(spark: SparkSession, table: Path) -> str | None:

@@ -27,3 +27,12 @@ def test_the_two_tiers_run_every_test_module_once() -> None:
     assert all((TESTS_DIR / name).is_dir() for name in SERIAL_DIRS)
     moved = {p for pattern in BESIDE for p in TESTS_DIR.glob(pattern)}
     assert moved and moved <= set(modules(broker)), "BESIDE names modules that exist"
+
+
+def test_the_class_archive_goes_after_the_callers_own_submit_options() -> None:
+    from devtools.class_archive import QUIET, submit_opts
+
+    archive = Path("/x/spark.jsa")
+    assert submit_opts(archive).split() == [f"-XX:SharedArchiveFile={archive}", *QUIET]
+    given = "-Dfoo=1 -Xmx1g"
+    assert submit_opts(archive, given).split()[:2] == given.split()
