@@ -15,6 +15,7 @@ checked once the session is up.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import os
@@ -27,6 +28,7 @@ from typing import Any, NoReturn
 
 from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.packets import ProtocolLevel
+from connector.mqtt.topics import filter_covers
 from connector.options.source import InvalidOptionError, SourceOptions
 from connector.options.table import SECRET_OPTIONS, canonical_name
 from connector.wal.location import WalLocationError, parse_location
@@ -37,6 +39,17 @@ from streaming_jobs.compaction_policy import (
 )
 from streaming_jobs.ingest_flags import BY_DEST, FLAGS, option_flags
 from streaming_jobs.ingest_flags import PAYLOAD_FORMATS as PAYLOAD_FORMATS
+from streaming_jobs.routes import (
+    NO_ROUTE,
+    ROUTES_KEY,
+    TABLE_KEYS,
+    Route,
+    RouteError,
+    check_routes,
+    route_items,
+    subscription,
+    top_level_table_keys,
+)
 
 TRIGGER_RE = re.compile(r"^(available-now|processing-time=(?P<interval>.+))$")
 COLUMN_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -189,6 +202,9 @@ class IngestConfig:
     spark_conf: tuple[str, ...] = ()
     log_level: str = _DEFAULTS["log_level"]
     spark_log_level: str = _DEFAULTS["spark_log_level"]
+    routes: tuple[Route, ...] = ()
+    """``[[routes]]`` of the config file (:mod:`streaming_jobs.routes`); with routes, the
+    table settings above are the first route's, and each route carries its own."""
 
     @property
     def mqtt5(self) -> bool:
@@ -216,10 +232,19 @@ class IngestConfig:
                 value = ",".join(name or "" for name in value) or None
             elif item.name == "property_columns":
                 value = ",".join(value) or None
+            elif item.name == "routes":
+                value = [_route_dict(route) for route in value] or None
             elif isinstance(value, tuple):
                 value = list(value)
             out[item.name.replace("_", "-")] = value
         return out
+
+
+def _route_dict(route: Route) -> dict[str, Any]:
+    """One route for ``--print-config``: its filter and its table's settings."""
+    settings = route.config.as_dict()
+    keys = ("topic", *(k.replace("_", "-") for k in (*TABLE_KEYS, "dead_letter_table")))
+    return {k: route.topic if k == "topic" else settings[k] for k in keys}
 
 
 def _key_value(flag: str, item: str) -> tuple[str, str]:
@@ -278,8 +303,12 @@ def _scalar(key: str, value: Any) -> str:
     return str(value)
 
 
-def load_config_file(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
-    """The settings of TOML file ``path`` as argparse values, checked like flags."""
+def load_config_file(
+    parser: argparse.ArgumentParser, path: str
+) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """The settings of TOML file ``path`` as argparse values, checked like flags; and its
+    routes (:mod:`streaming_jobs.routes`), each as argparse values, or None without
+    ``[[routes]]``."""
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)
@@ -289,28 +318,50 @@ def load_config_file(parser: argparse.ArgumentParser, path: str) -> dict[str, An
         raise UsageError(f"--config {path}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise UsageError(f"--config {path}: {exc.strerror or exc}") from None
+    routes = None
+    if ROUTES_KEY in document:
+        try:
+            items = route_items(document.pop(ROUTES_KEY))
+        except RouteError as exc:
+            raise UsageError(f"--config {path}: {exc}") from None
+        routes = []
+        for index, item in enumerate(items, start=1):
+            topic = item.pop("topic")
+            try:
+                values = _config_values(parser, item)
+            except UsageError as exc:
+                raise UsageError(f"--config {path}: route {index}: {exc}") from None
+            routes.append({**values, "topic": [topic]})
+    try:
+        return _config_values(parser, document), routes
+    except UsageError as exc:
+        raise UsageError(f"--config {path}: {exc}") from None
+
+
+def _config_values(parser: argparse.ArgumentParser, document: Mapping[str, Any]) -> dict[str, Any]:
+    """Config-file ``key = value`` pairs as argparse values, each checked as its flag is."""
     actions = _actions(parser)
     values: dict[str, Any] = {}
     for key, value in document.items():
         dest = key.replace("-", "_")
         if dest in SECRET_KEYS:
             raise UsageError(
-                f"--config {path}: key {key!r} is not supported: put the password in the "
-                "environment variable named by password-env, or in password-file"
+                f"key {key!r} is not supported: put the password in the environment variable "
+                "named by password-env, or in password-file"
             )
         action = actions.get(dest)
         if action is None:
             known = [d.replace("_", "-") for d in actions]
             close = difflib.get_close_matches(key.replace("_", "-"), known, n=1)
             hint = f"did you mean {close[0]!r}?" if close else "keys are the flag names"
-            raise UsageError(f"--config {path}: unknown key {key!r} ({hint})")
+            raise UsageError(f"unknown key {key!r} ({hint})")
         try:
             values.update(vars(_given_on_command_line(parser, _toml_tokens(action, key, value))))
         except UsageError as exc:
             message = re.sub(r"^argument [^:]+: ", "", str(exc))
             if not message.startswith("key "):
                 message = f"key {key!r}: {message}"
-            raise UsageError(f"--config {path}: {message}") from None
+            raise UsageError(message) from None
     return values
 
 
@@ -325,12 +376,59 @@ def parse_config(
     print_config = bool(given.pop("print_config", False))
     config_path = given.pop("config", None)
     merged = {dest: action.default for dest, action in _actions(parser).items()}
+    routes = None
     if config_path:
-        merged.update(load_config_file(parser, config_path))
+        from_file, routes = load_config_file(parser, config_path)
+        merged.update(from_file)
     merged.update(given)
     if not merged.get("username"):
         merged["username"] = environ.get("MQTT_USERNAME") or None
+    if routes is not None:
+        return _with_routes(merged, routes, config_path), print_config
     return validate(merged), print_config
+
+
+def _with_routes(
+    merged: Mapping[str, Any], routes: Sequence[Mapping[str, Any]], path: str | None
+) -> IngestConfig:
+    """The job's settings with ``[[routes]]`` (:mod:`streaming_jobs.routes`): each route
+    validated as the job's flags are, with its keys in place of the top level's."""
+    at_top = top_level_table_keys(merged, _DEFAULTS)
+    if at_top:
+        names = ", ".join(k.replace("_", "-") for k in at_top)
+        raise UsageError(
+            f"--config {path}: with [[routes]], {names} go into each route, not the top level "
+            'or the command line (docs/ingest-job.md, "Routes")'
+        )
+    top_topics = tuple(merged.get("topic") or ())
+    shared_dead_letters = merged.get("dead_letter_table")
+    built: list[Route] = []
+    first: dict[str, Any] = {}
+    for index, own in enumerate(routes, start=1):
+        values = {**merged, **own}
+        if "dead_letter_table" not in own and values["payload_format"] == "binary":
+            values["dead_letter_table"] = None  # the shared table takes no binary route's rows
+        try:
+            config = validate(values)
+        except UsageError as exc:
+            label = f"route {index} (topic {own['topic'][0]!r})"
+            raise UsageError(f"--config {path}: {label}: {exc}") from None
+        built.append(Route(index, own["topic"][0], config))
+        first = first or values
+    try:
+        check_routes(built, top_topics)
+    except RouteError as exc:
+        raise UsageError(f"--config {path}: {exc}") from None
+    filters = subscription(built)
+    if top_topics and not shared_dead_letters:
+        uncovered = [t for t in top_topics if not any(filter_covers(f, t) for f in filters)]
+        if uncovered:
+            raise UsageError(
+                f"--config {path}: messages of {', '.join(uncovered)} that no route takes need "
+                f"a top-level dead_letter_table (they land there with reason {NO_ROUTE!r})"
+            )
+    top = {**first, "topic": list(top_topics or filters)}
+    return dataclasses.replace(validate(top), routes=tuple(built))
 
 
 def _names(flag: str, text: str | None, *, allow_skips: bool) -> tuple[str | None, ...]:

@@ -79,6 +79,29 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
     return len(f_levels) == len(t_levels)
 
 
+def filter_covers(outer: str, inner: str) -> bool:
+    """True if every topic that filter ``inner`` matches, filter ``outer`` matches too (the
+    rules of :func:`topic_matches`: ``#`` also matches the parent level, section 4.7.1.2, and a
+    wildcard at the first level no topic starting with ``$``, section 4.7.2)."""
+    outer_levels, inner_levels = outer.split("/"), inner.split("/")
+    wild = ("+", "#")
+    if outer_levels[0] in wild and inner_levels[0] not in wild and inner.startswith("$"):
+        return False
+    for index, level in enumerate(inner_levels):
+        if index >= len(outer_levels):
+            return False
+        if outer_levels[index] == "#":
+            return True
+        if level == "#" and index == 0 and outer_levels == ["+", "#"]:
+            return True  # every topic has a first level: "#" matches what "+/#" does
+        if level == "#" or (level == "+" and outer_levels[index] != "+"):
+            return False
+        if outer_levels[index] not in ("+", level):
+            return False
+    rest = outer_levels[len(inner_levels) :]
+    return rest in ([], ["#"])
+
+
 def check_shared(topic_filter: str, error: type[MalformedFrame] | type[InvalidArgument]) -> bool:
     """Whether ``topic_filter`` is a Shared Subscription, checking its form: ``$share/``, a
     ShareName of one or more characters without ``/``, ``+`` or ``#``, ``/``, a topic filter

@@ -25,6 +25,7 @@ from streaming_jobs.ingest_config import (
     parse_config,
 )
 from streaming_jobs.ingest_flags import FLAGS
+from streaming_jobs.routes import ROUTES_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 OPTIONS_DOC = REPO_ROOT / "docs" / "options.md"
@@ -118,7 +119,8 @@ def test_config_keys_are_the_flags_without_dashes(tmp_path: Path) -> None:
     config_flags = {flag.dest for flag in FLAGS if flag.key}
     assert set(_actions(parser)) == config_flags
     assert {flag.dest for flag in FLAGS if not flag.key} | {"help"} == CLI_ONLY
-    assert config_flags == {f.name for f in dataclasses.fields(IngestConfig)}
+    # ... and the config file's [[routes]] (streaming_jobs/routes.py), which no flag sets
+    assert config_flags | {ROUTES_KEY} == {f.name for f in dataclasses.fields(IngestConfig)}
     config = tmp_path / "ingest.toml"
     for flag in FLAGS:
         if flag.key is None:
