@@ -240,7 +240,7 @@ class BatchWriter:
             path,
             app_id,
             batch_id,
-            partition_by=self.plan.partition_by if path == self.table else (),
+            partition_by=self._partition_by(path),
             merge_schema=self.merge_schema,
         )
         self._exists.add(path)
@@ -249,6 +249,10 @@ class BatchWriter:
         log.debug(
             "batch %d: %s rows into %s in %.2f s", batch_id, count, path, time.monotonic() - began
         )
+
+    def _partition_by(self, path: str) -> tuple[str, ...]:
+        """The partition columns of the table at ``path``."""
+        return self.plan.partition_by if path == self.table else ()
 
     def _created_meanwhile(self, spark: SparkSession, path: str) -> bool:
         """Whether a Delta table is at ``path`` now, read from its log afresh (after a failed

@@ -17,6 +17,7 @@ available-now run on a terminal (``--progress``), a line on stderr rewritten in 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import logging
@@ -403,6 +404,65 @@ QUERY_NAME = "mqtt-ingest"
 """How long the driver waits for the JVM's shutdown hook to take its answer before exiting."""
 
 
+def payload_plan(config: IngestConfig, mqtt5: bool) -> Any:
+    """The :class:`~streaming_jobs.payloads.PayloadPlan` of ``config``'s table; a schema or
+    columns that do not fit are a usage error."""
+    from streaming_jobs.payloads import SchemaError, make_plan
+
+    schema = parse_schema(config.schema) if config.schema else None
+    try:
+        plan = make_plan(
+            config.payload_format,
+            schema,
+            config.topic_columns,
+            keep_payload=config.keep_payload,
+            dead_letters=config.dead_letter_table is not None,
+            partition_by=config.partition_by,
+            cluster_by=config.cluster_by,
+            mqtt5=mqtt5,
+            property_columns=config.property_columns,
+            events=config.events_table is not None,
+        )
+    except SchemaError as exc:
+        raise UsageError(str(exc)) from None
+    for old, new in plan.renamed.items():
+        if config.payload_format == "json":
+            log.warning("--schema has a field %r: the MQTT column %r is named %r", old, old, new)
+    return plan
+
+
+def routed_writer(config: IngestConfig, mqtt5: bool, stats: Any) -> Any:
+    """The writer of a job with routes: the routes grouped by table, each table with its
+    route's plan (:mod:`streaming_jobs.routed_writer`)."""
+    from streaming_jobs.payloads import MQTT_COLUMNS, PROPERTIES
+    from streaming_jobs.routed_writer import RoutedBatchWriter, TableRoute
+    from streaming_jobs.routes import is_path
+
+    def where(table: str) -> str:
+        return _path(table) if is_path(table) else table
+
+    targets: dict[str, TableRoute] = {}
+    for position, route in enumerate(config.routes):
+        table = where(route.table)
+        if table in targets:  # the same settings (routes.check_routes): one more index
+            known = targets[table]
+            targets[table] = dataclasses.replace(known, indexes=(*known.indexes, position))
+            continue
+        dead = route.config.dead_letter_table
+        targets[table] = TableRoute(
+            (position,), payload_plan(route.config, mqtt5), table, where(dead) if dead else None
+        )
+    unrouted = config.dead_letter_table
+    return RoutedBatchWriter(
+        [route.topic for route in config.routes],
+        list(targets.values()),
+        where(unrouted) if unrouted else None,
+        (*MQTT_COLUMNS, PROPERTIES) if mqtt5 else MQTT_COLUMNS,
+        stats,
+        merge_schema=config.merge_schema,
+    )
+
+
 def _path(path: str) -> str:
     """Local paths made absolute; URIs (s3a://, abfss://, ...) as given."""
     return path if "://" in path else str(Path(path).resolve())
@@ -469,27 +529,10 @@ def supervise(
 
     from streaming_jobs.batch_writer import BatchWriter
     from streaming_jobs.drain_progress import DrainDisplay, terminal_stream
-    from streaming_jobs.payloads import SchemaError, make_plan
     from streaming_jobs.progress import ProgressReporter, RunStats
+    from streaming_jobs.routes import RouteError
 
-    schema = parse_schema(config.schema) if config.schema else None
-    try:
-        plan = make_plan(
-            config.payload_format,
-            schema,
-            config.topic_columns,
-            keep_payload=config.keep_payload,
-            dead_letters=config.dead_letter_table is not None,
-            partition_by=config.partition_by,
-            cluster_by=config.cluster_by,
-            mqtt5=parsed.mqtt5,
-            property_columns=config.property_columns,
-            events=config.events_table is not None,
-        )
-    except SchemaError as exc:
-        raise UsageError(str(exc)) from None
-    for old, new in plan.renamed.items():
-        log.warning("--schema has a field %r: the MQTT column %r is named %r", old, old, new)
+    plan = payload_plan(config, parsed.mqtt5)
     if config.partition_data is None and spark.sparkContext.master.startswith("local"):
         options["partitionData"] = "wal"
 
@@ -497,18 +540,24 @@ def supervise(
     for key, value in options.items():
         reader = reader.option(key, value)
     stats = RunStats()
-    writer = BatchWriter(
-        plan,
-        _path(config.table),
-        _path(config.dead_letter_table) if config.dead_letter_table else None,
-        stats,
-        merge_schema=config.merge_schema,
-        events_table=_path(config.events_table) if config.events_table else None,
+    writer = (
+        routed_writer(config, parsed.mqtt5, stats)
+        if config.routes
+        else BatchWriter(
+            plan,
+            _path(config.table),
+            _path(config.dead_letter_table) if config.dead_letter_table else None,
+            stats,
+            merge_schema=config.merge_schema,
+            events_table=_path(config.events_table) if config.events_table else None,
+        )
     )
     source = reader.load()
     try:
         for path in writer.create_tables(spark, source.schema, config.table_checkpoint_interval):
             log.info("created the Delta table %s", path)
+    except RouteError as exc:  # a route's catalog or schema that is not there
+        raise UsageError(f"--config: {exc}") from None
     except Exception as exc:  # a path Delta cannot use: fail before the query takes messages
         raise JobError(f"cannot create the Delta tables: {root_cause(exc)}") from None
     if config.compaction == "on":
@@ -545,8 +594,8 @@ def supervise(
         "ingesting %s from %s into %s%s (%s, query %s)",
         ", ".join(config.topic),
         parsed.broker,
-        config.table,
-        "".join(f" and {path}" for path in (config.dead_letter_table, config.events_table) if path),
+        writer.tables[0],
+        "".join(f" and {path}" for path in writer.tables[1:]),
         config.payload_format,
         query.id,
     ]
@@ -615,12 +664,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if print_config:
         print(describe(config))
         return 0
-    if config.routes:  # checked and shown by --print-config; the writer takes one table yet
-        return _fail(
-            "--config: [[routes]] are checked (try --print-config) but this version of the job "
-            "writes one table: run one job per route for now",
-            2,
-        )
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=config.log_level, handlers=[handler], force=True)

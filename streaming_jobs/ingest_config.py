@@ -203,8 +203,9 @@ class IngestConfig:
     log_level: str = _DEFAULTS["log_level"]
     spark_log_level: str = _DEFAULTS["spark_log_level"]
     routes: tuple[Route, ...] = ()
-    """``[[routes]]`` of the config file (:mod:`streaming_jobs.routes`); with routes, the
-    table settings above are the first route's, and each route carries its own."""
+    """``[[routes]]`` of the config file (:mod:`streaming_jobs.routes`). With routes each route
+    carries its table's settings; of the top level's, ``dead_letter_table`` is the table of the
+    messages no route takes, and the others are not used."""
 
     @property
     def mqtt5(self) -> bool:
@@ -403,7 +404,6 @@ def _with_routes(
     top_topics = tuple(merged.get("topic") or ())
     shared_dead_letters = merged.get("dead_letter_table")
     built: list[Route] = []
-    first: dict[str, Any] = {}
     for index, own in enumerate(routes, start=1):
         values = {**merged, **own}
         if "dead_letter_table" not in own and values["payload_format"] == "binary":
@@ -413,8 +413,13 @@ def _with_routes(
         except UsageError as exc:
             label = f"route {index} (topic {own['topic'][0]!r})"
             raise UsageError(f"--config {path}: {label}: {exc}") from None
+        if config.payload_format == "sparkplug":
+            raise UsageError(
+                f"--config {path}: route {index} (topic {own['topic'][0]!r}): a Sparkplug route "
+                "is not supported yet; run Sparkplug in a job of its own (--payload-format "
+                "sparkplug)"
+            )
         built.append(Route(index, own["topic"][0], config))
-        first = first or values
     try:
         check_routes(built, top_topics)
     except RouteError as exc:
@@ -427,7 +432,10 @@ def _with_routes(
                 f"--config {path}: messages of {', '.join(uncovered)} that no route takes need "
                 f"a top-level dead_letter_table (they land there with reason {NO_ROUTE!r})"
             )
-    top = {**first, "topic": list(top_topics or filters)}
+    # The top level's own table settings are not used with routes: its table is the first
+    # route's, its dead-letter table the one of messages no route takes.
+    top = {**merged, "topic": list(top_topics or filters), "table": built[0].table}
+    top["payload_format"] = "text" if shared_dead_letters else "binary"
     return dataclasses.replace(validate(top), routes=tuple(built))
 
 

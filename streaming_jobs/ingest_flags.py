@@ -26,7 +26,7 @@ from connector.options.table import markdown as options_markdown
 from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES, parse_size
 
 KINDS = ("value", "list", "pairs", "names", "switch", "action")
-PAYLOAD_FORMATS = ("binary", "text", "json", "sparkplug")
+PAYLOAD_FORMATS = ("binary", "text", "json", "variant", "sparkplug")
 _UNSET: Any = object()
 """``Flag.default`` not given: the option's default (a switch: on when that is true), or None."""
 
@@ -275,14 +275,16 @@ FLAGS: tuple[Flag, ...] = (
          "(`<checkpoint>/mqtt-wal`)", metavar="PATH", required=True),
     Flag("--payload-format", OUTPUT, "binary: raw bytes in 'payload'; text: UTF-8 in 'text'; "
          "json: typed columns from `--schema` (with `--mqtt-version 5`, a message whose "
-         "`contentType` is not JSON does not parse); sparkplug: Sparkplug B, one row per "
+         "`contentType` is not JSON does not parse); variant: any JSON as a VARIANT column "
+         "'payload' (query it with `variant_get` or `payload:path`; the raw bytes, when kept, "
+         "in 'mqtt_payload'); sparkplug: Sparkplug B, one row per "
          "metric with names and datatypes from the births (docs/sparkplug.md)",
          option="payloadFormat", choices=PAYLOAD_FORMATS, default="binary",
          to_option=_sparkplug_only),
     Flag("--schema", OUTPUT, "with `--payload-format json` (required there): the payload's "
          "fields as Spark DDL, e.g. `'temp DOUBLE, status STRING, seq BIGINT NOT NULL'` (NOT "
          "NULL: a row lacking the field is a parse error)", metavar="DDL"),
-    Flag("--keep-payload", OUTPUT, "text/json: also keep the raw 'payload' column for rows "
+    Flag("--keep-payload", OUTPUT, "text/json/variant: also keep the raw payload for rows "
          "that parsed", kind="switch", shown="only for rows that did not"),
     Flag("--topic-columns", OUTPUT, "topic levels as string columns, by position: `site,device` "
          "makes level 0 'site' and level 1 'device'; an empty name or `_` skips a level; a "

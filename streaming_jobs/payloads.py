@@ -71,6 +71,10 @@ CONTENT_TYPE_NOT_JSON = ("content type '", "' is not JSON")
 """The reason of a JSON row whose MQTT 5 Content Type is not JSON, around that type."""
 
 SPARKPLUG = "sparkplug"
+VARIANT = "variant"
+"""``--payload-format variant``: any JSON payload as one VARIANT column, :data:`VARIANT_COLUMN`
+(Spark's ``try_parse_json``); the raw bytes, when kept, under ``mqtt_payload``."""
+VARIANT_COLUMN = "payload"
 SPARKPLUG_SOURCE_COLUMNS = tuple(f[0] for f in SPARKPLUG_FIELDS)
 """The source's columns with ``payloadFormat`` ``sparkplug``
 (connector.spark.reader.sparkplug_schema)."""
@@ -138,6 +142,8 @@ class PayloadPlan:
         names += self.property_columns
         if self.payload_format == "text":
             names.append(TEXT)
+        elif self.payload_format == VARIANT:
+            names.append(VARIANT_COLUMN)
         elif self.schema is not None:
             names += [f.name for f in self.schema.fields]
         return names
@@ -158,6 +164,8 @@ class PayloadPlan:
             cols.append("payload")
         elif self.payload_format == "text":
             cols.append(TEXT)
+        elif self.payload_format == VARIANT:
+            cols.append(VARIANT_COLUMN)
         else:
             assert self.schema is not None
             cols += [f.name for f in self.schema.fields]
@@ -197,6 +205,8 @@ def make_plan(
     field_names = {f.name.lower() for f in fields}
     if len(field_names) != len(fields):
         raise SchemaError("--schema names a field twice")
+    if payload_format == VARIANT:
+        field_names = {VARIANT_COLUMN}  # the raw payload makes room: mqtt_payload
     if property_columns and not mqtt5:
         raise SchemaError("--property-columns needs --mqtt-version 5")
     source_columns = (*MQTT_COLUMNS, PROPERTIES) if mqtt5 else MQTT_COLUMNS
@@ -346,12 +356,13 @@ def _decoded_columns(plan: PayloadPlan) -> list[Column]:
     elif plan.payload_format == "text":
         columns.append(F.when(valid_utf8, text).alias(TEXT))
         reason = F.when(~valid_utf8, F.lit(NOT_UTF8))
-    else:
-        assert plan.schema is not None
-        with_corrupt = StructType([*plan.schema.fields, StructField(_CORRUPT, StringType())])
-        parsed = F.from_json(
-            text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
-        )
+    else:  # JSON: typed columns from the schema, or one VARIANT
+        if plan.schema is None:
+            parsed = F.try_parse_json(F.when(valid_utf8, text))
+        else:
+            with_corrupt = StructType([*plan.schema.fields, StructField(_CORRUPT, StringType())])
+            options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+            parsed = F.from_json(text, with_corrupt, options)
         columns.append(parsed.alias(_PARSED))
         reason = F.when(~valid_utf8, F.lit(NOT_UTF8))
         if plan.mqtt5:
@@ -362,7 +373,9 @@ def _decoded_columns(plan: PayloadPlan) -> list[Column]:
                 F.concat(F.lit(before), content_type, F.lit(after)),
             ).when(~valid_utf8, F.lit(NOT_UTF8))
         reason = reason.when(text.rlike(r"^\s*$"), F.lit(EMPTY)).otherwise(
-            _json_reason(text, F.col(_PARSED), plan.schema)
+            F.when(F.col(_PARSED).isNull(), F.lit(NOT_JSON))
+            if plan.schema is None
+            else _json_reason(text, F.col(_PARSED), plan.schema)
         )
     return [*columns, reason.cast("string").alias(REASON)]
 
@@ -394,6 +407,8 @@ def _table_columns(plan: PayloadPlan) -> list[Column]:
             # all or nothing: a row that did not parse keeps no partial values
             value = F.col(_PARSED)[name]
             out.append(F.when(F.col(REASON).isNull(), value).alias(name))
+        elif name == VARIANT_COLUMN and plan.payload_format == VARIANT:
+            out.append(F.when(F.col(REASON).isNull(), F.col(_PARSED)).alias(name))
         elif name == PARSE_ERROR:
             out.append(F.col(REASON).alias(PARSE_ERROR))
         elif name == DATE and plan.adds_date:

@@ -20,6 +20,9 @@ with the route's keys in place of the top level's), so one rule has one home.
 from __future__ import annotations
 
 import difflib
+import functools
+import operator
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,8 @@ from connector.mqtt.errors import InvalidTopic
 from connector.mqtt.topics import filter_covers, validate_topic_filter
 
 if TYPE_CHECKING:  # ingest_config imports this module
+    from pyspark.sql import Column
+
     from .ingest_config import IngestConfig
 
 ROUTES_KEY = "routes"
@@ -122,7 +127,7 @@ def check_routes(routes: Sequence[Route], top_topics: Sequence[str]) -> None:
             )
     by_table: dict[Path, Route] = {}
     for route in routes:
-        key = Path(route.table).resolve() if _is_path(route.table) else Path(route.table)
+        key = Path(route.table).resolve() if is_path(route.table) else Path(route.table)
         first = by_table.setdefault(key, route)
         if first is not route and table_settings(first.config) != table_settings(route.config):
             raise RouteError(
@@ -150,6 +155,58 @@ def top_level_table_keys(values: Mapping[str, Any], defaults: Mapping[str, Any])
     return [k for k in TABLE_KEYS if values.get(k) not in (None, (), defaults.get(k))]
 
 
-def _is_path(table: str) -> bool:
-    """Whether ``table`` is a path (or URI) rather than a catalog name such as ``main.iot.t``."""
-    return "/" in table or "\\" in table or table.startswith(".")
+CATALOG_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*){1,2}$")
+"""A catalog table name: ``schema.table`` or ``catalog.schema.table``."""
+
+
+def is_path(table: str) -> bool:
+    """Whether a route's ``table`` is a path (or URI) rather than a catalog name such as
+    ``main.iot.events`` (two or three names joined by dots, nothing else)."""
+    return not CATALOG_NAME.match(table)
+
+
+def check_catalog_name(spark: Any, name: str) -> None:
+    """A catalog name the session can create a table under: its catalog configured
+    (``spark.sql.catalog.<name>``, or Spark's own ``spark_catalog``) and its schema there.
+    Raises :class:`RouteError` naming what is missing."""
+    parts = name.split(".")
+    catalog = parts[0] if len(parts) == 3 else "spark_catalog"
+    if catalog != "spark_catalog" and spark.conf.get(f"spark.sql.catalog.{catalog}", None) is None:
+        raise RouteError(
+            f"table {name!r}: the session has no catalog {catalog!r} (set "
+            f"spark.sql.catalog.{catalog} with --spark-conf, or use a path)"
+        )
+    schema = ".".join(parts[:-1])
+    if not spark.catalog.databaseExists(schema):
+        raise RouteError(
+            f"table {name!r}: no schema {schema!r} in the catalog; create it (CREATE SCHEMA "
+            f"{schema}) or name another"
+        )
+
+
+def topic_matches_column(topic: Column, topic_filter: str) -> Column:
+    """Spark's test of ``topic`` against ``topic_filter``, the rules of
+    :func:`connector.mqtt.topics.topic_matches` (section 4.7) on the topic's levels (no
+    regular expression: a level is compared as it is, whatever characters it holds)."""
+    from pyspark.sql import functions as F
+
+    levels = F.split(topic, "/", -1)
+    parts = topic_filter.split("/")
+    fixed = parts[:-1] if parts[-1] == "#" else parts
+    tests = [
+        F.size(levels) >= max(len(fixed), 1) if parts[-1] == "#" else F.size(levels) == len(parts)
+    ]
+    if parts[0] in ("+", "#"):
+        tests.append(~topic.startswith("$"))
+    tests += [F.get(levels, i) == F.lit(level) for i, level in enumerate(fixed) if level != "+"]
+    return functools.reduce(operator.and_, tests)
+
+
+def route_index(topic: Column, topic_filters: Sequence[str]) -> Column:
+    """The 0-based index of the first filter that matches ``topic``, or null when none does."""
+    from pyspark.sql import functions as F
+
+    index = F.lit(None).cast("int")
+    for position, topic_filter in reversed(list(enumerate(topic_filters))):
+        index = F.when(topic_matches_column(topic, topic_filter), F.lit(position)).otherwise(index)
+    return index

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from connector.spark.writer.sink import QUERY_ID_PROPERTY
+from streaming_jobs.delta_append import RUN_PROPERTY
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -29,3 +32,20 @@ def _no_leftover_queries(request: pytest.FixtureRequest) -> Iterator[None]:
     for query in leftovers:
         query.stop()
     assert not leftovers, f"test left {len(leftovers)} streaming queries running"
+
+
+APP = "query-1"
+"""The query id :func:`run` gives the test's thread."""
+
+
+@pytest.fixture
+def run(spark: SparkSession) -> Iterator[str]:
+    """The local properties Spark sets on a streaming batch's thread (query id :data:`APP`),
+    set on this one: the job's writers called directly see a batch of a query."""
+    context = spark.sparkContext
+    context.setLocalProperty(QUERY_ID_PROPERTY, APP)
+    context.setLocalProperty(RUN_PROPERTY, "run-1")
+    yield "run-1"
+    # pyspark types setLocalProperty's value str; None removes the property
+    context.setLocalProperty(QUERY_ID_PROPERTY, None)  # type: ignore[arg-type]
+    context.setLocalProperty(RUN_PROPERTY, None)  # type: ignore[arg-type]

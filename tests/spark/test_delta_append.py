@@ -35,22 +35,8 @@ from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender, _DeltaJvm
 from streaming_jobs.delta_checkpoints import Checkpointer
 from streaming_jobs.payloads import decode, make_plan, table_rows
 from streaming_jobs.progress import RunStats
+from tests.spark.conftest import APP
 from tests.spark.source_batches import source_rows
-
-APP = "query-1"
-
-
-@pytest.fixture
-def run(spark: SparkSession) -> Iterator[str]:
-    """The local properties Spark sets on a streaming batch's thread, set on this one."""
-    context = spark.sparkContext
-    context.setLocalProperty(QUERY_ID_PROPERTY, APP)
-    context.setLocalProperty(RUN_PROPERTY, "run-1")
-    yield "run-1"
-    # pyspark types setLocalProperty's value str; None removes the property
-    context.setLocalProperty(QUERY_ID_PROPERTY, None)  # type: ignore[arg-type]
-    # pyspark types setLocalProperty's value str; None removes the property
-    context.setLocalProperty(RUN_PROPERTY, None)  # type: ignore[arg-type]
 
 
 def rows(spark: SparkSession, batch: int, count: int = 3) -> DataFrame:

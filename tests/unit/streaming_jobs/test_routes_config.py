@@ -122,12 +122,8 @@ def test_two_routes_may_share_a_table_with_the_same_settings(tmp_path: Path) -> 
     assert {r.table for r in config.routes} == {"/tables/telemetry"}
 
 
-def test_the_job_refuses_routes_it_cannot_run_yet_before_spark_starts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from streaming_jobs.ingest import main
-
-    path = tmp_path / "ingest.toml"
-    path.write_text(TOP + TELEMETRY + EVENTS)
-    assert main(["--config", str(path)]) == 2
-    assert "[[routes]]" in capsys.readouterr().err
+def test_a_sparkplug_route_is_refused_for_now(tmp_path: Path) -> None:
+    message = refused(
+        tmp_path, TOP + RAW.replace('"/tables/raw"', '"/t"\npayload_format = "sparkplug"')
+    )
+    assert "route 1" in message and "Sparkplug route is not supported yet" in message

@@ -1,0 +1,256 @@
+"""``foreachBatch`` writer of a job with routes (:mod:`streaming_jobs.routes`): each micro-batch
+split by route inside Spark, each route's rows into its table, every dead letter into its
+dead-letter table.
+
+The batch is read once (cached) with the index of the route that takes each row
+(:func:`.routes.route_index`, first match in file order). Each table gets the rows of the
+routes writing it, decoded by its route's plan; each dead-letter table gets, in one commit, the
+rows its routes could not parse and, for the top-level one, the messages no route took (reason
+:data:`.routes.NO_ROUTE`). Every commit is an idempotent append (:mod:`.delta_append`): the
+table records (query id, batch id), so after a crash between two tables' commits the replayed
+batch lands in the tables that lack it and in no other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from connector.spark.writer.sink import QUERY_ID_PROPERTY
+
+from .batch_writer import BatchWriter, _create, created_table_interval
+from .payloads import (
+    REASON,
+    PayloadPlan,
+    dead_letter_rows,
+    decode,
+    table_rows,
+)
+from .progress import BatchStats, RunStats
+from .routes import NO_ROUTE, check_catalog_name, is_path, route_index
+from .stop_interruption import stop_interruption
+
+log = logging.getLogger(__name__)
+
+ROUTE = "__route"
+
+
+@dataclass(frozen=True)
+class TableRoute:
+    """The routes writing one table: their indexes (0-based, in file order), the plan of the
+    table's rows, its path, and the path of their dead-letter table (None: the rows that do not
+    parse stay in the table with ``_parse_error``)."""
+
+    indexes: tuple[int, ...]
+    plan: PayloadPlan
+    table: str
+    dead_letter_table: str | None
+
+
+class RoutedBatchWriter(BatchWriter):
+    """The ``foreachBatch`` function of a job with routes (module docstring)."""
+
+    def __init__(
+        self,
+        filters: Sequence[str],
+        targets: Sequence[TableRoute],
+        unrouted_table: str | None,
+        mqtt_columns: Sequence[str],
+        stats: RunStats,
+        *,
+        merge_schema: bool = False,
+    ) -> None:
+        first = targets[0]
+        super().__init__(first.plan, first.table, None, stats, merge_schema=merge_schema)
+        self.filters = tuple(filters)
+        self.targets = tuple(targets)
+        self.unrouted_table = unrouted_table
+        """The dead-letter table of the messages no route takes (None: every message has a
+        route, :func:`.routes.subscription`)."""
+        self.mqtt_columns = tuple(mqtt_columns)
+        self._layout = {t.table: (t.plan.partition_by, t.plan.cluster_by) for t in targets}
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        dead = [t.dead_letter_table for t in self.targets] + [self.unrouted_table]
+        return tuple(dict.fromkeys([*(t.table for t in self.targets), *(p for p in dead if p)]))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        session = batch.sparkSession
+        app_id = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not app_id:
+            raise RuntimeError(f"no {QUERY_ID_PROPERTY} in the batch's context")
+        began = time.monotonic()
+        try:
+            rows, unparsed, newest = self._write_routes(batch, app_id, batch_id)
+        except BaseException as error:
+            self.appender.forget()
+            interrupted = stop_interruption(error, session.sparkContext)
+            if interrupted is None:
+                raise
+            log.info("batch %d: the query stopped during its write; replayed on restart", batch_id)
+            raise interrupted from None
+        log.debug("batch %d: %d rows in %.2f s", batch_id, rows, time.monotonic() - began)
+        self.stats.record(BatchStats(batch_id, rows, unparsed, newest, time.time()))
+
+    def create_tables(
+        self,
+        spark: SparkSession,
+        source_schema: StructType | str,
+        checkpoint_interval: int | None = None,
+    ) -> list[str]:
+        """Each route's table and each dead-letter table, unless they exist (as
+        :meth:`BatchWriter.create_tables` does for one table)."""
+        interval = created_table_interval(spark, checkpoint_interval)
+        source = spark.createDataFrame([], source_schema)
+        created = self._locate_catalog_tables(spark, source, interval)
+        wanted: dict[str, tuple[DataFrame, tuple[str, ...], tuple[str, ...]]] = {}
+        for target in self.targets:
+            decoded = decode(source, target.plan)
+            rows = table_rows(decoded, target.plan)
+            wanted.setdefault(
+                target.table, (rows, target.plan.partition_by, target.plan.cluster_by)
+            )
+            if target.dead_letter_table:
+                wanted.setdefault(
+                    target.dead_letter_table, (dead_letter_rows(decoded, target.plan), (), ())
+                )
+        if self.unrouted_table:
+            wanted.setdefault(self.unrouted_table, (self._unrouted_rows(source), (), ()))
+        for path, (rows, partition_by, cluster_by) in wanted.items():
+            if self._table_exists(rows, path):
+                continue
+            try:
+                _create(rows, path, interval, partition_by, cluster_by)
+            except Exception:
+                if not self._created_meanwhile(rows.sparkSession, path):
+                    raise
+                continue
+            self._exists.add(path)
+            created.append(path)
+        return created
+
+    def _locate_catalog_tables(
+        self, spark: SparkSession, source: DataFrame, interval: int | None
+    ) -> list[str]:
+        """Routes whose table is a catalog name (``main.iot.events``): the table created in the
+        catalog unless it is there, and written by its location from then on; the names of
+        those created."""
+        from delta.tables import DeltaTable
+
+        created: list[str] = []
+        located: list[TableRoute] = []
+        for target in self.targets:
+            if is_path(target.table):
+                located.append(target)
+                continue
+            check_catalog_name(spark, target.table)
+            known = spark.catalog.tableExists(target.table)
+            if not known and not _register_left_table(spark, target.table):
+                created.append(target.table)
+            rows = table_rows(decode(source, target.plan), target.plan)
+            builder = DeltaTable.createIfNotExists(spark).tableName(target.table)
+            builder = builder.addColumns(rows.schema)
+            if target.plan.cluster_by:
+                builder = builder.clusterBy(*target.plan.cluster_by)
+            elif target.plan.partition_by:
+                builder = builder.partitionedBy(*target.plan.partition_by)
+            if interval is not None:
+                builder = builder.property("delta.checkpointInterval", str(interval))
+            builder.execute()
+            detail = spark.sql(f"DESCRIBE DETAIL {target.table}").first()
+            assert detail is not None
+            log.info("the catalog table %s is at %s", target.table, detail.location)
+            located.append(dataclasses.replace(target, table=detail.location))
+        self.targets = tuple(located)
+        self.table = located[0].table
+        self._layout = {t.table: (t.plan.partition_by, t.plan.cluster_by) for t in located}
+        return created
+
+    def _unrouted_rows(self, batch: DataFrame) -> DataFrame:
+        return batch.select(*self.mqtt_columns, F.lit(NO_ROUTE).alias("reason"))
+
+    def _write_routes(
+        self, batch: DataFrame, app_id: str, batch_id: int
+    ) -> tuple[int, int, int | None]:
+        routed = batch.withColumn(ROUTE, route_index(F.col("topic"), self.filters)).persist()
+        decoded_frames: list[DataFrame] = []
+        try:
+            counts = {
+                row[ROUTE]: (int(row["rows"]), row["newest"])
+                for row in routed.groupBy(ROUTE)
+                .agg(
+                    F.count(F.lit(1)).alias("rows"),
+                    F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
+                )
+                .collect()
+            }
+            total = sum(n for n, _ in counts.values())
+            newest = max((t for _, t in counts.values() if t is not None), default=None)
+            dead: dict[str, list[tuple[DataFrame, int]]] = {}
+            unparsed = 0
+            for target in self.targets:
+                routed_rows = sum(counts.get(i, (0, None))[0] for i in target.indexes)
+                mine = routed.where(F.col(ROUTE).isin(*target.indexes))
+                decoded = decode(mine, target.plan)
+                bad = 0
+                if routed_rows and target.plan.payload_format != "binary":
+                    decoded = decoded.persist()
+                    decoded_frames.append(decoded)
+                    bad = decoded.where(F.col(REASON).isNotNull()).count()
+                unparsed += bad
+                kept = routed_rows - bad if target.dead_letter_table else routed_rows
+                self._append(table_rows(decoded, target.plan), target.table, app_id, batch_id, kept)
+                if target.dead_letter_table:
+                    dead.setdefault(target.dead_letter_table, []).append(
+                        (dead_letter_rows(decoded, target.plan), bad)
+                    )
+            if self.unrouted_table:
+                lost = counts.get(None, (0, None))[0]
+                unrouted = self._unrouted_rows(routed.where(F.col(ROUTE).isNull()))
+                dead.setdefault(self.unrouted_table, []).append((unrouted, lost))
+                unparsed += lost
+            for path, parts in dead.items():
+                frame = parts[0][0]
+                for other, _ in parts[1:]:
+                    frame = frame.unionByName(other)
+                self._append(frame, path, app_id, batch_id, sum(n for _, n in parts))
+        finally:
+            for frame in decoded_frames:
+                frame.unpersist()
+            routed.unpersist()
+        return total, unparsed, int(newest) if newest is not None else None
+
+    def _partition_by(self, path: str) -> tuple[str, ...]:
+        return self._layout.get(path, ((), ()))[0]
+
+
+def _register_left_table(spark: SparkSession, name: str) -> bool:
+    """A table of Spark's session catalog that an earlier run created but this run's catalog
+    does not know (an in-memory catalog forgets its tables when the job stops): when a Delta
+    table is at the catalog's default location for ``name``, register it there; whether it
+    was. Names in other catalogs are left to them."""
+    from delta.tables import DeltaTable
+
+    parts = name.split(".")
+    if len(parts) == 3 and parts[0] != "spark_catalog":
+        return False
+    jvm = spark._jvm
+    assert jvm is not None
+    schema, table = parts[-2], parts[-1]
+    identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
+        table, jvm.scala.Option.apply(schema)
+    )
+    location = str(spark._jsparkSession.sessionState().catalog().defaultTablePath(identifier))
+    if not DeltaTable.isDeltaTable(spark, location):
+        return False
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} USING delta LOCATION '{location}'")
+    log.info("registered %s at %s, where an earlier run created it", name, location)
+    return True
