@@ -82,7 +82,7 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 ARROW_BATCH_ROWS = 65_536
 
-_NULL_ID = pa.scalar(None, pa.int32())
+_NULL_ID = pa.nulls(1, pa.int32())[0]  # pa.scalar(None, ...) would import pandas
 _NO_BYTES = pa.py_buffer(b"")
 
 

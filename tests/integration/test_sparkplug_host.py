@@ -103,9 +103,9 @@ def test_state_birth_will_rebirth_requests_and_clean_death(
             assert int(str(states[2]["timestamp"])) >= int(str(first["timestamp"]))
 
             # A birth after the request resolves the node's data: no further request.
+            before = receiver.wal.next_offset  # before publishing: they may be stored at once
             publisher.publish("spBv1.0/plant/NBIRTH/edge1", birth([("t", 1, 3, "int_value", 0)], 0))
             publisher.publish("spBv1.0/plant/NDATA/edge1", data([(1, "int_value", 2)], 1), 0)
-            before = receiver.wal.next_offset
             wait_until(lambda: receiver.wal.next_offset >= before + 2, 20, message="not stored")
             assert len(_commands(watcher)) == 1
             publisher.disconnect()

@@ -1,6 +1,6 @@
 """What the ingest job keeps beside its table stays bounded over a long run (docs/operations.md,
 "Table maintenance"), compressed in time: a steady QoS 1 publisher, a 100 ms trigger and a
-hundred batches (the bench's long run takes thousands), Spark keeping the last 10 batches of
+sixty batches (the bench's long run takes thousands), Spark keeping the last 10 batches of
 its checkpoint (``minBatchesToRetain``) and compaction on a 16 KiB target. The checkpoint's
 offsets and commits stay at what Spark keeps, the table's live files at the target-size files
 plus the tail, the WAL within a segment; the job's open files and threads stay flat over the
@@ -25,7 +25,7 @@ from tests.support.ingest_job import LAND_TIMEOUT, Job, batch_files
 from tests.support.publishing import SteadyPublisher
 from tests.support.waiting import wait_subscribed, wait_until
 
-BATCHES = 100
+BATCHES = 60
 RETAIN = 10
 RATE = 60.0
 SMALL_FILES = 23
