@@ -445,6 +445,10 @@ def markdown() -> str:
         "refused (the password comes from the variable named by `password-env` or from "
         "`password-file`).",
         "",
+        "The file may also hold `[[routes]]`: one subscription into many tables, each route a "
+        "topic filter, a table and that table's keys (`payload_format`, `schema`, ...); see "
+        "[ingest-job.md, \"Routes\"](ingest-job.md#routes).",
+        "",
     ]
     return "\n".join(lines)
 
