@@ -7,7 +7,7 @@ for an offline session with DUP=1 and numbers every connection's deliveries from
 second batch of 10 arrives with the same packet ids 1..10, topic and payload as the first:
 by the standard these are new messages (each id's acknowledgement was written), and all 20
 must land. The receiver counts each one that equals the message stored before with its id
-as a possible duplicate (docs/delivery.md); the third run's exit summary says so.
+as a possible duplicate (docs/delivery.md); the second run's exit summary says so.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from devtools.backlog import create_session
 from devtools.interop_brokers import ExternalBroker
 from tests.support.ingest_job import EXIT_TIMEOUT, START_TIMEOUT, Job
 from tests.support.publishing import Message, publish
@@ -64,9 +65,9 @@ def test_identical_messages_queued_between_available_now_runs_all_land(
     ]  # fmt: skip
     runs: list[Job] = []
 
-    runs.append(_run_available_now(args, tmp_path, "run1"))  # creates the session: 0 rows
-    assert runs[-1].proc.returncode == 0, runs[-1].logs()
-    for n in (2, 3):
+    # The job's persistent session, made as its first run would make it (no JVM needed).
+    create_session(mochi.url, client_id, TOPIC, qos)
+    for n in (1, 2):
         publish(mochi, [Message(TOPIC, PAYLOAD, qos)] * BURST)  # while no job runs
         runs.append(_run_available_now(args, tmp_path, f"run{n}"))
         assert runs[-1].proc.returncode == 0, runs[-1].logs()
@@ -77,9 +78,9 @@ def test_identical_messages_queued_between_available_now_runs_all_land(
     assert len(rows) == 2 * BURST, detail
     assert {(r.topic, bytes(r.payload), r.qos) for r in rows} == {(TOPIC, PAYLOAD, qos)}, detail
     assert [r.offset for r in rows] == list(range(2 * BURST)), detail
-    for summary, landed in zip(summaries, (0, BURST, BURST), strict=True):
-        assert re.match(rf"finished: \d+ batch(es)?, {landed} rows, ", summary), detail
-    # Nothing to count in the first two runs; in the third, mochi reuses ids 1..10 for the
-    # second burst, and each message equals the one stored before with its id.
-    assert all(s.endswith(" rows/s on average") for s in summaries[:2]), detail
-    assert summaries[2].endswith(f" rows/s on average, {BURST} possible duplicates"), detail
+    for summary in summaries:
+        assert re.match(rf"finished: \d+ batch(es)?, {BURST} rows, ", summary), detail
+    # Nothing to count in the first run; in the second, mochi reuses ids 1..10 for the second
+    # burst, and each message equals the one stored before with its id.
+    assert summaries[0].endswith(" rows/s on average"), detail
+    assert summaries[1].endswith(f" rows/s on average, {BURST} possible duplicates"), detail
