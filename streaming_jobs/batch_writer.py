@@ -71,10 +71,7 @@ class BatchWriter:
             raise RuntimeError(f"no {QUERY_ID_PROPERTY} in the batch's context")
         began = time.monotonic()
         try:
-            if self.dead_letter_table is None and self.events_table is None:
-                rows, unparsed, newest = self._write_single(batch, app_id, batch_id)
-            else:
-                rows, unparsed, newest = self._write_cached(batch, app_id, batch_id)
+            rows, unparsed, newest = self._write(batch, app_id, batch_id)
         except BaseException as error:
             self.appender.forget()  # a commit may or may not have landed: look it up next time
             interrupted = stop_interruption(error, session.sparkContext)
@@ -109,6 +106,15 @@ class BatchWriter:
             targets.append((self.dead_letter_table, dead_letter_rows(decoded, plan), (), ()))
         if self.events_table is not None:
             targets.append((self.events_table, event_rows(decoded), (), ()))
+        return self._create_missing(targets, interval)
+
+    def _create_missing(
+        self,
+        targets: list[tuple[str, DataFrame, tuple[str, ...], tuple[str, ...]]],
+        interval: int | None,
+    ) -> list[str]:
+        """Create each (path, rows, partition_by, cluster_by) table that does not exist; the
+        paths created."""
         created = []
         for path, rows, partition_by, cluster_by in targets:
             if self._table_exists(rows, path):
@@ -125,6 +131,13 @@ class BatchWriter:
             self._exists.add(path)
             created.append(path)
         return created
+
+    def _write(self, batch: DataFrame, app_id: str, batch_id: int) -> tuple[int, int, int | None]:
+        """Write one batch to the tables; (rows, rows that did not parse, newest receive time
+        in microseconds)."""
+        if self.dead_letter_table is None and self.events_table is None:
+            return self._write_single(batch, app_id, batch_id)
+        return self._write_cached(batch, app_id, batch_id)
 
     @property
     def tables(self) -> tuple[str, ...]:

@@ -447,7 +447,7 @@ def markdown() -> str:
         "",
         "The file may also hold `[[routes]]`: one subscription into many tables, each route a "
         "topic filter, a table and that table's keys (`payload_format`, `schema`, ...); see "
-        "[ingest-job.md, \"Routes\"](ingest-job.md#routes).",
+        '[ingest-job.md, "Routes"](ingest-job.md#routes).',
         "",
     ]
     return "\n".join(lines)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,9 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from connector.spark.writer.sink import QUERY_ID_PROPERTY
-
-from .batch_writer import BatchWriter, _create, created_table_interval
+from .batch_writer import BatchWriter, created_table_interval
 from .payloads import (
     REASON,
     PayloadPlan,
@@ -33,9 +30,8 @@ from .payloads import (
     decode,
     table_rows,
 )
-from .progress import BatchStats, RunStats
+from .progress import RunStats
 from .routes import NO_ROUTE, check_catalog_name, is_path, route_index
-from .stop_interruption import stop_interruption
 
 log = logging.getLogger(__name__)
 
@@ -82,24 +78,6 @@ class RoutedBatchWriter(BatchWriter):
         dead = [t.dead_letter_table for t in self.targets] + [self.unrouted_table]
         return tuple(dict.fromkeys([*(t.table for t in self.targets), *(p for p in dead if p)]))
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        session = batch.sparkSession
-        app_id = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        if not app_id:
-            raise RuntimeError(f"no {QUERY_ID_PROPERTY} in the batch's context")
-        began = time.monotonic()
-        try:
-            rows, unparsed, newest = self._write_routes(batch, app_id, batch_id)
-        except BaseException as error:
-            self.appender.forget()
-            interrupted = stop_interruption(error, session.sparkContext)
-            if interrupted is None:
-                raise
-            log.info("batch %d: the query stopped during its write; replayed on restart", batch_id)
-            raise interrupted from None
-        log.debug("batch %d: %d rows in %.2f s", batch_id, rows, time.monotonic() - began)
-        self.stats.record(BatchStats(batch_id, rows, unparsed, newest, time.time()))
-
     def create_tables(
         self,
         spark: SparkSession,
@@ -115,27 +93,15 @@ class RoutedBatchWriter(BatchWriter):
         for target in self.targets:
             decoded = decode(source, target.plan)
             rows = table_rows(decoded, target.plan)
-            wanted.setdefault(
-                target.table, (rows, target.plan.partition_by, target.plan.cluster_by)
-            )
+            layout = (target.plan.partition_by, target.plan.cluster_by)
+            wanted.setdefault(target.table, (rows, *layout))
             if target.dead_letter_table:
-                wanted.setdefault(
-                    target.dead_letter_table, (dead_letter_rows(decoded, target.plan), (), ())
-                )
+                dead = dead_letter_rows(decoded, target.plan)
+                wanted.setdefault(target.dead_letter_table, (dead, (), ()))
         if self.unrouted_table:
             wanted.setdefault(self.unrouted_table, (self._unrouted_rows(source), (), ()))
-        for path, (rows, partition_by, cluster_by) in wanted.items():
-            if self._table_exists(rows, path):
-                continue
-            try:
-                _create(rows, path, interval, partition_by, cluster_by)
-            except Exception:
-                if not self._created_meanwhile(rows.sparkSession, path):
-                    raise
-                continue
-            self._exists.add(path)
-            created.append(path)
-        return created
+        targets = [(path, *rest) for path, rest in wanted.items()]
+        return created + self._create_missing(targets, interval)
 
     def _locate_catalog_tables(
         self, spark: SparkSession, source: DataFrame, interval: int | None
@@ -177,9 +143,7 @@ class RoutedBatchWriter(BatchWriter):
     def _unrouted_rows(self, batch: DataFrame) -> DataFrame:
         return batch.select(*self.mqtt_columns, F.lit(NO_ROUTE).alias("reason"))
 
-    def _write_routes(
-        self, batch: DataFrame, app_id: str, batch_id: int
-    ) -> tuple[int, int, int | None]:
+    def _write(self, batch: DataFrame, app_id: str, batch_id: int) -> tuple[int, int, int | None]:
         routed = batch.withColumn(ROUTE, route_index(F.col("topic"), self.filters)).persist()
         decoded_frames: list[DataFrame] = []
         try:
