@@ -71,7 +71,6 @@ class RoutedBatchWriter(BatchWriter):
         """The dead-letter table of the messages no route takes (None: every message has a
         route, :func:`.routes.subscription`)."""
         self.mqtt_columns = tuple(mqtt_columns)
-        self._layout = {t.table: (t.plan.partition_by, t.plan.cluster_by) for t in targets}
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -137,7 +136,6 @@ class RoutedBatchWriter(BatchWriter):
             located.append(dataclasses.replace(target, table=detail.location))
         self.targets = tuple(located)
         self.table = located[0].table
-        self._layout = {t.table: (t.plan.partition_by, t.plan.cluster_by) for t in located}
         return created
 
     def _unrouted_rows(self, batch: DataFrame) -> DataFrame:
@@ -193,7 +191,7 @@ class RoutedBatchWriter(BatchWriter):
         return total, unparsed, int(newest) if newest is not None else None
 
     def _partition_by(self, path: str) -> tuple[str, ...]:
-        return self._layout.get(path, ((), ()))[0]
+        return next((t.plan.partition_by for t in self.targets if t.table == path), ())
 
 
 def _register_left_table(spark: SparkSession, name: str) -> bool:
