@@ -431,12 +431,14 @@ def payload_plan(config: IngestConfig, mqtt5: bool) -> Any:
     return plan
 
 
-def routed_writer(config: IngestConfig, mqtt5: bool, stats: Any) -> Any:
+def routed_writer(config: IngestConfig, mqtt5: bool, stats: Any, wal_path: str) -> Any:
     """The writer of a job with routes: the routes grouped by table, each table with its
-    route's plan (:mod:`streaming_jobs.routed_writer`)."""
+    route's plan (:mod:`streaming_jobs.routed_writer`); a Sparkplug route's states beside the
+    WAL at ``wal_path`` (:mod:`streaming_jobs.sparkplug_route`)."""
     from streaming_jobs.payloads import MQTT_COLUMNS, PROPERTIES
     from streaming_jobs.routed_writer import RoutedBatchWriter, TableRoute
     from streaming_jobs.routes import is_path
+    from streaming_jobs.sparkplug_route import RouteStates
 
     def where(table: str) -> str:
         return _path(table) if is_path(table) else table
@@ -448,9 +450,18 @@ def routed_writer(config: IngestConfig, mqtt5: bool, stats: Any) -> Any:
             known = targets[table]
             targets[table] = dataclasses.replace(known, indexes=(*known.indexes, position))
             continue
-        dead = route.config.dead_letter_table
+        own = route.config
+        dead, events = own.dead_letter_table, own.events_table
+        states = None
+        if own.payload_format == "sparkplug":
+            states = RouteStates(wal_path, table, own.sparkplug_reorder_timeout)
         targets[table] = TableRoute(
-            (position,), payload_plan(route.config, mqtt5), table, where(dead) if dead else None
+            (position,),
+            payload_plan(own, mqtt5),
+            table,
+            where(dead) if dead else None,
+            events_table=where(events) if events else None,
+            sparkplug=states,
         )
     unrouted = config.dead_letter_table
     return RoutedBatchWriter(
@@ -532,7 +543,6 @@ def supervise(
     from streaming_jobs.progress import ProgressReporter, RunStats
     from streaming_jobs.routes import RouteError
 
-    plan = payload_plan(config, parsed.mqtt5)
     if config.partition_data is None and spark.sparkContext.master.startswith("local"):
         options["partitionData"] = "wal"
 
@@ -541,10 +551,10 @@ def supervise(
         reader = reader.option(key, value)
     stats = RunStats()
     writer = (
-        routed_writer(config, parsed.mqtt5, stats)
+        routed_writer(config, parsed.mqtt5, stats, options["walPath"])
         if config.routes
         else BatchWriter(
-            plan,
+            payload_plan(config, parsed.mqtt5),
             _path(config.table),
             _path(config.dead_letter_table) if config.dead_letter_table else None,
             stats,

@@ -401,11 +401,23 @@ def _with_routes(
             f"--config {path}: with [[routes]], {names} go into each route, not the top level "
             'or the command line (docs/ingest-job.md, "Routes")'
         )
+    host_role = [k for k in SPARKPLUG_HOST_ROLE if merged.get(k) is not None]
+    if host_role:
+        names = ", ".join(k.replace("_", "-") for k in host_role)
+        raise UsageError(
+            f"--config {path}: {names}: the Sparkplug host role runs in a Sparkplug job of its "
+            "own (--payload-format sparkplug), not in a job with [[routes]]"
+        )
     top_topics = tuple(merged.get("topic") or ())
     shared_dead_letters = merged.get("dead_letter_table")
+    # Sparkplug's other top-level settings (the reorder timeout) are the Sparkplug routes'.
+    sparkplug = {k: merged[k] for k in SPARKPLUG_ONLY if merged.get(k) is not None}
+    merged = {**merged, **dict.fromkeys(sparkplug)}
     built: list[Route] = []
     for index, own in enumerate(routes, start=1):
         values = {**merged, **own}
+        if values["payload_format"] == "sparkplug":
+            values = {**merged, **sparkplug, **own}
         if "dead_letter_table" not in own and values["payload_format"] == "binary":
             values["dead_letter_table"] = None  # the shared table takes no binary route's rows
         try:
@@ -413,13 +425,10 @@ def _with_routes(
         except UsageError as exc:
             label = f"route {index} (topic {own['topic'][0]!r})"
             raise UsageError(f"--config {path}: {label}: {exc}") from None
-        if config.payload_format == "sparkplug":
-            raise UsageError(
-                f"--config {path}: route {index} (topic {own['topic'][0]!r}): a Sparkplug route "
-                "is not supported yet; run Sparkplug in a job of its own (--payload-format "
-                "sparkplug)"
-            )
         built.append(Route(index, own["topic"][0], config))
+    if sparkplug and not any(r.config.payload_format == "sparkplug" for r in built):
+        names = ", ".join(k.replace("_", "-") for k in sparkplug)
+        raise UsageError(f"--config {path}: {names} goes with a Sparkplug route; there is none")
     try:
         check_routes(built, top_topics)
     except RouteError as exc:
@@ -470,6 +479,9 @@ SPARKPLUG_ONLY = (
 )
 """The flags that go only with ``--payload-format sparkplug``: ``--events-table`` and those
 setting a source option that requires Sparkplug (the option table's ``requires``)."""
+SPARKPLUG_HOST_ROLE = ("sparkplug_host_id", "sparkplug_rebirth_interval")
+"""The flags of the Sparkplug host role (docs/sparkplug.md), which the receiver plays in a
+Sparkplug job only."""
 
 
 def _is_mqtt5(version: object) -> bool:

@@ -28,10 +28,13 @@ from .payloads import (
     PayloadPlan,
     dead_letter_rows,
     decode,
+    event_rows,
     table_rows,
 )
 from .progress import RunStats
 from .routes import NO_ROUTE, check_catalog_name, is_path, route_index
+from .sparkplug_route import SCHEMA_DDL as SPARKPLUG_DDL
+from .sparkplug_route import RouteStates, decode_batch
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,15 @@ class TableRoute:
     plan: PayloadPlan
     table: str
     dead_letter_table: str | None
+    events_table: str | None = None
+    """Sparkplug: the births, deaths and STATE messages of the routes."""
+    sparkplug: RouteStates | None = None
+    """Sparkplug: the stored states the routes' messages are decoded from
+    (:mod:`.sparkplug_route`)."""
+
+    def empty_source(self, spark: SparkSession, source: DataFrame) -> DataFrame:
+        """No rows with the columns this table's plan decodes: the source's, or Sparkplug's."""
+        return source if self.sparkplug is None else spark.createDataFrame([], SPARKPLUG_DDL)
 
 
 class RoutedBatchWriter(BatchWriter):
@@ -74,8 +86,9 @@ class RoutedBatchWriter(BatchWriter):
 
     @property
     def tables(self) -> tuple[str, ...]:
-        dead = [t.dead_letter_table for t in self.targets] + [self.unrouted_table]
-        return tuple(dict.fromkeys([*(t.table for t in self.targets), *(p for p in dead if p)]))
+        others = [t.dead_letter_table for t in self.targets] + [self.unrouted_table]
+        others += [t.events_table for t in self.targets]
+        return tuple(dict.fromkeys([*(t.table for t in self.targets), *(p for p in others if p)]))
 
     def create_tables(
         self,
@@ -90,13 +103,15 @@ class RoutedBatchWriter(BatchWriter):
         created = self._locate_catalog_tables(spark, source, interval)
         wanted: dict[str, tuple[DataFrame, tuple[str, ...], tuple[str, ...]]] = {}
         for target in self.targets:
-            decoded = decode(source, target.plan)
+            decoded = decode(target.empty_source(spark, source), target.plan)
             rows = table_rows(decoded, target.plan)
             layout = (target.plan.partition_by, target.plan.cluster_by)
             wanted.setdefault(target.table, (rows, *layout))
             if target.dead_letter_table:
-                dead = dead_letter_rows(decoded, target.plan)
+                dead = self._dead_letters(target, decoded, source)
                 wanted.setdefault(target.dead_letter_table, (dead, (), ()))
+            if target.events_table:
+                wanted.setdefault(target.events_table, (event_rows(decoded), (), ()))
         if self.unrouted_table:
             wanted.setdefault(self.unrouted_table, (self._unrouted_rows(source), (), ()))
         targets = [(path, *rest) for path, rest in wanted.items()]
@@ -120,7 +135,7 @@ class RoutedBatchWriter(BatchWriter):
             known = spark.catalog.tableExists(target.table)
             if not known and not _register_left_table(spark, target.table):
                 created.append(target.table)
-            rows = table_rows(decode(source, target.plan), target.plan)
+            rows = table_rows(decode(target.empty_source(spark, source), target.plan), target.plan)
             builder = DeltaTable.createIfNotExists(spark).tableName(target.table)
             builder = builder.addColumns(rows.schema)
             if target.plan.cluster_by:
@@ -140,6 +155,16 @@ class RoutedBatchWriter(BatchWriter):
 
     def _unrouted_rows(self, batch: DataFrame) -> DataFrame:
         return batch.select(*self.mqtt_columns, F.lit(NO_ROUTE).alias("reason"))
+
+    def _dead_letters(self, target: TableRoute, decoded: DataFrame, batch: DataFrame) -> DataFrame:
+        """``target``'s dead letters with the source's columns and ``reason``, whatever the
+        route's format, so that routes can share a dead-letter table: a Sparkplug route's found
+        by (receiver, offset) among the batch's messages."""
+        rows = dead_letter_rows(decoded, target.plan)
+        if target.sparkplug is None:
+            return rows
+        reasons = rows.select("receiver", "offset", "reason")
+        return batch.join(reasons, ["receiver", "offset"]).select(*self.mqtt_columns, "reason")
 
     def _write(self, batch: DataFrame, app_id: str, batch_id: int) -> tuple[int, int, int | None]:
         routed = batch.withColumn(ROUTE, route_index(F.col("topic"), self.filters)).persist()
@@ -161,19 +186,25 @@ class RoutedBatchWriter(BatchWriter):
             for target in self.targets:
                 routed_rows = sum(counts.get(i, (0, None))[0] for i in target.indexes)
                 mine = routed.where(F.col(ROUTE).isin(*target.indexes))
+                if target.sparkplug is not None and routed_rows:
+                    mine = decode_batch(mine, target.sparkplug, app_id, batch_id)
+                elif target.sparkplug is not None:
+                    mine = target.empty_source(batch.sparkSession, mine)
                 decoded = decode(mine, target.plan)
-                bad = 0
+                bad, kept, events = 0, routed_rows, 0
                 if routed_rows and target.plan.payload_format != "binary":
                     decoded = decoded.persist()
                     decoded_frames.append(decoded)
-                    bad = decoded.where(F.col(REASON).isNotNull()).count()
+                    bad, kept, events = self._counts_of(decoded, target)
                 unparsed += bad
-                kept = routed_rows - bad if target.dead_letter_table else routed_rows
                 self._append(table_rows(decoded, target.plan), target.table, app_id, batch_id, kept)
                 if target.dead_letter_table:
                     dead.setdefault(target.dead_letter_table, []).append(
-                        (dead_letter_rows(decoded, target.plan), bad)
+                        (self._dead_letters(target, decoded, routed), bad)
                     )
+                if target.events_table:
+                    rows = event_rows(decoded)
+                    self._append(rows, target.events_table, app_id, batch_id, events)
             if self.unrouted_table:
                 lost = counts.get(None, (0, None))[0]
                 unrouted = self._unrouted_rows(routed.where(F.col(ROUTE).isNull()))
@@ -189,6 +220,25 @@ class RoutedBatchWriter(BatchWriter):
                 frame.unpersist()
             routed.unpersist()
         return total, unparsed, int(newest) if newest is not None else None
+
+    @staticmethod
+    def _counts_of(decoded: DataFrame, target: TableRoute) -> tuple[int, int, int]:
+        """Of one table's decoded rows: (rows that did not parse, rows for the table, events).
+        A Sparkplug table takes a row per metric, and the undecodable messages when it has no
+        dead-letter table."""
+        aggregates = [F.count(F.col(REASON)).alias("bad"), F.count(F.lit(1)).alias("rows")]
+        if target.plan.sparkplug:
+            aggregates += [
+                F.count(F.col("metric_index")).alias("metrics"),
+                F.count_if(F.col("event")).alias("events"),
+            ]
+        counts = decoded.agg(*aggregates).first()
+        assert counts is not None
+        bad = int(counts["bad"])
+        if not target.plan.sparkplug:
+            return bad, int(counts["rows"]) - (bad if target.dead_letter_table else 0), 0
+        kept = int(counts["metrics"]) + (0 if target.dead_letter_table else bad)
+        return bad, kept, int(counts["events"])
 
     def _partition_by(self, path: str) -> tuple[str, ...]:
         return next((t.plan.partition_by for t in self.targets if t.table == path), ())

@@ -18,11 +18,17 @@ RECEIVED = dt.datetime(2026, 3, 1, 23, 59, 59, tzinfo=dt.UTC)
 
 
 def source_rows(
-    spark: SparkSession, payloads_: Sequence[bytes], topic: str = "plant/s1/d1/telemetry"
+    spark: SparkSession,
+    payloads_: Sequence[bytes],
+    topic: str = "plant/s1/d1/telemetry",
+    *,
+    first_offset: int = 0,
+    receiver: int = 0,
 ) -> DataFrame:
-    """Rows shaped like the ``mqtt`` source's, one per payload, offsets 0..n-1."""
+    """Rows shaped like the ``mqtt`` source's, one per payload, offsets from ``first_offset``
+    on in ``receiver``'s WAL."""
     rows = [
-        (topic, payload, 1, False, False, i + 1, RECEIVED, i, 0)
+        (topic, payload, 1, False, False, i + 1, RECEIVED, first_offset + i, receiver)
         for i, payload in enumerate(payloads_)
     ]
     return spark.createDataFrame(rows, SCHEMA_DDL)

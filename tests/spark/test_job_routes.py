@@ -1,8 +1,10 @@
 """The ingest job with ``[[routes]]`` against a real broker: one subscription into a JSON table,
-a VARIANT table in the session's catalog and a text table, with a shared dead-letter table for
-what does not parse and what no route takes; ``kill -9`` between two tables' commits of one
-batch, then a restart: every table holds its messages exactly once (QoS 2). And a bad routes
-file fails at start with exit status 2, naming the route, before Spark starts.
+a VARIANT table in the session's catalog, a text table and a Sparkplug route with its events
+table, with a shared dead-letter table for what does not parse and what no route takes;
+``kill -9`` between two tables' commits of one batch, then a restart: every table holds its
+messages exactly once (QoS 2), and Sparkplug data is named from a birth of an earlier run.
+And a bad routes file fails at start with exit status 2, naming the route, before Spark
+starts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from devtools.delta_log import delta_row_count, txn_versions
+from devtools.sparkplug_payloads import birth, data
 from streaming_jobs.payloads import NOT_JSON
 from streaming_jobs.routes import NO_ROUTE
 from tests.support.brokers import BrokerFactory
@@ -27,15 +30,27 @@ from tests.support.waiting import wait_subscribed
 BURST = 120  # before the kill
 PACED = 360  # from just before the kill on, at RATE per second
 RATE = 20.0
-KINDS = ("json", "variant", "text", "other")
+KINDS = ("json", "variant", "text", "sparkplug", "other")
+NODE = "spBv1.0/plant/{}/edge1"
+BIRTH = KINDS.index("sparkplug")
+"""The first Sparkplug message, the node's birth: its metric ``value`` has alias 1."""
 
 
 def message(seq: int) -> tuple[str, bytes]:
-    """Each kind in turn; every fifth JSON payload is malformed; ``other`` has no route."""
+    """Each kind in turn; every fourth JSON payload and every seventh Sparkplug one is
+    malformed; ``other`` has no route. Sparkplug data names its metric by alias only, so its
+    rows are named only from the birth, which lies in an earlier batch."""
     kind = KINDS[seq % len(KINDS)]
+    if kind == "sparkplug":
+        if seq == BIRTH:
+            return NODE.format("NBIRTH"), birth([("value", 1, 4, "long_value", seq)], 0)
+        if seq % 7 == 0:
+            return NODE.format("NDATA"), f"\xff{seq}".encode("latin-1")
+        return NODE.format("NDATA"), data([(1, "long_value", seq)], (seq // len(KINDS)) % 256)
     topic = f"routes/{kind}/dev{seq % 3}"
     if kind == "json":
-        text = f'{{"seq": {seq}' if seq % 5 == 0 else json.dumps({"seq": seq, "temp": seq / 2})
+        malformed = (seq // len(KINDS)) % 4 == 0
+        text = f'{{"seq": {seq}' if malformed else json.dumps({"seq": seq, "temp": seq / 2})
         return topic, text.encode()
     if kind == "variant":
         return topic, json.dumps({"seq": seq, "tags": ["a"] * (seq % 3)}).encode()
@@ -48,7 +63,7 @@ def config(tmp_path: Path, broker_url: str, client_id: str) -> Path:
         f"""
 broker = "{broker_url}"
 client_id = "{client_id}"
-topic = "routes/#"
+topic = ["routes/#", "spBv1.0/plant/#"]
 qos = 2
 checkpoint = "{tmp_path / "checkpoint"}"
 trigger = "{TRIGGER}"
@@ -71,6 +86,12 @@ topic = "routes/text/+"
 table = "{tmp_path / "text"}"
 payload_format = "text"
 topic_columns = ["_", "_", "device"]
+
+[[routes]]
+topic = "spBv1.0/plant/#"
+table = "{tmp_path / "metrics"}"
+payload_format = "sparkplug"
+events_table = "{tmp_path / "events"}"
 """
     )
     return path
@@ -91,11 +112,13 @@ def test_routes_land_each_message_once_per_table_through_a_kill_between_two_tabl
     client_id = unique_id("routes-")
     args = ["--config", str(config(tmp_path, broker.url, client_id))]
     total = BURST + PACED
-    tables = {name: tmp_path / name for name in ("json", "text", "dead")}
+    tables = {name: tmp_path / name for name in ("json", "text", "metrics", "dead")}
     tables["variant"] = tmp_path / "warehouse" / "routed_variants"
 
     def landed() -> int:
-        return sum(delta_row_count(p) for p in tables.values() if (p / "_delta_log").is_dir())
+        # The birth has one more row (bdSeq); its event row is in the events table.
+        rows = sum(delta_row_count(p) for p in tables.values() if (p / "_delta_log").is_dir())
+        return rows - 1 if (tmp_path / "metrics" / "_delta_log").is_dir() else rows
 
     jobs: list[Job] = []
     publisher = PacedPublisher(
@@ -119,13 +142,14 @@ def test_routes_land_each_message_once_per_table_through_a_kill_between_two_tabl
         jobs.append(Job.start(args, tmp_path, "run-2"))
         publisher.finish()
         jobs[1].wait_for(
-            f"{total} rows in the four tables", lambda: landed() >= total, LAND_TIMEOUT
+            f"{total} rows in the five tables", lambda: landed() >= total, LAND_TIMEOUT
         )
         assert jobs[1].terminate() == 0, jobs[1].logs()
     finally:
         for job in jobs:
             job.cleanup()
-        publisher.join(5)
+        if publisher.ident is not None:
+            publisher.join(5)
 
     def read(name: str) -> list[int]:
         frame = spark.read.format("delta").load(str(tables[name]))
@@ -133,22 +157,35 @@ def test_routes_land_each_message_once_per_table_through_a_kill_between_two_tabl
             "json": F.col("seq"),
             "variant": F.expr("payload:seq::bigint"),
             "text": F.col("text").cast("bigint"),
+            "metrics": F.col("long_value"),
             "dead": F.regexp_extract(F.col("payload").cast("string"), r"(\d+)", 1).cast("bigint"),
         }[name]
+        if name == "metrics":
+            frame = frame.where("metric_name is distinct from 'bdSeq'")
         return [int(r.s) for r in frame.select(seq.alias("s")).collect()]
 
     seqs = {name: read(name) for name in tables}
     every = Counter(s for values in seqs.values() for s in values)
     assert sorted(every) == list(range(total)) and set(every.values()) == {1}
-    want = {kind: [s for s in range(total) if KINDS[s % 4] == kind] for kind in KINDS}
-    assert sorted(seqs["json"]) == [s for s in want["json"] if s % 5]
+    want = {kind: [s for s in range(total) if KINDS[s % len(KINDS)] == kind] for kind in KINDS}
+    assert sorted(seqs["json"]) == [s for s in want["json"] if (s // len(KINDS)) % 4]
     assert sorted(seqs["variant"]) == want["variant"]
     assert sorted(seqs["text"]) == want["text"]
+    assert sorted(seqs["metrics"]) == [s for s in want["sparkplug"] if s == BIRTH or s % 7]
+    metrics = spark.read.format("delta").load(str(tables["metrics"]))
+    names = Counter(r.metric_name for r in metrics.collect())
+    assert names == {"bdSeq": 1, "value": len(seqs["metrics"])}, "a metric not resolved"
+    events = spark.read.format("delta").load(str(tmp_path / "events")).collect()
+    assert [(e.message_type, e.offset) for e in events] == [("NBIRTH", events[0].offset)]
     dead = spark.read.format("delta").load(str(tables["dead"]))
-    reasons = Counter(r.reason for r in dead.select("reason").collect())
+    reasons = Counter(
+        "sparkplug" if r.reason.startswith("not a Sparkplug B payload") else r.reason
+        for r in dead.select("reason").collect()
+    )
     assert reasons == {
         NO_ROUTE: len(want["other"]),
         NOT_JSON: len(want["json"]) - len(seqs["json"]),
+        "sparkplug": len(want["sparkplug"]) - len(seqs["metrics"]),
     }
     for name, path in tables.items():
         versions = txn_versions(path)

@@ -17,10 +17,12 @@ from pyspark.sql.types import StructType
 from connector.mqtt.topics import topic_matches
 from connector.spark.schema import SCHEMA_DDL
 from devtools.delta_log import delta_row_count, txn_versions
+from devtools.sparkplug_payloads import birth, data
 from streaming_jobs.payloads import EMPTY, MQTT_COLUMNS, NOT_JSON, NOT_UTF8, make_plan
 from streaming_jobs.progress import RunStats
 from streaming_jobs.routed_writer import RoutedBatchWriter, TableRoute
 from streaming_jobs.routes import NO_ROUTE, route_index
+from streaming_jobs.sparkplug_route import RouteStates
 from tests.spark.source_batches import source_rows
 
 FILTERS = ["plant/+/telemetry", "plant/a/#", "+/+/events", "$SYS/#", "#"]
@@ -129,6 +131,90 @@ def test_one_batch_lands_in_each_routes_table_once_even_replayed_after_a_partial
     assert values == ["2", "None"]  # the object's a.b[1]; the array has no field a
     writer(batch(spark), 1)
     assert delta_row_count(tmp_path / "json") == 2 and delta_row_count(tmp_path / "dead") == 12
+
+
+NODE = "spBv1.0/plant/{}/edge1"
+
+
+def sparkplug_writer(tmp_path: Path) -> RoutedBatchWriter:
+    """A Sparkplug route with its events and dead-letter tables, and a text route."""
+    states = RouteStates(str(tmp_path / "wal"), str(tmp_path / "metrics"), None)
+    dead = str(tmp_path / "dead")
+    targets = [
+        TableRoute(
+            (0,),
+            make_plan("sparkplug", None, dead_letters=True, events=True),
+            str(tmp_path / "metrics"),
+            dead,
+            events_table=str(tmp_path / "events"),
+            sparkplug=states,
+        ),
+        TableRoute((1,), make_plan("text", None), str(tmp_path / "text"), None),
+    ]
+    return RoutedBatchWriter(["spBv1.0/#", "r/#"], targets, None, MQTT_COLUMNS, RunStats())
+
+
+def sparkplug_batch(spark: SparkSession, number: int) -> DataFrame:
+    """Batch 0: a birth of two receivers' nodes; batch 1: data by alias only, a payload that
+    is not Sparkplug, and a text message."""
+    if number == 0:
+        return source_rows(
+            spark, [birth([("temp", 7, 10, "double_value", 1.5)], 0)], NODE.format("NBIRTH")
+        ).unionByName(
+            source_rows(
+                spark,
+                [birth([("rpm", 7, 4, "long_value", 10)], 0)],
+                NODE.format("NBIRTH"),
+                receiver=1,
+            )
+        )
+    return (
+        source_rows(spark, [data([(7, "double_value", 2.5)], 1), b"\x08"], NODE.format("NDATA"),
+                    first_offset=1)
+        .unionByName(source_rows(spark, [data([(7, "long_value", 11)], 1)],
+                                 NODE.format("NDATA"), first_offset=1, receiver=1))
+        .unionByName(source_rows(spark, [b"on"], "r/t", first_offset=3))
+    )  # fmt: skip
+
+
+def test_a_sparkplug_route_resolves_aliases_from_a_birth_of_an_earlier_batch_after_a_restart(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    first = sparkplug_writer(tmp_path)
+    assert len(first.create_tables(spark, SCHEMA_DDL)) == 4
+    first(sparkplug_batch(spark, 0), 0)
+    commit = first._append
+
+    def dying(rows: DataFrame, path: str, app_id: str, batch_id: int, count: int | None) -> None:
+        if path.endswith("events"):
+            raise Killed
+        commit(rows, path, app_id, batch_id, count)
+
+    first._append = dying  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        first(sparkplug_batch(spark, 1), 1)
+    # A new writer (the restarted job) knows the births only from the stored states.
+    writer = sparkplug_writer(tmp_path)
+    writer(sparkplug_batch(spark, 1), 1)
+    metrics = spark.read.format("delta").load(str(tmp_path / "metrics"))
+    got = sorted(
+        (r.receiver, r.message_type, r.metric_name, r.double_value, r.long_value)
+        for r in metrics.where("metric_name != 'bdSeq'").collect()
+    )
+    assert got == [
+        (0, "NBIRTH", "temp", 1.5, None),
+        (0, "NDATA", "temp", 2.5, None),
+        (1, "NBIRTH", "rpm", None, 10),
+        (1, "NDATA", "rpm", None, 11),
+    ]
+    assert txn_versions(tmp_path / "metrics") == [0, 1]
+    events = spark.read.format("delta").load(str(tmp_path / "events"))
+    assert sorted(r.message_type for r in events.collect()) == ["NBIRTH", "NBIRTH"]
+    assert txn_versions(tmp_path / "events") == [0]  # batch 1 has no event
+    dead = spark.read.format("delta").load(str(tmp_path / "dead")).collect()
+    assert [(r.topic, r.offset) for r in dead] == [(NODE.format("NDATA"), 2)]
+    assert dead[0].reason.startswith("not a Sparkplug B payload")
+    assert delta_row_count(tmp_path / "text") == 1
 
 
 def test_a_route_may_name_a_catalog_table(spark: SparkSession, run: str, tmp_path: Path) -> None:

@@ -122,8 +122,31 @@ def test_two_routes_may_share_a_table_with_the_same_settings(tmp_path: Path) -> 
     assert {r.table for r in config.routes} == {"/tables/telemetry"}
 
 
-def test_a_sparkplug_route_is_refused_for_now(tmp_path: Path) -> None:
-    message = refused(
-        tmp_path, TOP + RAW.replace('"/tables/raw"', '"/t"\npayload_format = "sparkplug"')
-    )
-    assert "route 1" in message and "Sparkplug route is not supported yet" in message
+SPARKPLUG = """
+[[routes]]
+topic = "spBv1.0/#"
+table = "/tables/metrics"
+payload_format = "sparkplug"
+events_table = "/tables/events"
+"""
+
+
+def test_a_sparkplug_route_takes_its_events_table_and_the_top_level_reorder_timeout(
+    tmp_path: Path,
+) -> None:
+    text = TOP + "sparkplug_reorder_timeout = 2.5\n" + TELEMETRY + SPARKPLUG
+    telemetry, sparkplug = (r.config for r in parse(tmp_path, text).routes)
+    assert (sparkplug.payload_format, sparkplug.events_table) == ("sparkplug", "/tables/events")
+    assert sparkplug.sparkplug_reorder_timeout == 2.5
+    assert telemetry.sparkplug_reorder_timeout is None and telemetry.events_table is None
+
+
+def test_sparkplug_settings_without_a_sparkplug_route_or_for_the_host_role_are_refused(
+    tmp_path: Path,
+) -> None:
+    message = refused(tmp_path, TOP + "sparkplug_reorder_timeout = 2\n" + TELEMETRY)
+    assert "sparkplug-reorder-timeout goes with a Sparkplug route" in message
+    message = refused(tmp_path, TOP + 'sparkplug_host_id = "scada"\n' + SPARKPLUG)
+    assert "sparkplug-host-id" in message and "host role runs in a Sparkplug job" in message
+    events = TELEMETRY + 'events_table = "/tables/events"\n'
+    assert "route 1" in refused(tmp_path, TOP + events)
