@@ -267,6 +267,24 @@ lint: $(VENV_STAMP)
 	$(VENV_PY) -m ruff format --check .
 	$(VENV_PY) -m mypy
 
+## proto: regenerate connector/sparkplug/sparkplug_b_pb2.py and its .pyi from sparkplug_b.proto
+## with protoc from grpcio-tools, installed into .venv/proto-tools for this target only (not a
+## dependency of the project; its protoc's gencode needs protobuf >= the version it prints)
+GRPCIO_TOOLS_VERSION := 1.85.1
+PROTO_TOOLS := $(VENV)/proto-tools
+PROTO_TOOLS_STAMP := $(PROTO_TOOLS)/.stamp-grpcio-tools-$(GRPCIO_TOOLS_VERSION)
+SPARKPLUG_PROTO := connector/sparkplug/sparkplug_b.proto
+.PHONY: proto
+proto: $(PROTO_TOOLS_STAMP)
+	PYTHONPATH=$(PROTO_TOOLS) $(VENV_PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
+		$(SPARKPLUG_PROTO)
+	@grep -m1 'Protobuf Python Version' $(SPARKPLUG_PROTO:.proto=_pb2.py)
+
+$(PROTO_TOOLS_STAMP): | $(VENV_PY)
+	rm -rf $(PROTO_TOOLS)
+	$(VENV_PY) -m pip install --quiet --target $(PROTO_TOOLS) grpcio-tools==$(GRPCIO_TOOLS_VERSION)
+	@touch $@
+
 ## bench: every benchmark (bench/results/*.json), then bench/REPORT.md with charts in
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
 ## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS, INGEST_S3_ARGS,

@@ -91,7 +91,7 @@ def test_the_backlog_decodes_to_every_metric_named_and_typed() -> None:
     assert columns["double_value"][row] == bench.metric_value(2, 123)
     seqs = [decode_payload(p).seq for t, p in backlog[2:] if t.endswith("edge-0")]
     assert seqs[:2] == [1, 2] and seqs[254:257] == [255, 0, 1]
-    assert all(m.name is None and m.alias for m in decode_payload(backlog[2][1]).metrics)
+    assert all(not m.HasField("name") and m.alias for m in decode_payload(backlog[2][1]).metrics)
 
 
 def _landing(peer: str, rows: int, seconds: float) -> Landing:

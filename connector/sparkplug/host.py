@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .payload import Metric, Payload, PayloadError, decode_message
+from .payload import Payload, PayloadError, decode_message
 from .state import SparkplugState
 from .topics import NAMESPACE, MessageType, TopicError, parse_topic
 from .wire import LENGTH, VARINT, WireError, fields, key, length_delimited, varint
@@ -97,7 +97,7 @@ class SparkplugHost:
             why = "a payload that does not decode"
         elif context.reason is not None and kind is not MessageType.NDEATH:
             why = context.reason
-        elif any(m.name is None for m in context.metrics):
+        elif any(m.name is None for m in context.resolved(payload.metrics)):
             why = "a metric alias in no birth of the session"
         elif context.seq_gap:
             why = f"sequence numbers {context.missing_seqs} missing past the Reorder Timeout"
@@ -146,7 +146,7 @@ def _names_and_aliases(data: bytes) -> Payload | None:
                 return decode_message(data)
             elif number == 2 and wire == LENGTH:
                 assert not isinstance(value, int)
-                metric = Metric()
+                metric = payload.metrics.add()
                 for n, w, v in fields(value):
                     if n == 1 and w == LENGTH:
                         assert not isinstance(v, int)
@@ -154,7 +154,6 @@ def _names_and_aliases(data: bytes) -> Payload | None:
                     elif n == 2 and w == VARINT:
                         assert isinstance(v, int)
                         metric.alias = v
-                payload.metrics.append(metric)
     except WireError:
         return None
     return payload

@@ -18,7 +18,13 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .payload import DEFAULT_DECOMPRESSED_LIMIT, Payload, PayloadError, decode_message
+from .payload import (
+    DEFAULT_DECOMPRESSED_LIMIT,
+    Payload,
+    PayloadError,
+    decode_message,
+    read_message,
+)
 from .rows import Rows
 from .state import SparkplugState
 from .topics import MessageType, SparkplugTopic, TopicError, parse_topic
@@ -45,6 +51,7 @@ def decode_messages(
     """The rows of ``messages``, in order; ``state`` is the state before the first and is
     left as the state after the last."""
     rows = Rows()
+    topics: dict[str, SparkplugTopic | str] = {}  # a topic parsed once: the topic, or why not
     for message in messages:
         mqtt = {
             "topic": message.topic,
@@ -53,10 +60,14 @@ def decode_messages(
             "offset": message.offset,
             "receiver": receiver,
         }
-        try:
-            topic = parse_topic(message.topic)
-        except TopicError as exc:
-            rows.add(mqtt, None, None, None, reason=str(exc), raw=message.payload)
+        topic = topics.get(message.topic)
+        if topic is None:
+            try:
+                topic = topics[message.topic] = parse_topic(message.topic)
+            except TopicError as exc:
+                topic = topics[message.topic] = str(exc)
+        if isinstance(topic, str):
+            rows.add(mqtt, None, None, None, reason=topic, raw=message.payload)
             continue
         if topic.message_type is MessageType.STATE:
             online, problem = state_payload(message.payload)
@@ -65,14 +76,14 @@ def decode_messages(
             )
             continue
         try:
-            payload = decode_message(message.payload, limit)
+            payload, plain, properties = read_message(message.payload, limit)
         except PayloadError as exc:
             # The state takes what ``fold`` would: a DATA message's readable seq, no birth.
             state.apply(topic, _state_input(topic, message.payload, limit), message.timestamp_us)
             rows.add(mqtt, topic, None, None, reason=str(exc), raw=message.payload)
             continue
         context = state.apply(topic, payload, message.timestamp_us)
-        rows.add(mqtt, topic, payload, context)
+        rows.add(mqtt, topic, payload, context, plain=plain, properties=properties)
     return rows
 
 
@@ -116,7 +127,7 @@ def _seq_only(data: bytes, limit: int) -> Payload:
                 return decode_message(data, limit)
     except WireError as exc:
         raise PayloadError(f"not a Sparkplug B payload: {exc}") from None
-    return Payload(seq=seq)
+    return Payload() if seq is None else Payload(seq=seq)
 
 
 def state_payload(data: bytes) -> tuple[bool | None, str | None]:

@@ -28,8 +28,18 @@ from .datatypes import (
     metric_value,
     name_of,
 )
-from .payload import DataSet, Metric, Payload, PropertySet, PropertyValue, Template, Value
-from .state import SEQ_MODULO, Context, Members, Resolved
+from .payload import (
+    METRIC_FIELD_NUMBERS,
+    DataSet,
+    Metric,
+    Payload,
+    PropertySet,
+    PropertyValue,
+    Template,
+    optional,
+    value_of,
+)
+from .state import SEQ_MODULO, Context, Members, Resolved, resolve
 from .topics import MessageType, SparkplugTopic
 
 COLUMNS: tuple[str, ...] = (
@@ -151,18 +161,102 @@ _METRIC_COLUMNS = tuple(c for c in COLUMNS if c not in _MESSAGE_COLUMNS)
 _SIGNED_LONG = 1 << 63
 _INT32 = -(1 << 31)
 
+DENSE_COLUMNS = (
+    *("metric_index", "metric_name", "alias", "datatype", "metric_timestamp", "is_null"),
+    *("is_historical", "is_transient", "event"),
+)
+"""The columns of a row's own that every row sets."""
+SPARSE_COLUMNS = tuple(c for c in _METRIC_COLUMNS if c not in DENSE_COLUMNS)
+"""The columns of a row's own that most rows leave null: the value columns (one per row),
+properties and what they promote, the reason, the payload of a message that did not decode."""
+
+_DATATYPE_NAMES: dict[int, str] = {int(kind): kind.name for kind in DataType}
+
+_LONG_FIELDS = frozenset({"int_value", "long_value"})
+
+
+def _fast_values() -> dict[tuple[int | None, str | None], tuple[str, int, int]]:
+    """(datatype, value field) -> (column, bits, sign bit) for the scalar datatypes whose value
+    lands as it came, integers masked to ``bits`` and sign-extended from ``sign`` (0: unsigned,
+    no mask: bits 0); what :func:`connector.sparkplug.datatypes.metric_value` gives them."""
+    out: dict[tuple[int | None, str | None], tuple[str, int, int]] = {}
+    for kind, (bits, signed) in INT_WIDTHS.items():
+        if kind is DataType.DateTime:
+            continue
+        for field in _LONG_FIELDS:
+            out[int(kind), field] = (VALUE_COLUMN[kind], bits, 1 << (bits - 1) if signed else 0)
+    for kind, field in (
+        (DataType.Float, "float_value"),
+        (DataType.Double, "double_value"),
+        (DataType.Boolean, "boolean_value"),
+        (DataType.String, "string_value"),
+        (DataType.Text, "string_value"),
+        (DataType.UUID, "string_value"),
+        (DataType.Bytes, "bytes_value"),
+        (DataType.File, "bytes_value"),
+    ):
+        out[int(kind), field] = (VALUE_COLUMN[kind], 0, 0)
+    return out
+
+
+_FAST_VALUES = _fast_values()
+
+_EXPECTED_FIELD: dict[int | None, str] = {
+    **{
+        int(kind): "long_value" if bits == 64 else "int_value"
+        for kind, (bits, _) in INT_WIDTHS.items()
+        if kind is not DataType.DateTime
+    },
+    **{kind: field for kind, field in _FAST_VALUES if field not in _LONG_FIELDS and field},
+}
+"""The value field each scalar datatype travels in (integers: ``int_value`` up to 32 bits,
+``long_value`` above), for :meth:`Rows._metrics`' first read."""
+
+_SCALAR_FIELDS = frozenset(
+    {"int_value", "long_value", "float_value", "double_value", "boolean_value", "string_value"}
+    | {"bytes_value", None}
+)
+"""The metric value fields (None: no value) the per-metric loop of :meth:`Rows.add` takes on
+its own; a data set, template or extension goes through :func:`_metric_columns`."""
+
 
 class Rows:
-    """Rows collected column by column (:data:`COLUMNS`): the columns every row of a message
-    shares are extended once per message, the others once per row."""
+    """Rows collected column by column (:data:`COLUMNS`), in three kinds of store that the
+    Arrow conversion (``connector.spark.reader.sparkplug_schema``) turns into arrays in bulk:
+    the columns all rows of a message share hold one value per message (``shared``, with
+    ``row_message`` the message of each row); :data:`DENSE_COLUMNS` one value per row;
+    :data:`SPARSE_COLUMNS` only the rows that have a value (``sparse``: row -> value).
+    :attr:`columns` gives every column as a list, a value per row."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-        self._shared = [(name, self.columns[name]) for name in _MESSAGE_COLUMNS]
-        self._own = [(name, self.columns[name]) for name in _METRIC_COLUMNS]
+        self.shared: dict[str, list[Any]] = {name: [] for name in _MESSAGE_COLUMNS}
+        self.row_message: list[int] = []
+        self.dense: dict[str, list[Any]] = {name: [] for name in DENSE_COLUMNS}
+        self.sparse: dict[str, dict[int, Any]] = {name: {} for name in SPARSE_COLUMNS}
+        self._columns: dict[str, list[Any]] | None = None
 
     def __len__(self) -> int:
-        return len(self.columns["offset"])
+        return len(self.row_message)
+
+    @property
+    def columns(self) -> dict[str, list[Any]]:
+        """Every column, in :data:`COLUMNS` order, a value per row."""
+        if self._columns is None:
+            count = len(self.row_message)
+            out: dict[str, list[Any]] = {}
+            for name in COLUMNS:
+                if name in self.dense:
+                    out[name] = self.dense[name]
+                elif name in self.sparse:
+                    column: list[Any] = [None] * count
+                    for row, value in self.sparse[name].items():
+                        column[row] = value
+                    out[name] = column
+                else:
+                    per_message = self.shared[name]
+                    out[name] = [per_message[m] for m in self.row_message]
+            self._columns = out
+        return self._columns
 
     def add(
         self,
@@ -174,110 +268,277 @@ class Rows:
         reason: str | None = None,
         raw: bytes | None = None,
         host_online: bool | None = None,
+        plain: bool = False,
+        properties: bool = True,
     ) -> None:
         """The rows of one message. ``mqtt``: its ``topic``, ``qos``, ``timestamp`` (receive
         time, microseconds), ``offset`` and ``receiver``. Without a ``payload`` (STATE, or
-        one that did not decode: ``reason`` and its ``raw`` bytes) one row for the message."""
-        head = {
-            "group_id": topic.group_id or None if topic else None,
-            "edge_node_id": topic.edge_node_id or None if topic else None,
-            "device_id": topic.device_id if topic else None,
-            "message_type": topic.message_type.value if topic else None,
-            "host_id": topic.host_id if topic else None,
-            "host_online": host_online,
-            **mqtt,
-        }
+        one that did not decode: ``reason`` and its ``raw`` bytes) one row for the message.
+        ``plain``: the decoder found no field set to its default on the wire, so an absent
+        field reads as its default and needs no presence check; ``properties`` False: no
+        metric has properties (:func:`connector.sparkplug.payload.read_message` says both)."""
+        self._columns = None
+        shared = self.shared
+        message = len(shared["topic"])
+        if topic is not None:
+            shared["group_id"].append(topic.group_id or None)
+            shared["edge_node_id"].append(topic.edge_node_id or None)
+            shared["device_id"].append(topic.device_id)
+            shared["message_type"].append(topic.message_type.value)
+            shared["host_id"].append(topic.host_id)
+        else:
+            for name in ("group_id", "edge_node_id", "device_id", "message_type", "host_id"):
+                shared[name].append(None)
+        shared["host_online"].append(host_online)
+        for name in ("topic", "qos", "timestamp", "offset", "receiver"):
+            shared[name].append(mqtt.get(name))
         if context is not None:
-            head.update(
-                bd_seq=context.bd_seq,
-                death_matched=context.death_matched,
-                seq_gap=context.seq_gap,
-                missing_seqs=context.missing_seqs or None,
-            )
+            shared["bd_seq"].append(context.bd_seq)
+            shared["death_matched"].append(context.death_matched)
+            shared["seq_gap"].append(context.seq_gap)
+            shared["missing_seqs"].append(context.missing_seqs or None)
+        else:
+            for name in ("bd_seq", "death_matched", "seq_gap", "missing_seqs"):
+                shared[name].append(None)
         why = reason or (context.reason if context is not None else None)
+        seq = stamp = None
         if payload is not None:
-            head.update(seq=payload.seq, payload_timestamp=_ms_to_us(payload.timestamp))
-            if payload.seq is not None and not 0 <= payload.seq < SEQ_MODULO:
-                head["seq"] = None
+            seq = payload.seq if plain else optional(payload, "seq")
+            ms = payload.timestamp if plain else optional(payload, "timestamp")
+            if plain and not seq:
+                seq = None
+            if plain and not ms:
+                ms = None
+            stamp = _ms_to_us(ms)
+            if seq is not None and not 0 <= seq < SEQ_MODULO:
                 why = _join(
                     why,
-                    f"seq {payload.seq} is outside 0-255 "
-                    "([tck-id-payloads-sequence-num-incrementing])",
+                    f"seq {seq} is outside 0-255 ([tck-id-payloads-sequence-num-incrementing])",
                 )
-            if payload.timestamp is not None and head["payload_timestamp"] is None:
-                why = _join(why, f"payload timestamp {payload.timestamp} ms is out of range")
+                seq = None
+            if ms is not None and stamp is None:
+                why = _join(why, f"payload timestamp {ms} ms is out of range")
+        shared["seq"].append(seq)
+        shared["payload_timestamp"].append(stamp)
         event = topic is not None and topic.message_type in EVENT_TYPES
+        dense, sparse = self.dense, self.sparse
+        first = len(self.row_message)
         if payload is None or not payload.metrics:
-            own = [{"reason": why, "payload": raw if reason else None, "event": event}]
-        else:
-            assert context is not None
-            resolved = context.metrics
-            own = []
-            for index, metric in enumerate(payload.metrics):
-                meta = (
-                    resolved[index]
-                    if index < len(resolved)
-                    else Resolved(metric.name, metric.datatype)
-                )
-                row = _metric_columns(metric, meta)
-                row["metric_index"] = index
-                row["event"] = event and not index
-                row["reason"] = _join(why, meta.reason, *row.pop("_reasons"))
-                own.append(row)
-        count = len(own)
-        for name, column in self._shared:
-            column.extend([head.get(name)] * count)
-        for name, column in self._own:
-            column.extend([row.get(name) for row in own])
+            self.row_message.append(message)
+            for name in DENSE_COLUMNS:
+                dense[name].append(event if name == "event" else None)
+            if why is not None:
+                sparse["reason"][first] = why
+            if reason and raw is not None:
+                sparse["payload"][first] = raw
+            return
+        assert context is not None
+        self._metrics(payload, context, why, event, first, plain, properties)
+        self.row_message.extend([message] * (len(dense["metric_index"]) - first))
+
+    def _metrics(
+        self,
+        payload: Payload,
+        context: Context,
+        why: str | None,
+        event: bool,
+        row: int,
+        plain: bool,
+        properties: bool,
+    ) -> None:
+        """A row per metric, from ``row`` on: scalar values in this loop, anything else
+        through :func:`_metric_columns`."""
+        dense, sparse = self.dense, self.sparse
+        name_column, alias_column = dense["metric_name"], dense["alias"]
+        datatype_column, stamp_column = dense["datatype"], dense["metric_timestamp"]
+        null_column = dense["is_null"]
+        historical_column, transient_column = dense["is_historical"], dense["is_transient"]
+        reasons_column = sparse["reason"]
+        lookup = context.lookup
+        resolved = context.metrics
+        scope = context.scope
+        aliases = scope.aliases if scope is not None else None
+        datatypes = scope.datatypes if scope is not None else None
+        fast_values, datatype_names = _FAST_VALUES, _DATATYPE_NAMES
+        expected_fields = _EXPECTED_FIELD
+        scalar_fields = _SCALAR_FIELDS
+        first = row
+        index = -1
+        for metric in payload.metrics:
+            index += 1
+            if plain:
+                name = metric.name or None
+                alias = metric.alias or None
+                own = metric.datatype or None
+                ms = metric.timestamp or None
+            else:
+                name = optional(metric, "name")
+                alias = optional(metric, "alias")
+                own = optional(metric, "datatype")
+                ms = optional(metric, "timestamp")
+            problem = None
+            if not lookup:
+                meta = resolved[index] if index < len(resolved) else Resolved(name, own)
+                name, datatype, problem = meta.name, meta.datatype, meta.reason
+            elif name is not None:
+                datatype = own
+                if datatype is None and datatypes is not None:
+                    datatype = datatypes.get(name)
+                if datatype is None:
+                    problem = f"no datatype for metric {name!r}"
+            elif alias is None:
+                datatype, problem = own, "a metric with neither name nor alias"
+            else:
+                found = aliases.get(alias) if aliases is not None else None
+                if found is None:
+                    datatype, problem = own, f"alias {alias} is in no birth of this session"
+                else:
+                    name, datatype = found
+                    if own is not None:
+                        datatype = own
+            # The value: in the field its datatype travels in when that field holds other than
+            # its default (a oneof holds one field); else whichever field the metric set.
+            expected = expected_fields.get(datatype)
+            value: Any = getattr(metric, expected) if expected is not None else None
+            if value:
+                which = expected
+            else:
+                which = metric.WhichOneof("value")
+                if which is not None:
+                    value = getattr(metric, which)
+            if which not in scalar_fields or (properties and metric.HasField("properties")):
+                if lookup:
+                    meta = resolve(scope, metric, context.node)
+                self._put_row(row, _metric_columns(metric, meta), why, meta)
+                row += 1
+                continue
+            reasons = None if why is None and problem is None else [why, problem]
+            if alias is not None and alias >= _SIGNED_LONG:
+                reasons = [*(reasons or ()), f"alias {alias} is above a signed 64-bit integer"]
+                alias = None
+            if ms is None:
+                stamp = None
+            elif MIN_MS <= ms <= MAX_MS:
+                stamp = ms * 1000
+            else:
+                stamp = None
+                reasons = [*(reasons or ()), f"metric timestamp {ms} ms is out of range"]
+            is_null = metric.is_null
+            name_column.append(name)
+            alias_column.append(alias)
+            datatype_column.append(
+                None if datatype is None else datatype_names.get(datatype) or name_of(datatype)
+            )
+            stamp_column.append(stamp)
+            null_column.append(is_null or which is None)
+            historical_column.append(metric.is_historical)
+            transient_column.append(metric.is_transient)
+            if not is_null and which is not None:
+                fast = fast_values.get((datatype, which))
+                if fast is not None:
+                    column, bits, sign = fast
+                    if bits:
+                        value &= (1 << bits) - 1
+                        if sign and value & sign:
+                            value -= 1 << bits
+                    sparse[column][row] = value
+                else:
+                    cells: dict[str, Any] = {}
+                    extra: list[str] = []
+                    try:
+                        _put_value(cells, datatype, which, value, None, extra)
+                    except DatatypeError as exc:
+                        extra.append(str(exc))
+                        _put_raw(cells, which, value)
+                    for column, cell in cells.items():
+                        sparse[column][row] = cell
+                    if extra:
+                        reasons = [*(reasons or ()), *extra]
+            if reasons is not None:
+                text = _join(*reasons)
+                if text is not None:
+                    reasons_column[row] = text
+            row += 1
+        count = row - first
+        dense["metric_index"].extend(range(count))
+        event_column = dense["event"]
+        event_column.append(event)
+        event_column.extend([False] * (count - 1))
+
+    def _put_row(self, row: int, cells: dict[str, Any], why: str | None, meta: Resolved) -> None:
+        """A row from the columns :func:`_metric_columns` gives (not its index and event)."""
+        dense, sparse = self.dense, self.sparse
+        cells["reason"] = _join(why, meta.reason, *cells.pop("_reasons"))
+        for name in _ROW_DENSE:
+            dense[name].append(cells.get(name))
+        for name in SPARSE_COLUMNS:
+            value = cells.get(name)
+            if value is not None:
+                sparse[name][row] = value
+
+
+_ROW_DENSE = tuple(c for c in DENSE_COLUMNS if c not in ("metric_index", "event"))
+"""The dense columns a metric's row sets itself (its index and event come per message)."""
 
 
 def _metric_columns(metric: Metric, meta: Resolved) -> dict[str, Any]:
+    """The row of any metric (a data set, template, extension, properties): its columns by
+    name, and ``_reasons``."""
     reasons: list[str] = []
+    alias = optional(metric, "alias")
+    timestamp = optional(metric, "timestamp")
+    which = metric.WhichOneof("value")
     row: dict[str, Any] = {
         "metric_name": meta.name,
-        "alias": metric.alias,
+        "alias": alias,
         "datatype": name_of(meta.datatype),
-        "metric_timestamp": _ms_to_us(metric.timestamp),
-        "is_null": metric.is_null or metric.value.field is None,
+        "metric_timestamp": _ms_to_us(timestamp),
+        "is_null": metric.is_null or which is None,
         "is_historical": metric.is_historical,
         "is_transient": metric.is_transient,
         "_reasons": reasons,
     }
-    if metric.alias is not None and metric.alias >= _SIGNED_LONG:
+    if alias is not None and alias >= _SIGNED_LONG:
         row["alias"] = None
-        reasons.append(f"alias {metric.alias} is above a signed 64-bit integer")
-    if metric.timestamp is not None and row["metric_timestamp"] is None:
-        reasons.append(f"metric timestamp {metric.timestamp} ms is out of range")
-    if metric.properties is not None:
+        reasons.append(f"alias {alias} is above a signed 64-bit integer")
+    if timestamp is not None and row["metric_timestamp"] is None:
+        reasons.append(f"metric timestamp {timestamp} ms is out of range")
+    if metric.HasField("properties"):
         props = properties_json(metric.properties)
         row["properties"] = to_json(props, sort_keys=True)
         quality = props.get(QUALITY)
         row["quality"] = (
-            quality if isinstance(quality, int) and _INT32 <= quality < -_INT32 else None
+            quality
+            if isinstance(quality, int)
+            and not isinstance(quality, bool)  # a Boolean property is no quality code
+            and _INT32 <= quality < -_INT32
+            else None
         )
         unit = props.get(ENG_UNIT)
         row["eng_unit"] = unit if isinstance(unit, str) else None
-    if metric.is_null or metric.value.field is None:
+    if metric.is_null or which is None:
         return row
+    raw = getattr(metric, which)
     try:
-        _put_value(row, meta.datatype, metric.value, meta.members, reasons)
+        _put_value(row, meta.datatype, which, raw, meta.members, reasons)
     except DatatypeError as exc:
         reasons.append(str(exc))
-        _put_raw(row, metric.value)
+        _put_raw(row, which, raw)
     return row
 
 
 def _put_value(
     row: dict[str, Any],
     datatype: int | None,
-    value: Value,
+    which: str,
+    raw: Any,
     members: Members | None = None,
     reasons: list[str] | None = None,
 ) -> None:
     if datatype is None:
-        _put_raw(row, value)
+        _put_raw(row, which, raw)
         return
-    typed = metric_value(datatype, value.field, value.raw)
+    typed = metric_value(datatype, METRIC_FIELD_NUMBERS[which], raw)
     column = VALUE_COLUMN.get(datatype)
     if column is None:
         raise DatatypeError(f"a {name_of(datatype)} metric has no value column")
@@ -292,12 +553,11 @@ def _put_value(
     row[column] = typed
 
 
-def _put_raw(row: dict[str, Any], value: Value) -> None:
+def _put_raw(row: dict[str, Any], which: str, raw: Any) -> None:
     """A value whose datatype is unknown or does not fit: in the column of its field."""
-    column = _FIELD_COLUMN.get(value.field or 0)
+    column = _FIELD_COLUMN.get(METRIC_FIELD_NUMBERS[which])
     if column is None:
         return
-    raw = value.raw
     if column == "long_value" and isinstance(raw, int) and raw >= _SIGNED_LONG:
         column = "ulong_value"  # above a signed 64-bit integer
     row[column] = raw
@@ -333,12 +593,11 @@ def _join(*reasons: str | None) -> str | None:
 # -------------------------------------------------------------------------- JSON forms
 
 
-def typed_scalar(datatype: int | None, value: Value) -> Any:
-    """A property, parameter or data set value of ``datatype``, for JSON: integers with
-    their sign (as a metric's), floats as floats, DateTime as milliseconds."""
-    if value.field is None:
-        return None
-    raw = value.raw
+def typed_scalar(datatype: int | None, message: Any) -> Any:
+    """The value of a property, parameter or data set cell (``message``, its ``oneof value``)
+    of ``datatype``, for JSON: integers with their sign (as a metric's), floats as floats,
+    DateTime as milliseconds."""
+    raw = value_of(message)
     if datatype is not None and isinstance(raw, int) and not isinstance(raw, bool):
         kind = kind_of(datatype)
         if kind in INT_WIDTHS:
@@ -355,12 +614,12 @@ def properties_json(props: PropertySet) -> dict[str, Any]:
 def _property_json(prop: PropertyValue) -> Any:
     if prop.is_null:
         return None
-    raw = prop.value.raw
-    if isinstance(raw, PropertySet):
-        return properties_json(raw)
-    if isinstance(raw, list):
-        return [properties_json(p) for p in raw]
-    return typed_scalar(prop.type, prop.value)
+    which = prop.WhichOneof("value")
+    if which == "propertyset_value":
+        return properties_json(prop.propertyset_value)
+    if which == "propertysets_value":
+        return [properties_json(p) for p in prop.propertysets_value.propertyset]
+    return typed_scalar(optional(prop, "type"), prop)
 
 
 def dataset_json(dataset: DataSet) -> dict[str, Any]:
@@ -371,7 +630,10 @@ def dataset_json(dataset: DataSet) -> dict[str, Any]:
         "columns": list(dataset.columns),
         "types": [name_of(t) for t in types],
         "rows": [
-            [typed_scalar(types[i] if i < len(types) else None, cell) for i, cell in enumerate(row)]
+            [
+                typed_scalar(types[i] if i < len(types) else None, cell)
+                for i, cell in enumerate(row.elements)
+            ]
             for row in dataset.rows
         ],
     }
@@ -385,11 +647,15 @@ def template_json(
     datatype takes the one ``members`` (from the birth) gives; one that has none keeps the
     value as it came, and ``reasons`` gets why."""
     return {
-        "version": template.version,
-        "template_ref": template.template_ref,
+        "version": optional(template, "version"),
+        "template_ref": optional(template, "template_ref"),
         "is_definition": template.is_definition,
         "parameters": [
-            {"name": p.name, "type": name_of(p.type), "value": typed_scalar(p.type, p.value)}
+            {
+                "name": optional(p, "name"),
+                "type": name_of(optional(p, "type")),
+                "value": typed_scalar(optional(p, "type"), p),
+            }
             for p in template.parameters
         ],
         "metrics": [_template_metric(m, members or {}, reasons) for m in template.metrics],
@@ -397,31 +663,33 @@ def template_json(
 
 
 def _template_metric(metric: Metric, members: Members, reasons: list[str] | None) -> dict[str, Any]:
-    known = members.get(metric.name, (None, None)) if metric.name is not None else (None, None)
-    datatype = metric.datatype if metric.datatype is not None else known[0]
+    name = optional(metric, "name")
+    known = members.get(name, (None, None)) if name is not None else (None, None)
+    datatype = optional(metric, "datatype")
+    if datatype is None:
+        datatype = known[0]
     value: Any = None
-    if not metric.is_null and metric.value.field is not None:
-        value = metric.value.raw
+    which = metric.WhichOneof("value")
+    if not metric.is_null and which is not None:
+        value = getattr(metric, which)
         if datatype is None:
             if reasons is not None:
-                reasons.append(
-                    f"template member {metric.name!r} has no datatype here or in a birth"
-                )
+                reasons.append(f"template member {name!r} has no datatype here or in a birth")
         else:
             try:
-                value = metric_value(datatype, metric.value.field, value)
+                value = metric_value(datatype, METRIC_FIELD_NUMBERS[which], value)
             except DatatypeError as exc:
                 if reasons is not None:
-                    reasons.append(f"template member {metric.name!r}: {exc}")
+                    reasons.append(f"template member {name!r}: {exc}")
         if isinstance(value, DataSet):
             value = dataset_json(value)
         elif isinstance(value, Template):
             value = template_json(value, known[1], reasons)
     return {
-        "name": metric.name,
-        "alias": metric.alias,
+        "name": name,
+        "alias": optional(metric, "alias"),
         "datatype": name_of(datatype),
-        "timestamp": metric.timestamp,
+        "timestamp": optional(metric, "timestamp"),
         "is_null": metric.is_null,
         "value": value,
     }

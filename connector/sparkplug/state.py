@@ -30,11 +30,12 @@ Rules, each with its Sparkplug 3.0 test assertion:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .datatypes import DataType, integer
-from .payload import Metric, Payload, Template
+from .payload import Metric, Payload, Template, optional
 from .topics import MessageType, SparkplugTopic
 
 BD_SEQ = "bdSeq"
@@ -102,6 +103,17 @@ class Context:
     missing_seqs: list[int] = field(default_factory=list)
     reason: str | None = None
     """What is wrong with the message as a whole (e.g. DATA before any birth)."""
+    lookup: bool = False
+    """DATA and commands: ``metrics`` is left empty, each metric resolved on demand against
+    ``scope`` (its birth) and ``node`` (the NBIRTH's) by :func:`resolve`."""
+    scope: Scope | None = None
+    node: Scope | None = None
+
+    def resolved(self, metrics: Iterable[Metric]) -> list[Resolved]:
+        """The name and datatype of each of the message's ``metrics``."""
+        if not self.lookup:
+            return self.metrics
+        return [resolve(self.scope, metric, self.node) for metric in metrics]
 
 
 class SparkplugState:
@@ -127,7 +139,7 @@ class SparkplugState:
             return self._ndeath(node, payload)
         context = Context(bd_seq=node.bd_seq)
         if kind is not MessageType.NCMD and kind is not MessageType.DCMD:
-            self._seq(node, payload.seq, received_us, context)
+            self._seq(node, optional(payload, "seq"), received_us, context)
         if node.node is None:
             context.reason = f"{kind.value} before any NBIRTH of the edge node"
         if kind is MessageType.DBIRTH:
@@ -144,7 +156,7 @@ class SparkplugState:
         scope = node.node if device is None else node.devices.get(device)
         if scope is None and device is not None and context.reason is None:
             context.reason = f"{kind.value} for device {device!r} before its DBIRTH"
-        context.metrics = [_resolve(scope, metric, node.node) for metric in payload.metrics]
+        context.lookup, context.scope, context.node = True, scope, node.node
         return context
 
     def _nbirth(self, node: NodeState, payload: Payload, received_us: int) -> Context:
@@ -153,7 +165,8 @@ class SparkplugState:
         node.online = True
         node.node = Scope()
         node.devices = {}
-        seq = payload.seq if payload.seq is not None and 0 <= payload.seq < SEQ_MODULO else None
+        seq = optional(payload, "seq")
+        seq = seq if seq is not None and 0 <= seq < SEQ_MODULO else None
         node.last_seq, node.missing, node.gap_deadline_us = seq, [], None
         context = Context(bd_seq=bd_seq)
         if bd_seq is None:
@@ -169,7 +182,9 @@ class SparkplugState:
             for scope in node.devices.values():
                 scope.online = False
         context = Context(bd_seq=bd_seq, death_matched=matched)
-        context.metrics = [Resolved(m.name, m.datatype) for m in payload.metrics]
+        context.metrics = [
+            Resolved(optional(m, "name"), optional(m, "datatype")) for m in payload.metrics
+        ]
         if not matched:
             context.reason = (
                 f"NDEATH with bdSeq {bd_seq}, not the current session's ({node.bd_seq}): "
@@ -186,23 +201,21 @@ class SparkplugState:
         instance's missing ones from the definition, in ``node`` for a DBIRTH)."""
         definitions = scope.templates if node is None else node.templates
         for metric in sorted(metrics, key=_definitions_first):
-            if metric.name is not None and isinstance(metric.value.raw, Template):
-                ref = metric.value.raw.template_ref
+            if metric.HasField("name") and metric.WhichOneof("value") == "template_value":
+                ref = metric.template_value.template_ref
                 scope.templates[metric.name] = members_of(
-                    metric.value.raw, definitions.get(ref) if ref else None
+                    metric.template_value, definitions.get(ref) if ref else None
                 )
         for metric in metrics:
-            if metric.name is None:
-                context.metrics.append(
-                    Resolved(None, metric.datatype, "a birth metric without a name")
-                )
+            datatype = optional(metric, "datatype")
+            if not metric.HasField("name"):
+                context.metrics.append(Resolved(None, datatype, "a birth metric without a name"))
                 continue
-            scope.datatypes[metric.name] = metric.datatype
-            if metric.alias is not None:
-                scope.aliases[metric.alias] = (metric.name, metric.datatype)
-            context.metrics.append(
-                Resolved(metric.name, metric.datatype, members=scope.templates.get(metric.name))
-            )
+            name = metric.name
+            scope.datatypes[name] = datatype
+            if metric.HasField("alias"):
+                scope.aliases[metric.alias] = (name, datatype)
+            context.metrics.append(Resolved(name, datatype, members=scope.templates.get(name)))
 
     def _seq(self, node: NodeState, seq: int | None, received_us: int, context: Context) -> None:
         """The sequence rules (module docstring); a message without a ``seq``, or with one
@@ -253,37 +266,41 @@ class SparkplugState:
         return state
 
 
-def _resolve(scope: Scope | None, metric: Metric, node: Scope | None) -> Resolved:
-    """A DATA or command metric's name and datatype, from itself or from the birth."""
-    if metric.name is not None:
-        datatype = metric.datatype
+def resolve(scope: Scope | None, metric: Metric, node: Scope | None) -> Resolved:
+    """A DATA or command metric's name and datatype, from itself or from the birth (``scope``;
+    ``node``: the NBIRTH's, for a Template's definition)."""
+    own = optional(metric, "datatype")
+    if metric.HasField("name"):
+        name = metric.name
+        datatype = own
         if datatype is None and scope is not None:
-            datatype = scope.datatypes.get(metric.name)
+            datatype = scope.datatypes.get(name)
         if datatype is None:
-            return Resolved(metric.name, None, f"no datatype for metric {metric.name!r}")
-        return Resolved(metric.name, datatype, members=_members(scope, metric.name, metric, node))
-    if metric.alias is None:
-        return Resolved(None, metric.datatype, "a metric with neither name nor alias")
-    found = None if scope is None else scope.aliases.get(metric.alias)
+            return Resolved(name, None, f"no datatype for metric {name!r}")
+        return Resolved(name, datatype, members=members_in(scope, name, metric, node))
+    if not metric.HasField("alias"):
+        return Resolved(None, own, "a metric with neither name nor alias")
+    alias = metric.alias
+    found = None if scope is None else scope.aliases.get(alias)
     if found is None:
-        return Resolved(
-            None, metric.datatype, f"alias {metric.alias} is in no birth of this session"
-        )
+        return Resolved(None, own, f"alias {alias} is in no birth of this session")
     name, datatype = found
     return Resolved(
         name,
-        metric.datatype if metric.datatype is not None else datatype,
-        members=_members(scope, name, metric, node),
+        own if own is not None else datatype,
+        members=members_in(scope, name, metric, node),
     )
 
 
-def _members(scope: Scope | None, name: str, metric: Metric, node: Scope | None) -> Members | None:
+def members_in(
+    scope: Scope | None, name: str, metric: Metric, node: Scope | None
+) -> Members | None:
     """The member datatypes of a Template metric: from its birth, else from the definition
     it refers to (in the NBIRTH)."""
-    if scope is None or not isinstance(metric.value.raw, Template):
+    if scope is None or metric.WhichOneof("value") != "template_value":
         return None
     found = scope.templates.get(name)
-    ref = metric.value.raw.template_ref
+    ref = metric.template_value.template_ref
     if found is None and ref and node is not None:
         found = node.templates.get(ref)
     return found
@@ -294,27 +311,35 @@ def members_of(template: Template, fallback: Members | None = None) -> Members:
     one ``fallback`` (its definition's) gives."""
     out: Members = {}
     for member in template.metrics:
-        if member.name is None:
+        if not member.HasField("name"):
             continue
         known = (fallback or {}).get(member.name, (None, None))
-        datatype = member.datatype if member.datatype is not None else known[0]
+        datatype = optional(member, "datatype")
+        if datatype is None:
+            datatype = known[0]
         nested = None
-        if isinstance(member.value.raw, Template):
-            nested = members_of(member.value.raw, known[1])
+        if member.WhichOneof("value") == "template_value":
+            nested = members_of(member.template_value, known[1])
         out[member.name] = (datatype, nested if nested is not None else known[1])
     return out
 
 
 def _definitions_first(metric: Metric) -> int:
-    raw = metric.value.raw
-    return 0 if isinstance(raw, Template) and raw.is_definition else 1
+    if metric.WhichOneof("value") == "template_value" and metric.template_value.is_definition:
+        return 0
+    return 1
+
+
+_INTEGER_FIELDS = frozenset({"int_value", "long_value", "boolean_value"})
+"""The value fields whose value is an int to Python (a bool is one)."""
 
 
 def _bd_seq(payload: Payload) -> int | None:
     """The bdSeq metric's value, read as the Int64 it is ([tck-id-payloads-nbirth-bdseq])."""
     for metric in payload.metrics:
-        if metric.name == BD_SEQ and isinstance(metric.value.raw, int):
-            return integer(DataType.Int64, metric.value.raw)
+        which = metric.WhichOneof("value")
+        if metric.name == BD_SEQ and which in _INTEGER_FIELDS:
+            return integer(DataType.Int64, getattr(metric, which))
     return None
 
 

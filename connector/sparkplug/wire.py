@@ -1,6 +1,9 @@
-"""The protocol buffers wire format (https://protobuf.dev/programming-guides/encoding/): the
-primitives the Sparkplug B payload is made of, sans-I/O, strict when read; and the few a host
-needs to write (:func:`key`, :func:`varint`, :func:`length_delimited`).
+"""The protocol buffers wire format (https://protobuf.dev/programming-guides/encoding/) in pure
+Python, sans-I/O: a strict walk over a message's fields, for what the upb parser does not say
+(which field, at which byte, broke which rule: :mod:`.payload` walks a payload that upb refused
+or did not give back byte for byte), and for readers that need a field or two of a message
+without decoding it (a DATA message's seq); and the few a host needs to write (:func:`key`,
+:func:`varint`, :func:`length_delimited`).
 
 A message is a run of fields, each a key (a varint: field number << 3 | wire type) and a value:
 a varint (wire type 0), 8 little-endian bytes (1), a length-delimited run of bytes (2: strings,
@@ -24,10 +27,11 @@ FIXED32 = 5
 MAX_VARINT_BYTES = 10
 """A varint holds at most 64 bits: 10 bytes of 7 bits."""
 
+MAX_FIELD_NUMBER = (1 << 29) - 1
+"""The largest field number protocol buffers allows (a parser refuses a larger one)."""
+
 _FIXED32 = struct.Struct("<I")
 _FIXED64 = struct.Struct("<Q")
-_FLOAT = struct.Struct("<f")
-_DOUBLE = struct.Struct("<d")
 
 
 class WireError(ValueError):
@@ -76,6 +80,7 @@ def fields(
             number, wire = key >> 3, key & 7
             if number == 0:
                 raise WireError(f"field number 0 at byte {at} (field numbers start at 1)")
+
             if wire == VARINT:
                 if pos < stop and view[pos] < 0x80:
                     value = view[pos]
@@ -114,34 +119,6 @@ def fields(
         if not where:
             raise
         raise WireError(f"{where}: {exc}") from None
-
-
-def as_float(bits: int) -> float:
-    """The ``float`` whose 32 bits (a FIXED32 value) are ``bits``."""
-    return float(_FLOAT.unpack(_FIXED32.pack(bits))[0])
-
-
-def as_double(bits: int) -> float:
-    """The ``double`` whose 64 bits (a FIXED64 value) are ``bits``."""
-    return float(_DOUBLE.unpack(_FIXED64.pack(bits))[0])
-
-
-def as_text(value: bytes | memoryview, what: str) -> str:
-    """A ``string`` field's value: UTF-8, refused otherwise (protocol buffers' rule)."""
-    try:
-        return bytes(value).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WireError(f"{what} is not UTF-8: {exc}") from None
-
-
-def packed_varints(value: bytes | memoryview) -> list[int]:
-    """The varints of a packed repeated scalar field."""
-    out = []
-    pos, end = 0, len(value)
-    while pos < end:
-        number, pos = read_varint(value, pos, end)
-        out.append(number)
-    return out
 
 
 # -------------------------------------------------------------------------- writing

@@ -44,12 +44,12 @@ import pytest
 
 from connector.sparkplug.messages import Message, decode_messages
 from connector.sparkplug.payload import (
-    METRIC_VALUE_FIELDS,
     DataSet,
     Metric,
     Payload,
     Template,
     decode_message,
+    value_of,
 )
 from connector.sparkplug.rows import VALUE_COLUMNS, Rows
 from connector.sparkplug.state import SparkplugState
@@ -408,10 +408,10 @@ def compare_metric(ours: Metric, theirs: Any, where: str) -> list[str]:
     field and raw value."""
     problems = []
     for name, mine in (
-        ("name", ours.name),
-        ("alias", ours.alias),
-        ("datatype", ours.datatype),
-        ("timestamp", ours.timestamp),
+        ("name", optional(ours, "name")),
+        ("alias", optional(ours, "alias")),
+        ("datatype", optional(ours, "datatype")),
+        ("timestamp", optional(ours, "timestamp")),
     ):
         if mine != optional(theirs, name):
             problems.append(
@@ -421,26 +421,26 @@ def compare_metric(ours: Metric, theirs: Any, where: str) -> list[str]:
         if getattr(ours, flag) != getattr(theirs, flag):
             problems.append(f"{where}.{flag} differs")
     field = theirs.WhichOneof("value")
-    if METRIC_VALUE_FIELDS.get(ours.value.field or 0) != field:
-        problems.append(f"{where}: value in {ours.value.field}, pysparkplug says {field}")
+    if ours.WhichOneof("value") != field:
+        problems.append(f"{where}: value in {ours.WhichOneof('value')}, pysparkplug says {field}")
         return problems
     if field is None:
         return problems
-    raw: Any = ours.value.raw
+    raw: Any = value_of(ours)
     want: Any = getattr(theirs, field)
     got: Any
     if field == "dataset_value":
         assert isinstance(raw, DataSet)
-        got = (raw.num_of_columns, raw.columns, raw.types, len(raw.rows))
+        got = (raw.num_of_columns, list(raw.columns), list(raw.types), len(raw.rows))
         want = (want.num_of_columns, list(want.columns), list(want.types), len(want.rows))
     elif field == "template_value":
         assert isinstance(raw, Template)
         got = (
-            raw.version,
-            raw.template_ref,
+            optional(raw, "version"),
+            optional(raw, "template_ref"),
             raw.is_definition,
-            [(m.name, m.datatype) for m in raw.metrics],
-            [(p.name, p.type) for p in raw.parameters],
+            [(optional(m, "name"), optional(m, "datatype")) for m in raw.metrics],
+            [(optional(p, "name"), optional(p, "type")) for p in raw.parameters],
         )
         want = (
             optional(want, "version"),
@@ -464,7 +464,10 @@ def check_oracle(messages: list[Message]) -> int:
         ours: Payload = decode_message(message.payload)
         theirs = pb().Payload.FromString(message.payload)
         where = message.topic
-        if (ours.seq, ours.timestamp) != (optional(theirs, "seq"), optional(theirs, "timestamp")):
+        if (optional(ours, "seq"), optional(ours, "timestamp")) != (
+            optional(theirs, "seq"),
+            optional(theirs, "timestamp"),
+        ):
             problems.append(f"{where}: seq/timestamp differ")
         if len(ours.metrics) != len(theirs.metrics):
             problems.append(

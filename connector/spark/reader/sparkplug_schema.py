@@ -1,11 +1,12 @@
 """The rows of ``payloadFormat`` ``sparkplug``: their Spark and Arrow types, and the conversion
-of :class:`connector.sparkplug.rows.Rows` to Arrow record batches. What each column holds:
+of :class:`connector.sparkplug.rows.Rows` to Arrow record batches, in bulk. What each column holds:
 docs/sparkplug.md; (``receiver``, ``offset``, ``metric_index``) is unique."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 
@@ -73,20 +74,40 @@ SCHEMA_DDL = ", ".join(
 
 ARROW_SCHEMA = pa.schema([pa.field(name, kind, nullable) for name, _, kind, nullable in FIELDS])
 
-_DECIMALS = frozenset({"ulong_value"})
-
 
 def to_record_batch(rows: Rows) -> pa.RecordBatch:
-    """The rows as one Arrow record batch of :data:`ARROW_SCHEMA`."""
+    """The rows as one Arrow record batch of :data:`ARROW_SCHEMA`, a column at a time: a
+    column all rows of a message share is one value per message taken along the rows'
+    messages, a column most rows leave null is filled where set."""
+    count = len(rows)
+    message_of_row = pa.array(rows.row_message, type=pa.int32())
     arrays = []
     for name, _, kind, _ in FIELDS:
-        values = rows.columns[name]
-        if name in _DECIMALS:
-            values = [None if v is None else Decimal(v) for v in values]
-        elif name == "ulong_array":
-            values = [None if v is None else [Decimal(x) for x in v] for v in values]
-        arrays.append(pa.array(values, type=kind))
+        if name in rows.shared:
+            per_message = pa.array(rows.shared[name], type=kind)
+            arrays.append(per_message.take(message_of_row))
+        elif name in rows.dense:
+            arrays.append(pa.array(rows.dense[name], type=kind))
+        else:
+            arrays.append(_sparse(rows.sparse[name], count, name, kind))
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _sparse(cells: dict[int, Any], count: int, name: str, kind: pa.DataType) -> pa.Array:
+    """A column null but in ``cells`` (row -> value)."""
+    if not cells:
+        return pa.nulls(count, type=kind)
+    values: Any = cells.values()
+    if name == "ulong_value":
+        values = [Decimal(v) for v in values]
+    elif name == "ulong_array":
+        values = [[Decimal(x) for x in v] for v in values]
+    if len(cells) == count:
+        return pa.array(list(values), type=kind)
+    column: list[Any] = [None] * count
+    for row, value in zip(cells, values, strict=True):
+        column[row] = value
+    return pa.array(column, type=kind)
 
 
 def to_record_batches(rows: Rows, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:

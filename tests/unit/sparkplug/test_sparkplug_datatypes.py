@@ -18,7 +18,7 @@ from connector.sparkplug.datatypes import (
     name_of,
     string_array,
 )
-from connector.sparkplug.payload import decode_payload
+from connector.sparkplug.payload import decode_payload, optional
 from connector.sparkplug.rows import VALUE_COLUMN, Rows
 from connector.sparkplug.state import Context, Resolved
 from connector.sparkplug.topics import parse_topic
@@ -36,7 +36,7 @@ def _row(metric: dict[str, Any]) -> dict[str, Any]:
         MQTT,
         parse_topic("spBv1.0/g/NDATA/n"),
         decoded,
-        Context(metrics=[Resolved(only.name, only.datatype)]),
+        Context(metrics=[Resolved(optional(only, "name"), optional(only, "datatype"))]),
     )
     assert len(rows) == 1
     return {name: column[0] for name, column in rows.columns.items()}
@@ -50,7 +50,11 @@ def _rows_of(data: bytes) -> Rows:
         MQTT,
         parse_topic("spBv1.0/g/NDATA/n"),
         decoded,
-        Context(metrics=[Resolved(m.name, m.datatype) for m in decoded.metrics]),
+        Context(
+            metrics=[
+                Resolved(optional(m, "name"), optional(m, "datatype")) for m in decoded.metrics
+            ]
+        ),
     )
     return rows
 

@@ -15,7 +15,7 @@ from connector.sparkplug.host import (
     state_payload,
     state_topic,
 )
-from connector.sparkplug.payload import decode_payload
+from connector.sparkplug.payload import decode_payload, value_of
 from connector.sparkplug.wire import read_varint, varint
 from devtools.sparkplug_payloads import birth, data, death, pb
 
@@ -48,7 +48,7 @@ def test_the_rebirth_request_reads_as_sparkplug_says() -> None:
     assert (metric.name, metric.datatype, metric.boolean_value) == (REBIRTH_METRIC, 11, True)
     assert metric.timestamp == 1_700_000_000_123
     ours = decode_payload(data_)
-    assert (ours.metrics[0].name, ours.metrics[0].value.raw) == (REBIRTH_METRIC, True)
+    assert (ours.metrics[0].name, value_of(ours.metrics[0])) == (REBIRTH_METRIC, True)
     assert ncmd_topic("plant", "edge1") == "spBv1.0/plant/NCMD/edge1"
 
 

@@ -68,6 +68,28 @@ def test_alias_only_data_resolves_from_the_birth() -> None:
     assert all(r["event"] is False for r in ndata)
 
 
+def test_a_field_sent_as_its_default_is_set_not_absent() -> None:
+    """Alias 0, an empty name, timestamp 0 and seq 0 on the wire are values: protobuf reads an
+    absent field as its default too, and the decoder tells the two apart."""
+    zero = birth([("zero", 0, 3, "int_value", 5)], 0)
+    feed = Feed().add(NODE.format("NBIRTH"), zero)
+    feed.add(NODE.format("NDATA"), data([(0, "int_value", 7)], 1))
+    feed.add(NODE.format("NDATA"), payload([{"name": "", "datatype": 3, "int_value": 1}], seq=2))
+    feed.add(NODE.format("NDATA"), payload([{"alias": 0, "timestamp": 0, "int_value": 2}], seq=3))
+    feed.add(NODE.format("NDATA"), payload([{"alias": 0, "int_value": 3}], seq=0))
+    rows = _rows(feed.messages)
+    assert [(r["metric_name"], r["alias"], r["long_value"]) for r in _by_offset(rows, 1)] == [
+        ("zero", 0, 7)
+    ]
+    assert [(r["metric_name"], r["alias"]) for r in _by_offset(rows, 2)] == [("", None)]
+    (third,) = _by_offset(rows, 3)
+    assert (third["metric_name"], third["metric_timestamp"], third["long_value"]) == ("zero", 0, 2)
+    (fourth,) = _by_offset(rows, 4)
+    assert (fourth["seq"], fourth["metric_name"], fourth["long_value"]) == (0, "zero", 3)
+    assert all(r["reason"] is None for r in rows[:-1])
+    assert fourth["seq_gap"] is False
+
+
 def test_a_rebirth_replaces_the_aliases_and_forgets_the_devices() -> None:
     feed = Feed().add(NODE.format("NBIRTH"), NBIRTH_0)
     feed.add(DEVICE.format("DBIRTH"), DBIRTH)
