@@ -76,14 +76,22 @@ def decode_messages(
             )
             continue
         try:
-            payload, plain, properties = read_message(message.payload, limit)
+            read = read_message(message.payload, limit)
         except PayloadError as exc:
             # The state takes what ``fold`` would: a DATA message's readable seq, no birth.
             state.apply(topic, _state_input(topic, message.payload, limit), message.timestamp_us)
             rows.add(mqtt, topic, None, None, reason=str(exc), raw=message.payload)
             continue
-        context = state.apply(topic, payload, message.timestamp_us)
-        rows.add(mqtt, topic, payload, context, plain=plain, properties=properties)
+        context = state.apply(topic, read.payload, message.timestamp_us)
+        rows.add(
+            mqtt,
+            topic,
+            read.payload,
+            context,
+            plain=read.plain,
+            properties=read.properties,
+            flags=read.flags,
+        )
     return rows
 
 

@@ -26,7 +26,7 @@ field as its default.
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
@@ -124,25 +124,40 @@ def _decode(data: bytes) -> tuple[pb.Payload, bool]:
 _PROPERTIES_TAG = b"\x4a"
 """Field 9, length-delimited: a metric's properties (and a property's nested set)."""
 
-_DEFAULTS_ON_THE_WIRE = (b"\x08\x00", b"\x0a\x00", b"\x10\x00", b"\x18\x00", b"\x20\x00")
-"""A key of field 1 to 4 followed by a zero byte: in a canonical encoding, how a payload's
-timestamp or seq, or a metric's name, alias, timestamp or datatype, set to its default (0,
-the empty string) looks on the wire. Where none is in the bytes, none was sent so."""
+
+class Read(NamedTuple):
+    """A message's payload (:func:`decode_message`) and what its bytes say of all its
+    metrics, which spares their reader a check per field."""
+
+    payload: pb.Payload
+    plain: bool
+    """The optional scalar fields (the payload's timestamp and seq, a metric's name, alias,
+    timestamp and datatype) are set only where not the default: a default read means absent."""
+    properties: bool
+    """Some metric may have properties (False: none has)."""
+    flags: bool
+    """Some metric may have ``is_null``, ``is_historical`` or ``is_transient`` true."""
 
 
-def read_message(
-    data: bytes, limit: int = DEFAULT_DECOMPRESSED_LIMIT
-) -> tuple[pb.Payload, bool, bool]:
-    """:func:`decode_message`, and two facts that spare its reader per-field presence checks:
-    ``plain``, the payload's and its metrics' optional scalar fields (timestamp, seq, name,
-    alias, datatype) are set only where not the default (so a default read means absent);
-    ``properties``, some metric may have properties (False: none has)."""
+def read_message(data: bytes, limit: int = DEFAULT_DECOMPRESSED_LIMIT) -> Read:
+    """:func:`decode_message`, and what the bytes say of all its metrics (:class:`Read`). In
+    a canonical encoding a field set to its default is its key and a zero byte, a bool set true
+    its key and a one byte: where no such pair is in the bytes, no field was sent so."""
     payload, canonical = _decode(data)
     if payload.uuid == COMPRESSED_UUID:
         data = _inflated(payload, limit)
         payload, canonical = _decode(data)
-    plain = canonical and not any(pair in data for pair in _DEFAULTS_ON_THE_WIRE)
-    return payload, plain, not canonical or _PROPERTIES_TAG in data
+    if not canonical:
+        return Read(payload, False, True, True)
+    plain = not (
+        b"\x08\x00" in data  # a payload's timestamp
+        or b"\x0a\x00" in data  # a metric's name
+        or b"\x10\x00" in data  # alias
+        or b"\x18\x00" in data  # a metric's timestamp, a payload's seq
+        or b"\x20\x00" in data  # datatype
+    )
+    flags = b"\x28\x01" in data or b"\x30\x01" in data or b"\x38\x01" in data
+    return Read(payload, plain, _PROPERTIES_TAG in data, flags)
 
 
 def _check_nesting(payload: pb.Payload) -> None:

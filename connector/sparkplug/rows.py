@@ -149,13 +149,13 @@ EVENT_TYPES = frozenset(
 )
 """The messages the events table holds, one row each (the row of their first metric)."""
 
-_MESSAGE_COLUMNS = (
+MESSAGE_COLUMNS = (
     *("group_id", "edge_node_id", "device_id", "message_type", "seq", "bd_seq"),
     *("payload_timestamp", "seq_gap", "missing_seqs", "death_matched", "host_id"),
     *("host_online", "topic", "qos", "timestamp", "offset", "receiver"),
 )
 """The columns all rows of one message share."""
-_METRIC_COLUMNS = tuple(c for c in COLUMNS if c not in _MESSAGE_COLUMNS)
+_METRIC_COLUMNS = tuple(c for c in COLUMNS if c not in MESSAGE_COLUMNS)
 """The columns of each row's own."""
 
 _SIGNED_LONG = 1 << 63
@@ -212,6 +212,13 @@ _EXPECTED_FIELD: dict[int | None, str] = {
 """The value field each scalar datatype travels in (integers: ``int_value`` up to 32 bits,
 ``long_value`` above), for :meth:`Rows._metrics`' first read."""
 
+_BY_DATATYPE: dict[int | None, tuple[str | None, str | None, tuple[str, int, int] | None]] = {
+    kind: (name, _EXPECTED_FIELD.get(kind), _FAST_VALUES.get((kind, _EXPECTED_FIELD.get(kind))))
+    for kind, name in _DATATYPE_NAMES.items()
+}
+"""Per datatype code: its name, the field its value travels in, how that value lands."""
+_NO_DATATYPE: tuple[str | None, str | None, tuple[str, int, int] | None] = (None, None, None)
+
 _SCALAR_FIELDS = frozenset(
     {"int_value", "long_value", "float_value", "double_value", "boolean_value", "string_value"}
     | {"bytes_value", None}
@@ -229,7 +236,8 @@ class Rows:
     :attr:`columns` gives every column as a list, a value per row."""
 
     def __init__(self) -> None:
-        self.shared: dict[str, list[Any]] = {name: [] for name in _MESSAGE_COLUMNS}
+        self.messages: list[tuple[Any, ...]] = []
+        """A tuple per message: its value of each column of :data:`MESSAGE_COLUMNS`."""
         self.row_message: list[int] = []
         self.dense: dict[str, list[Any]] = {name: [] for name in DENSE_COLUMNS}
         self.sparse: dict[str, dict[int, Any]] = {name: {} for name in SPARSE_COLUMNS}
@@ -239,10 +247,18 @@ class Rows:
         return len(self.row_message)
 
     @property
+    def shared(self) -> dict[str, list[Any]]:
+        """Each column of :data:`MESSAGE_COLUMNS`: its value per message."""
+        if not self.messages:
+            return {name: [] for name in MESSAGE_COLUMNS}
+        return dict(zip(MESSAGE_COLUMNS, map(list, zip(*self.messages, strict=True)), strict=True))
+
+    @property
     def columns(self) -> dict[str, list[Any]]:
         """Every column, in :data:`COLUMNS` order, a value per row."""
         if self._columns is None:
             count = len(self.row_message)
+            shared = self.shared
             out: dict[str, list[Any]] = {}
             for name in COLUMNS:
                 if name in self.dense:
@@ -253,7 +269,7 @@ class Rows:
                         column[row] = value
                     out[name] = column
                 else:
-                    per_message = self.shared[name]
+                    per_message = shared[name]
                     out[name] = [per_message[m] for m in self.row_message]
             self._columns = out
         return self._columns
@@ -270,36 +286,25 @@ class Rows:
         host_online: bool | None = None,
         plain: bool = False,
         properties: bool = True,
+        flags: bool = True,
     ) -> None:
         """The rows of one message. ``mqtt``: its ``topic``, ``qos``, ``timestamp`` (receive
         time, microseconds), ``offset`` and ``receiver``. Without a ``payload`` (STATE, or
         one that did not decode: ``reason`` and its ``raw`` bytes) one row for the message.
         ``plain``: the decoder found no field set to its default on the wire, so an absent
         field reads as its default and needs no presence check; ``properties`` False: no
-        metric has properties (:func:`connector.sparkplug.payload.read_message` says both)."""
+        metric has properties; ``flags`` False: no metric has ``is_null``, ``is_historical``
+        or ``is_transient`` true (:func:`connector.sparkplug.payload.read_message` says all
+        three)."""
         self._columns = None
-        shared = self.shared
-        message = len(shared["topic"])
-        if topic is not None:
-            shared["group_id"].append(topic.group_id or None)
-            shared["edge_node_id"].append(topic.edge_node_id or None)
-            shared["device_id"].append(topic.device_id)
-            shared["message_type"].append(topic.message_type.value)
-            shared["host_id"].append(topic.host_id)
-        else:
-            for name in ("group_id", "edge_node_id", "device_id", "message_type", "host_id"):
-                shared[name].append(None)
-        shared["host_online"].append(host_online)
-        for name in ("topic", "qos", "timestamp", "offset", "receiver"):
-            shared[name].append(mqtt.get(name))
+        message = len(self.messages)
+        bd_seq: int | None = None
+        matched: bool | None = None
+        gap: bool | None = None
+        missing: list[int] | None = None
         if context is not None:
-            shared["bd_seq"].append(context.bd_seq)
-            shared["death_matched"].append(context.death_matched)
-            shared["seq_gap"].append(context.seq_gap)
-            shared["missing_seqs"].append(context.missing_seqs or None)
-        else:
-            for name in ("bd_seq", "death_matched", "seq_gap", "missing_seqs"):
-                shared[name].append(None)
+            bd_seq, matched = context.bd_seq, context.death_matched
+            gap, missing = context.seq_gap, context.missing_seqs or None
         why = reason or (context.reason if context is not None else None)
         seq = stamp = None
         if payload is not None:
@@ -318,8 +323,20 @@ class Rows:
                 seq = None
             if ms is not None and stamp is None:
                 why = _join(why, f"payload timestamp {ms} ms is out of range")
-        shared["seq"].append(seq)
-        shared["payload_timestamp"].append(stamp)
+        get = mqtt.get
+        if topic is not None:
+            self.messages.append(
+                (topic.group_id or None, topic.edge_node_id or None, topic.device_id,
+                 topic.message_type.value, seq, bd_seq, stamp, gap, missing, matched,
+                 topic.host_id, host_online, get("topic"), get("qos"), get("timestamp"),
+                 get("offset"), get("receiver"))
+            )  # fmt: skip
+        else:
+            self.messages.append(
+                (None, None, None, None, seq, bd_seq, stamp, gap, missing, matched, None,
+                 host_online, get("topic"), get("qos"), get("timestamp"), get("offset"),
+                 get("receiver"))
+            )  # fmt: skip
         event = topic is not None and topic.message_type in EVENT_TYPES
         dense, sparse = self.dense, self.sparse
         first = len(self.row_message)
@@ -333,7 +350,7 @@ class Rows:
                 sparse["payload"][first] = raw
             return
         assert context is not None
-        self._metrics(payload, context, why, event, first, plain, properties)
+        self._metrics(payload, context, why, event, first, plain, properties, flags)
         self.row_message.extend([message] * (len(dense["metric_index"]) - first))
 
     def _metrics(
@@ -345,6 +362,7 @@ class Rows:
         row: int,
         plain: bool,
         properties: bool,
+        flags: bool,
     ) -> None:
         """A row per metric, from ``row`` on: scalar values in this loop, anything else
         through :func:`_metric_columns`."""
@@ -359,8 +377,7 @@ class Rows:
         scope = context.scope
         aliases = scope.aliases if scope is not None else None
         datatypes = scope.datatypes if scope is not None else None
-        fast_values, datatype_names = _FAST_VALUES, _DATATYPE_NAMES
-        expected_fields = _EXPECTED_FIELD
+        fast_values, by_datatype = _FAST_VALUES, _BY_DATATYPE
         scalar_fields = _SCALAR_FIELDS
         first = row
         index = -1
@@ -398,11 +415,12 @@ class Rows:
                         datatype = own
             # The value: in the field its datatype travels in when that field holds other than
             # its default (a oneof holds one field); else whichever field the metric set.
-            expected = expected_fields.get(datatype)
+            dtname, expected, fast = by_datatype.get(datatype, _NO_DATATYPE)
             value: Any = getattr(metric, expected) if expected is not None else None
             if value:
                 which = expected
             else:
+                fast = None
                 which = metric.WhichOneof("value")
                 if which is not None:
                     value = getattr(metric, which)
@@ -423,18 +441,23 @@ class Rows:
             else:
                 stamp = None
                 reasons = [*(reasons or ()), f"metric timestamp {ms} ms is out of range"]
-            is_null = metric.is_null
             name_column.append(name)
             alias_column.append(alias)
-            datatype_column.append(
-                None if datatype is None else datatype_names.get(datatype) or name_of(datatype)
-            )
+            datatype_column.append(dtname if datatype is None or dtname else name_of(datatype))
             stamp_column.append(stamp)
-            null_column.append(is_null or which is None)
-            historical_column.append(metric.is_historical)
-            transient_column.append(metric.is_transient)
+            if flags:
+                is_null = metric.is_null
+                null_column.append(is_null or which is None)
+                historical_column.append(metric.is_historical)
+                transient_column.append(metric.is_transient)
+            else:
+                is_null = False
+                null_column.append(which is None)
+                historical_column.append(False)
+                transient_column.append(False)
             if not is_null and which is not None:
-                fast = fast_values.get((datatype, which))
+                if fast is None:
+                    fast = fast_values.get((datatype, which))
                 if fast is not None:
                     column, bits, sign = fast
                     if bits:

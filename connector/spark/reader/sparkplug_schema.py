@@ -81,10 +81,11 @@ def to_record_batch(rows: Rows) -> pa.RecordBatch:
     messages, a column most rows leave null is filled where set."""
     count = len(rows)
     message_of_row = pa.array(rows.row_message, type=pa.int32())
+    shared = rows.shared
     arrays = []
     for name, _, kind, _ in FIELDS:
-        if name in rows.shared:
-            per_message = pa.array(rows.shared[name], type=kind)
+        if name in shared:
+            per_message = pa.array(shared[name], type=kind)
             arrays.append(per_message.take(message_of_row))
         elif name in rows.dense:
             arrays.append(pa.array(rows.dense[name], type=kind))
