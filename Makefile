@@ -307,6 +307,9 @@ SHARED_SUBSCRIPTION_ARGS ?=
 FLOW_CONTROL_ARGS ?=
 MICRO_ARGS ?=
 SPARKPLUG_ARGS ?=
+# The Sparkplug decoder timed beside this one in the same run: the last revision before upb
+# (docs/architecture.md, decision 43); bench/results/before/sparkplug.json is that revision's run.
+SPARKPLUG_BASELINE ?= 343bc15
 bench: setup
 	$(VENV_PY) -m bench.codec $(CODEC_ARGS)
 	$(VENV_PY) -m bench.drain $(DRAIN_ARGS)
@@ -332,7 +335,8 @@ bench: setup
 	$(VENV_PY) -m bench.shared_subscription --messages 20000 --rounds 3 $(SHARED_SUBSCRIPTION_ARGS)
 	$(VENV_PY) -m bench.flow_control $(FLOW_CONTROL_ARGS)
 	$(VENV_PY) -m bench.micro $(MICRO_ARGS)
-	$(VENV_PY) -m bench.sparkplug $(SPARKPLUG_ARGS)
+	$(VENV_PY) -m bench.sparkplug --baseline $(SPARKPLUG_BASELINE) \
+		--before bench/results/before/sparkplug.json $(SPARKPLUG_ARGS)
 	$(VENV_PY) -m bench.sink $(SINK_ARGS)
 	$(VENV_PY) -m bench.report
 

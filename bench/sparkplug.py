@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import cProfile
 import gc
+import importlib
+import json
 import pstats
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +111,23 @@ def stored(backlog: Sequence[tuple[str, bytes]]) -> list[Any]:
     return [Message(t, p, QOS, start_us + 10 * i, i) for i, (t, p) in enumerate(backlog)]
 
 
-def decoder_alone(backlog: Sequence[tuple[str, bytes]], repeat: int) -> dict[str, Any]:
-    """The decoder's stages over the backlog, ``repeat`` times each after a GC; medians."""
-    from connector.spark.reader.sparkplug_schema import to_record_batch
-    from connector.sparkplug.messages import decode_messages, fold
-    from connector.sparkplug.state import SparkplugState
+def decoder_alone(
+    backlog: Sequence[tuple[str, bytes]], repeat: int, decoder: Any | None = None
+) -> dict[str, Any]:
+    """The decoder's stages over the backlog, ``repeat`` times each after a GC; medians.
+    ``decoder``: another revision's (:func:`baseline_decoder`), else this one's."""
+    if decoder is None:
+        from connector.spark.reader import sparkplug_schema
+        from connector.sparkplug import messages as messages_module
+        from connector.sparkplug import state as state_module
+    else:
+        sparkplug_schema, messages_module, state_module = decoder
+    to_record_batch = sparkplug_schema.to_record_batch
+    decode_messages, fold = messages_module.decode_messages, messages_module.fold
+    SparkplugState = state_module.SparkplugState
+    Message = messages_module.Message
 
-    messages = stored(backlog)
+    messages = [Message(*vars_of(m)) for m in stored(backlog)]
     seconds: dict[str, list[float]] = {"decode_messages": [], "to_record_batch": [], "fold": []}
 
     def timed(stage: str, call: Callable[..., Any], *args: Any) -> Any:
@@ -140,6 +154,82 @@ def decoder_alone(backlog: Sequence[tuple[str, bytes]], repeat: int) -> dict[str
             "rows_per_second": None if stage == "fold" else round(rows / median),
         }
     return {"messages": len(messages), "rows": rows, "repeat": repeat, "stages": stages}
+
+
+def vars_of(message: Any) -> tuple[Any, ...]:
+    """A stored message's fields, in order (to make another revision's Message of it)."""
+    return (message.topic, message.payload, message.qos, message.timestamp_us, message.offset)
+
+
+BASELINE_PACKAGE = "bench_sparkplug_baseline"
+
+
+@contextmanager
+def baseline_decoder(revision: str) -> Iterator[tuple[Any, Any, Any]]:
+    """The decoder of git ``revision`` (``connector/sparkplug`` and the Arrow conversion of
+    ``connector/spark/reader/sparkplug_schema.py``), imported from a temporary copy as a package
+    of its own beside this revision's: (sparkplug_schema, messages, state) modules."""
+
+    def show(path: str) -> str:
+        return subprocess.run(
+            ["git", "show", f"{revision}:{path}"], cwd=common.REPO_ROOT, check=True,
+            capture_output=True, text=True,
+        ).stdout  # fmt: skip
+
+    listed = subprocess.run(
+        ["git", "ls-tree", "--name-only", f"{revision}:connector/sparkplug"],
+        cwd=common.REPO_ROOT, check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="bench-sparkplug-baseline-"))
+    package = work / BASELINE_PACKAGE
+    package.mkdir()
+    try:
+        for name in listed:
+            if name.endswith((".py", ".pyi")):
+                (package / name).write_text(show(f"connector/sparkplug/{name}"))
+        schema = show("connector/spark/reader/sparkplug_schema.py")
+        (package / "sparkplug_schema.py").write_text(
+            schema.replace("connector.sparkplug.", f"{BASELINE_PACKAGE}.")
+        )
+        sys.path.insert(0, str(work))
+        try:
+            yield (
+                importlib.import_module(f"{BASELINE_PACKAGE}.sparkplug_schema"),
+                importlib.import_module(f"{BASELINE_PACKAGE}.messages"),
+                importlib.import_module(f"{BASELINE_PACKAGE}.state"),
+            )
+        finally:
+            sys.path.remove(str(work))
+            for module in [m for m in sys.modules if m.split(".")[0] == BASELINE_PACKAGE]:
+                del sys.modules[module]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def decoder_ratios(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> dict[str, float]:
+    """This revision's msg/s over the baseline's, per stage of the decoder alone."""
+    return {
+        stage: round(s["messages_per_second"] / theirs["stages"][stage]["messages_per_second"], 2)
+        for stage, s in ours["stages"].items()
+        if stage in theirs["stages"]
+    }
+
+
+def before_of(path: Path) -> dict[str, Any]:
+    """The headline figures of an earlier run's results (``--before``): its revision and date,
+    the sparkplug/raw ratio and both peers' msg/s, and the decoder's stages."""
+    earlier = json.loads(path.read_text())
+    machine = earlier.get("machine", {})
+    return {
+        "git_revision": machine.get("git_revision"),
+        "date": machine.get("date"),
+        "load_average_at_start": machine.get("load_average_at_start"),
+        "ratio": earlier["ratios"][f"{SPARKPLUG}/{RAW}"],
+        "messages_per_second": {
+            peer: item["messages_per_second"]["median"] for peer, item in earlier["peers"].items()
+        },
+        "decoder": earlier.get("decoder"),
+    }
 
 
 def profile_decoder(backlog: Sequence[tuple[str, bytes]], limit: int = 10) -> list[dict[str, Any]]:
@@ -276,6 +366,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Any:
     )  # fmt: skip
     parser.add_argument("--decoder-repeat", type=int, default=5, help="runs of the decoder alone")
     parser.add_argument("--profile", action="store_true", help="cProfile of decode + Arrow")
+    parser.add_argument(
+        "--baseline", metavar="REV",
+        help="also time git revision REV's decoder alone in the same run (ratios to it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--before", type=Path, metavar="JSON",
+        help="an earlier run's results, whose headline figures the report shows beside these",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if min(args.metrics, args.nodes, args.decoder_repeat) < 1 or args.warmup_rounds < 0:
         parser.error("--metrics, --nodes and --decoder-repeat must be >= 1, --warmup-rounds >= 0")
@@ -299,7 +397,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             RAW: len(backlog),
         }
         payload_bytes = [len(p) for _, p in backlog[args.nodes :]]
+        before = before_of(args.before) if args.before else None
         decoder = decoder_alone(backlog, args.decoder_repeat)  # before the JVM: a quiet machine
+        if args.baseline:
+            with baseline_decoder(args.baseline) as old:
+                baseline = decoder_alone(backlog, args.decoder_repeat, old)
+            decoder["baseline"] = {
+                "git_revision": args.baseline, **baseline,
+                "ratios": decoder_ratios(decoder, baseline),
+            }  # fmt: skip
         profile = profile_decoder(backlog) if args.profile else None
         work = Path(tempfile.mkdtemp(prefix="bench-sparkplug-"))
         spark = ingest.spark_session("bench-sparkplug")
@@ -326,7 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "source_options": list(args.source_option), "warmup": warmup_note(args.warmup_rounds),
             "publish_inflight": common.MOSQUITTO_INFLIGHT,
         }  # fmt: skip
-        return build_results(runs, orders, warmups, decoder, profile, info, parameters)
+        results = build_results(runs, orders, warmups, decoder, profile, info, parameters)
+        if before is not None:
+            results["before"] = before
+        return results
 
     return common.finish("sparkplug", measure, args.output, section)
 
@@ -388,6 +497,8 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
             *md_table(["stage", "seconds", "msg/s", "metrics/s"], stages),
             "",
         ]
+        out += baseline_lines(decoder)
+    out += before_lines(data)
     cpu = data.get("cpu_seconds_per_100k_messages")
     if isinstance(cpu, Mapping) and cpu:
         components = [
@@ -423,6 +534,60 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
             "",
         ]
     return out + cpu_share_note(data, "during the measured batches")
+
+
+def baseline_lines(decoder: Mapping[str, Any]) -> Lines:
+    """The decoder alone at another revision, timed in the same run, and the ratios to it."""
+    baseline = decoder.get("baseline")
+    if not isinstance(baseline, Mapping):
+        return []
+    ratios = baseline.get("ratios", {})
+    rows = [
+        [f"`{stage}`", num(s["messages_per_second"]),
+         num(decoder["stages"].get(stage, {}).get("messages_per_second")), times(ratios.get(stage))]
+        for stage, s in baseline["stages"].items()
+    ]  # fmt: skip
+    return [
+        f"The same stages of revision `{baseline['git_revision']}`'s decoder (`--baseline`; "
+        "`make bench` names the last one before decision 43: the pure-Python protobuf reader, "
+        "`Rows.add` value by value), timed in the same run on the same messages, against this "
+        "revision's:",
+        "",
+        *md_table(["stage", f"msg/s at {baseline['git_revision']}", "msg/s now", "now/then"], rows),
+        "",
+    ]
+
+
+def before_lines(data: Mapping[str, Any]) -> Lines:
+    """The headline figures of the run before (``--before``) beside this run's."""
+    before = data.get("before")
+    if not isinstance(before, Mapping):
+        return []
+    now_ratio = data["ratios"][f"{SPARKPLUG}/{RAW}"]
+    now_rates = {
+        peer: item["messages_per_second"]["median"] for peer, item in data["peers"].items()
+    }
+    rows = [
+        ["sparkplug/raw (msg/s, same-run ratio)", times(before["ratio"]["median"]),
+         times(now_ratio["median"])],
+        *([f"{peer} msg/s", num(before["messages_per_second"].get(peer)), num(now_rates[peer])]
+          for peer in PEERS),
+    ]  # fmt: skip
+    stages = (before.get("decoder") or {}).get("stages", {})
+    rows += [
+        [f"`{stage}` msg/s (decoder alone)", num(s["messages_per_second"]),
+         num(data.get("decoder", {}).get("stages", {}).get(stage, {}).get("messages_per_second"))]
+        for stage, s in stages.items()
+    ]  # fmt: skip
+    return [
+        f"Before and after: the run at revision `{before['git_revision']}` ({before['date']}; "
+        "`--before`, `make bench` gives `bench/results/before/sparkplug.json`, the decoder "
+        "before decision 43) beside this one. Figures of two runs on a shared machine, each a "
+        "median of its own; the ratios compare peers of one run.",
+        "",
+        *md_table(["figure", f"before ({before['git_revision']})", "after"], rows),
+        "",
+    ]
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ peers' queries differ only in the payload format."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,28 @@ def test_the_backlog_decodes_to_every_metric_named_and_typed() -> None:
     seqs = [decode_payload(p).seq for t, p in backlog[2:] if t.endswith("edge-0")]
     assert seqs[:2] == [1, 2] and seqs[254:257] == [255, 0, 1]
     assert all(not m.HasField("name") and m.alias for m in decode_payload(backlog[2][1]).metrics)
+
+
+def test_a_baseline_revision_decodes_beside_this_one() -> None:
+    """``--baseline``: another revision's decoder, imported from git beside this one, times the
+    same messages; here this revision against itself, the same rows."""
+    backlog = bench.backlog_messages(40, 5)
+    ours = bench.decoder_alone(backlog, 1)
+    with bench.baseline_decoder("HEAD") as theirs:
+        baseline = bench.decoder_alone(backlog, 1, theirs)
+    assert baseline["rows"] == ours["rows"] == bench.expected_rows(40, 5)
+    assert set(bench.decoder_ratios(ours, baseline)) == set(ours["stages"])
+    assert not any(m.startswith(bench.BASELINE_PACKAGE) for m in sys.modules)
+
+
+def test_the_section_shows_the_baseline_and_the_run_before(tmp_path: Path) -> None:
+    results = Path(bench.__file__).parent / "results"
+    data = json.loads((results / "sparkplug.json").read_text())
+    data["before"] = bench.before_of(results / "before" / "sparkplug.json")
+    text = "\n".join(bench.section(data, Charts(tmp_path)))
+    assert "Before and after" in text and f"before ({data['before']['git_revision']})" in text
+    if "baseline" in data["decoder"]:
+        assert "now/then" in text
 
 
 def _landing(peer: str, rows: int, seconds: float) -> Landing:
