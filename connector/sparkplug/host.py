@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .payload import Payload, PayloadError, decode_message
 from .state import SparkplugState
 from .topics import NAMESPACE, MessageType, TopicError, parse_topic
 from .wire import LENGTH, VARINT, WireError, fields, key, length_delimited, varint
+
+if TYPE_CHECKING:
+    from .payload import Payload
 
 REBIRTH_METRIC = "Node Control/Rebirth"
 _BOOLEAN = 11
@@ -126,7 +129,11 @@ class SparkplugHost:
 
 def _light(kind: MessageType, data: bytes) -> Payload | None:
     """What the live view needs: births and deaths whole; DATA's seq and each metric's name
-    and alias, not their values (the host runs on the receiver's thread)."""
+    and alias, not their values (the host runs on the receiver's thread). The decoder (and
+    protobuf) is imported with the first message a host role sees: a receiver without one
+    starts without it."""
+    from .payload import PayloadError, decode_message
+
     try:
         if kind.birth or kind.death:
             return decode_message(data)
@@ -136,6 +143,8 @@ def _light(kind: MessageType, data: bytes) -> Payload | None:
 
 
 def _names_and_aliases(data: bytes) -> Payload | None:
+    from .payload import Payload, decode_message
+
     payload = Payload()
     try:
         for number, wire, value in fields(data):

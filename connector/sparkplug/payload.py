@@ -32,8 +32,17 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
 from . import sparkplug_b_pb2 as pb
-from .wire import FIXED32, FIXED64, LENGTH, MAX_FIELD_NUMBER, VARINT, WireError, read_varint
+from .wire import (
+    FIXED32,
+    FIXED64,
+    LENGTH,
+    MAX_FIELD_NUMBER,
+    VARINT,
+    WireError,
+    read_varint,
+)
 from .wire import fields as wire_fields
+from .wire import optional as optional  # the presence rule, for readers of a decoded payload
 
 Payload = pb.Payload
 Metric = pb.Payload.Metric
@@ -70,15 +79,6 @@ METRIC_VALUE_FIELDS = {
 
 METRIC_FIELD_NUMBERS = {name: number for number, name in METRIC_VALUE_FIELDS.items()}
 """The number of each field of ``Metric.value``, by name."""
-
-
-def optional(message: Any, name: str) -> Any:
-    """Field ``name`` of ``message``, None when absent (protobuf reads an absent field as its
-    default: an absent alias is not alias 0)."""
-    value = getattr(message, name)
-    if value or message.HasField(name):
-        return value
-    return None
 
 
 def value_field(message: Any) -> int | None:

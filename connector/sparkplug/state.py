@@ -32,11 +32,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .datatypes import DataType, integer
-from .payload import Metric, Payload, Template, optional
 from .topics import MessageType, SparkplugTopic
+from .wire import optional
+
+if TYPE_CHECKING:  # protobuf is imported where payloads are decoded, not for the state alone
+    from .payload import Metric, Payload, Template
 
 BD_SEQ = "bdSeq"
 """The name of the birth/death sequence metric of NBIRTH and NDEATH."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 VARINT = 0
 FIXED64 = 1
@@ -119,6 +120,17 @@ def fields(
         if not where:
             raise
         raise WireError(f"{where}: {exc}") from None
+
+
+def optional(message: Any, name: str) -> Any:
+    """Field ``name`` of a decoded message (the generated classes of :mod:`.payload`), None when
+    absent: protobuf reads an absent field as its default, and an absent alias is not alias 0.
+    Here, beside the wire, so that what only reads decoded messages (the state, the host's live
+    view) imports no protobuf until a payload is decoded."""
+    value = getattr(message, name)
+    if value or message.HasField(name):
+        return value
+    return None
 
 
 # -------------------------------------------------------------------------- writing
