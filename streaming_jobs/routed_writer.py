@@ -8,19 +8,24 @@ routes writing it, decoded by its route's plan; each dead-letter table gets, in 
 rows its routes could not parse and, for the top-level one, the messages no route took (reason
 :data:`.routes.NO_ROUTE`). Every commit is an idempotent append (:mod:`.delta_append`): the
 table records (query id, batch id), so after a crash between two tables' commits the replayed
-batch lands in the tables that lack it and in no other.
+batch lands in the tables that lack it and in no other. The routes' tables are written at once
+(up to :data:`PARALLEL_TABLES` threads, each with the batch's Spark properties), the
+dead-letter tables after them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+from pyspark.util import inheritable_thread_target
 
 from .batch_writer import BatchWriter, created_table_interval
 from .payloads import (
@@ -39,6 +44,9 @@ from .sparkplug_route import RouteStates, decode_batch
 log = logging.getLogger(__name__)
 
 ROUTE = "__route"
+PARALLEL_TABLES = 4
+"""Tables written at once: each append's driver-side work (planning, Delta's commit) overlaps
+another's tasks (bench/REPORT.md, "Routes")."""
 
 
 @dataclass(frozen=True)
@@ -168,45 +176,32 @@ class RoutedBatchWriter(BatchWriter):
 
     def _write(self, batch: DataFrame, app_id: str, batch_id: int) -> tuple[int, int, int | None]:
         routed = batch.withColumn(ROUTE, route_index(F.col("topic"), self.filters)).persist()
-        decoded_frames: list[DataFrame] = []
+        cached: list[DataFrame] = []
         try:
-            counts = {
-                row[ROUTE]: (int(row["rows"]), row["newest"])
-                for row in routed.groupBy(ROUTE)
-                .agg(
-                    F.count(F.lit(1)).alias("rows"),
-                    F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
-                )
-                .collect()
-            }
-            total = sum(n for n, _ in counts.values())
-            newest = max((t for _, t in counts.values() if t is not None), default=None)
+            found = routed.groupBy(ROUTE).agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
+            )
+            counts: dict[int | None, int] = {}
+            newest: int | None = None
+            for row in found.collect():
+                counts[row[ROUTE]] = int(row["rows"])
+                if row["newest"] is not None:
+                    newest = max(int(row["newest"]), newest or 0)
+            # The batch's job group and properties go with each table's writes (a stop cancels).
+            write = inheritable_thread_target(routed.sparkSession)(
+                functools.partial(self._write_table, routed, counts, app_id, batch_id, cached)
+            )
+            workers = min(len(self.targets), PARALLEL_TABLES)
+            with ThreadPoolExecutor(workers, thread_name_prefix="mqtt-route") as pool:
+                written = list(pool.map(write, self.targets))
+            unparsed = sum(bad for bad, _ in written)
             dead: dict[str, list[tuple[DataFrame, int]]] = {}
-            unparsed = 0
-            for target in self.targets:
-                routed_rows = sum(counts.get(i, (0, None))[0] for i in target.indexes)
-                mine = routed.where(F.col(ROUTE).isin(*target.indexes))
-                if target.sparkplug is not None and routed_rows:
-                    mine = decode_batch(mine, target.sparkplug, app_id, batch_id)
-                elif target.sparkplug is not None:
-                    mine = target.empty_source(batch.sparkSession, mine)
-                decoded = decode(mine, target.plan)
-                bad, kept, events = 0, routed_rows, 0
-                if routed_rows and target.plan.payload_format != "binary":
-                    decoded = decoded.persist()
-                    decoded_frames.append(decoded)
-                    bad, kept, events = self._counts_of(decoded, target)
-                unparsed += bad
-                self._append(table_rows(decoded, target.plan), target.table, app_id, batch_id, kept)
-                if target.dead_letter_table:
-                    dead.setdefault(target.dead_letter_table, []).append(
-                        (self._dead_letters(target, decoded, routed), bad)
-                    )
-                if target.events_table:
-                    rows = event_rows(decoded)
-                    self._append(rows, target.events_table, app_id, batch_id, events)
+            for target, (bad, letters) in zip(self.targets, written, strict=True):
+                if target.dead_letter_table and letters is not None:
+                    dead.setdefault(target.dead_letter_table, []).append((letters, bad))
             if self.unrouted_table:
-                lost = counts.get(None, (0, None))[0]
+                lost = counts.get(None, 0)
                 unrouted = self._unrouted_rows(routed.where(F.col(ROUTE).isNull()))
                 dead.setdefault(self.unrouted_table, []).append((unrouted, lost))
                 unparsed += lost
@@ -216,10 +211,59 @@ class RoutedBatchWriter(BatchWriter):
                     frame = frame.unionByName(other)
                 self._append(frame, path, app_id, batch_id, sum(n for _, n in parts))
         finally:
-            for frame in decoded_frames:
+            for frame in cached:
                 frame.unpersist()
             routed.unpersist()
-        return total, unparsed, int(newest) if newest is not None else None
+        return sum(counts.values()), unparsed, newest
+
+    def _write_table(
+        self,
+        routed: DataFrame,
+        counts: dict[int | None, int],
+        app_id: str,
+        batch_id: int,
+        cached: list[DataFrame],
+        target: TableRoute,
+    ) -> tuple[int, DataFrame | None]:
+        """One table's rows of the batch appended, and its events when it has an events table;
+        (rows that did not parse, its dead letters for the dead-letter table or None). Frames
+        it caches go into ``cached``."""
+        routed_rows = sum(counts.get(i, 0) for i in target.indexes)
+        mine = routed.where(F.col(ROUTE).isin(*target.indexes))
+        if target.sparkplug is not None and routed_rows:
+            mine = decode_batch(mine, target.sparkplug, app_id, batch_id)
+        elif target.sparkplug is not None:
+            mine = target.empty_source(routed.sparkSession, mine)
+        decoded = decode(mine, target.plan)
+        if not routed_rows or target.plan.payload_format == "binary":
+            self._append(
+                table_rows(decoded, target.plan), target.table, app_id, batch_id, routed_rows
+            )
+            return 0, None
+        if target.dead_letter_table is None and target.sparkplug is None:
+            return self._append_observed(decoded, target, app_id, batch_id), None
+        decoded = decoded.persist()
+        cached.append(decoded)
+        bad, kept, events = self._counts_of(decoded, target)
+        self._append(table_rows(decoded, target.plan), target.table, app_id, batch_id, kept)
+        if target.events_table:
+            self._append(event_rows(decoded), target.events_table, app_id, batch_id, events)
+        letters = self._dead_letters(target, decoded, routed) if target.dead_letter_table else None
+        return bad, letters
+
+    def _append_observed(
+        self, decoded: DataFrame, target: TableRoute, app_id: str, batch_id: int
+    ) -> int:
+        """A table that keeps every row of its routes (no dead-letter table): written in one
+        pass, the rows that did not parse counted while writing; that count."""
+        spark = decoded.sparkSession
+        if self.appender.written(spark, target.table, app_id, batch_id):
+            log.info("batch %d is already in %s; not written again", batch_id, target.table)
+            return decoded.where(F.col(REASON).isNotNull()).count()
+        observation = Observation(f"mqtt-route-{batch_id}-{target.indexes[0]}")
+        observed = decoded.observe(observation, F.count(F.col(REASON)).alias("bad"))
+        self._append(table_rows(observed, target.plan), target.table, app_id, batch_id, None)
+        return int(observation.get["bad"])
 
     @staticmethod
     def _counts_of(decoded: DataFrame, target: TableRoute) -> tuple[int, int, int]:

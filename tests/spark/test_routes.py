@@ -87,20 +87,26 @@ class Killed(Exception):
     """The job's death, between two tables' commits."""
 
 
-def test_one_batch_lands_in_each_routes_table_once_even_replayed_after_a_partial_write(
-    spark: SparkSession, run: str, tmp_path: Path
-) -> None:
-    # A first run commits the JSON route's table, then dies before the VARIANT one.
-    first = routed_writer(tmp_path)
-    assert len(first.create_tables(spark, SCHEMA_DDL)) == 4
-    commit = first._append
+def dies_writing(writer: RoutedBatchWriter, table: str) -> None:
+    """Make ``writer`` die when it comes to commit to ``table`` (a path's last name); the
+    other tables' commits of the batch go on."""
+    commit = writer._append
 
     def dying(rows: DataFrame, path: str, app_id: str, batch_id: int, count: int | None) -> None:
-        if path.endswith("variant"):
+        if path.endswith(table):
             raise Killed
         commit(rows, path, app_id, batch_id, count)
 
-    first._append = dying  # type: ignore[method-assign]
+    writer._append = dying  # type: ignore[method-assign]
+
+
+def test_one_batch_lands_in_each_routes_table_once_even_replayed_after_a_partial_write(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    # A first run commits the JSON route's table, and dies at the VARIANT one.
+    first = routed_writer(tmp_path)
+    assert len(first.create_tables(spark, SCHEMA_DDL)) == 4
+    dies_writing(first, "variant")
     with pytest.raises(Killed):
         first(batch(spark), 0)
     assert delta_row_count(tmp_path / "json") == 1 and delta_row_count(tmp_path / "variant") == 0
@@ -183,14 +189,7 @@ def test_a_sparkplug_route_resolves_aliases_from_a_birth_of_an_earlier_batch_aft
     first = sparkplug_writer(tmp_path)
     assert len(first.create_tables(spark, SCHEMA_DDL)) == 4
     first(sparkplug_batch(spark, 0), 0)
-    commit = first._append
-
-    def dying(rows: DataFrame, path: str, app_id: str, batch_id: int, count: int | None) -> None:
-        if path.endswith("events"):
-            raise Killed
-        commit(rows, path, app_id, batch_id, count)
-
-    first._append = dying  # type: ignore[method-assign]
+    dies_writing(first, "events")
     with pytest.raises(Killed):
         first(sparkplug_batch(spark, 1), 1)
     # A new writer (the restarted job) knows the births only from the stored states.
@@ -223,8 +222,14 @@ def test_a_route_may_name_a_catalog_table(spark: SparkSession, run: str, tmp_pat
         target = TableRoute((0,), make_plan("text", None), "routes_test.texts", None)
         writer = RoutedBatchWriter(["r/#"], [target], None, MQTT_COLUMNS, RunStats())
         assert len(writer.create_tables(spark, SCHEMA_DDL)) == 1
-        writer(source_rows(spark, [b"one", b"two"], topic="r/a"), 0)
-        assert sorted(r.text for r in spark.table("routes_test.texts").collect()) == ["one", "two"]
+        writer(source_rows(spark, [b"one", b"two", b"\xff"], topic="r/a"), 0)
+        texts = spark.table("routes_test.texts").collect()
+        assert sorted(str(r.text) for r in texts) == ["None", "one", "two"]
+        assert [r._parse_error for r in texts if r.text is None] == [NOT_UTF8]
+        stats = writer.stats.get(0)  # counted while writing: no dead-letter table
+        assert stats is not None and (stats.rows, stats.dead_letters) == (3, 1)
+        writer(source_rows(spark, [b"one", b"two", b"\xff"], topic="r/a"), 0)
+        assert len(spark.table("routes_test.texts").collect()) == 3
     finally:
         spark.sql("DROP SCHEMA IF EXISTS routes_test CASCADE")
 
