@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=90.0,
         help="seconds to wait for the tables to catch up (default 90)",
     )
+    parser.add_argument(
+        "--routes",
+        action="store_true",
+        help="one job, two routes (docs/ingest-job.md, Routes): the sensors also publish status "
+        "messages, landed as VARIANT in a table of their own",
+    )
     parser.add_argument("--log-level", default="WARNING")
     return parser  # fmt: skip
 

@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 SITES = ("north", "south", "east", "west")
 INFLIGHT = 20
 """Mosquitto's default ``max_inflight_messages``: it drops incoming QoS 2 messages beyond it."""
+STATUS_EVERY = 10
+"""With ``--routes``: a device's status message before its first reading and every tenth."""
+STATES = ("running", "idle", "maintenance")
 MALFORMED: tuple[bytes, ...] = (
     b"temperature=21.5;humidity=40",  # not JSON
     b'{"device": "x", "ts": "2025-01-01T00:00:00Z", "temperat',  # truncated JSON
@@ -38,10 +41,38 @@ class Device:
     payloads: list[bytes] = field(default_factory=list)
     valid: int = 0
     malformed: int = 0
+    statuses: list[bytes] = field(default_factory=list)
+    """With ``--routes``: status messages, JSON of varying shape (a VARIANT column)."""
 
     @property
     def topic(self) -> str:
         return f"plant/{self.site}/{self.name}/telemetry"
+
+    @property
+    def status_topic(self) -> str:
+        return f"plant/{self.site}/{self.name}/status"
+
+    def messages(self) -> list[tuple[str, bytes]]:
+        """What the device publishes, in order: its readings, and a status message before
+        every :data:`STATUS_EVERY`-th one when it has statuses."""
+        out: list[tuple[str, bytes]] = []
+        for index, payload in enumerate(self.payloads):
+            if self.statuses and index % STATUS_EVERY == 0:
+                out.append((self.status_topic, self.statuses[index // STATUS_EVERY]))
+            out.append((self.topic, payload))
+        return out
+
+
+def status_payload(device: str, number: int) -> bytes:
+    """Status message ``number`` of ``device``: its state, sometimes its firmware, and alarms
+    in maintenance; the shape varies, as devices' status documents do."""
+    state = STATES[number % len(STATES)]
+    document: dict[str, object] = {"device": device, "n": number, "state": state}
+    if number % 2 == 0:
+        document["firmware"] = {"version": f"1.4.{number % 5}", "channel": "stable"}
+    if state == "maintenance":
+        document["alarms"] = [{"code": 17, "text": "filter due"}]
+    return json.dumps(document).encode()
 
 
 def malformed_count(messages: int) -> int:
@@ -49,11 +80,14 @@ def malformed_count(messages: int) -> int:
     return max(min(3, messages // 10), messages // 100)
 
 
-def plan_fleet(messages: int, devices: int, seed: int = 7) -> list[Device]:
+def plan_fleet(
+    messages: int, devices: int, seed: int = 7, *, statuses: bool = False
+) -> list[Device]:
     """Deal ``messages`` round-robin to ``devices`` sensors; a few random ones are malformed.
 
     Valid readings carry ``seq`` 0, 1, 2, ... per device, so the table can be checked for gaps
     and duplicates. Even-numbered devices publish with QoS 1, odd-numbered ones with QoS 2.
+    With ``statuses``, each device also publishes status messages (:meth:`Device.messages`).
     The plan is the same for the same arguments.
     """
     rng = random.Random(seed)
@@ -78,6 +112,10 @@ def plan_fleet(messages: int, devices: int, seed: int = 7) -> list[Device]:
         }
         device.payloads.append(json.dumps(reading).encode())
         device.valid += 1
+    if statuses:
+        for device in fleet:
+            count = -(-len(device.payloads) // STATUS_EVERY)
+            device.statuses = [status_payload(device.name, n) for n in range(count)]
     return fleet
 
 
@@ -121,7 +159,7 @@ class Publisher(threading.Thread):
         client.connect()
         try:
             session = client.session
-            payloads = self.device.payloads
+            payloads = self.device.messages()
             interval = self.duration / max(1, len(payloads))
             start = time.monotonic()
             sent = 0
@@ -135,7 +173,8 @@ class Publisher(threading.Thread):
                 if wait > 0:  # pacing: read acknowledgements until the next reading is due
                     self.acked += client.pump(min(wait, 0.2))
                     continue
-                client.publish(self.device.topic, stamp(payloads[sent]), self.device.qos)
+                topic, payload = payloads[sent]
+                client.publish(topic, stamp(payload), self.device.qos)
                 sent += 1
             deadline = time.monotonic() + 30.0
             while session.outbound_in_flight and time.monotonic() < deadline:

@@ -23,6 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 INGEST_SCRIPT = REPO_ROOT / "streaming_jobs" / "ingest.py"
 
 TOPIC_FILTER = "plant/+/+/telemetry"
+STATUS_FILTER = "plant/+/+/status"
 TOPIC_COLUMNS = "_,site,device"
 # ``device`` comes from the topic (``--topic-columns``), so the payload's copy is not parsed.
 SCHEMA = "ts TIMESTAMP, temperature DOUBLE, humidity DOUBLE, seq BIGINT"
@@ -133,8 +134,13 @@ class IngestJob:
             return []
 
 
-def ingest_command(broker_url: str, paths: DemoPaths) -> list[str]:
-    """The ingest job's command line for this demo."""
+def ingest_command(broker_url: str, paths: DemoPaths, routes: bool = False) -> list[str]:
+    """The ingest job's command line for this demo; with ``routes``, a config file with two
+    routes (written to ``paths.config``): the readings as typed columns, the status messages
+    as VARIANT, one subscription and one dead-letter table."""
+    if routes:
+        paths.config.write_text(routes_config(broker_url, paths))
+        return [sys.executable, str(INGEST_SCRIPT), "--config", str(paths.config)]
     return [
         sys.executable,
         str(INGEST_SCRIPT),
@@ -151,3 +157,30 @@ def ingest_command(broker_url: str, paths: DemoPaths) -> list[str]:
         "--trigger", TRIGGER,
         "--master", "local[2]",
     ]  # fmt: skip
+
+
+def routes_config(broker_url: str, paths: DemoPaths) -> str:
+    """The job's TOML with two routes (docs/ingest-job.md, "Routes")."""
+    columns = ", ".join(f'"{c}"' for c in TOPIC_COLUMNS.split(","))
+    return f"""\
+broker = "{broker_url}"
+qos = 2
+client_id = "{JOB_CLIENT_ID}"
+checkpoint = "{paths.checkpoint}"
+trigger = "{TRIGGER}"
+master = "local[2]"
+dead_letter_table = "{paths.dead_letter}"
+
+[[routes]]
+topic = "{TOPIC_FILTER}"
+table = "{paths.table}"
+payload_format = "json"
+schema = "{SCHEMA}"
+topic_columns = [{columns}]
+
+[[routes]]
+topic = "{STATUS_FILTER}"
+table = "{paths.status_table}"
+payload_format = "variant"
+topic_columns = [{columns}]
+"""

@@ -24,6 +24,16 @@ class DemoPaths:
         return self.root / "tables" / "telemetry_dead_letter"
 
     @property
+    def status_table(self) -> Path:
+        """With ``--routes``: the devices' status messages, a VARIANT column."""
+        return self.root / "tables" / "status"
+
+    @property
+    def config(self) -> Path:
+        """With ``--routes``: the job's config file with its two routes."""
+        return self.root / "routes.toml"
+
+    @property
     def checkpoint(self) -> Path:
         return self.root / "checkpoints" / "telemetry"
 
@@ -40,7 +50,9 @@ class DemoPaths:
         return self.root / "report.json"
 
 
-DEMO_ENTRIES = frozenset({"tables", "checkpoints", "broker", "ingest.log", "report.json"})
+DEMO_ENTRIES = frozenset(
+    {"tables", "checkpoints", "broker", "ingest.log", "report.json", "routes.toml"}
+)
 """What a demo run puts directly in its directory; anything else there is not the demo's."""
 
 

@@ -39,9 +39,15 @@ def build_report(
         problems.append(f"rows from unknown devices: {unknown}")
     valid = sum(d.valid for d in fleet)
     malformed = sum(d.malformed for d in fleet)
-    if tables.landed + tables.dead_letter != published:
+    statuses = sum(tables.status.values()) if tables.status is not None else 0
+    if tables.status is not None:
+        sent = {d.name: len(d.statuses) for d in fleet if d.statuses}
+        if tables.status != sent:
+            problems.append(f"status rows per device {tables.status}, published {sent}")
+    if tables.landed + tables.dead_letter + statuses != published:
         problems.append(
-            f"landed {tables.landed} + dead letter {tables.dead_letter} != published {published}"
+            f"landed {tables.landed} + dead letter {tables.dead_letter} + status {statuses} "
+            f"!= published {published}"
         )
     if tables.dead_letter != malformed:
         problems.append(f"{tables.dead_letter} dead-letter rows for {malformed} malformed")
@@ -50,10 +56,11 @@ def build_report(
         "problems": problems,
         "published": {
             "total": published,
-            "planned": sum(len(d.payloads) for d in fleet),
+            "planned": sum(len(d.messages()) for d in fleet),
             "valid": valid,
             "malformed": malformed,
-            "by_qos": {str(q): sum(len(d.payloads) for d in fleet if d.qos == q) for q in (1, 2)},
+            "by_qos": {str(q): sum(len(d.messages()) for d in fleet if d.qos == q) for q in (1, 2)},
+            "statuses": sum(len(d.statuses) for d in fleet),
             "devices": {
                 d.name: {"site": d.site, "qos": d.qos, "valid": d.valid, "malformed": d.malformed}
                 for d in fleet
@@ -61,11 +68,13 @@ def build_report(
         },
         "landed": tables.landed,
         "dead_letter": tables.dead_letter,
+        "status": statuses if tables.status is not None else None,
         "dead_letter_reasons": tables.reasons,
         "tables": {
             "telemetry": str(paths.table),
             "dead_letter": str(paths.dead_letter),
             "checkpoint": str(paths.checkpoint),
+            **({"status": str(paths.status_table)} if tables.status is not None else {}),
         },
         "data_dir": str(paths.root),
         "job_log": str(paths.job_log),
@@ -83,8 +92,13 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def read_snippet(table: str, dead_letter: str) -> list[str]:
-    """Lines of PySpark that read the demo's two tables (Delta jars from ``make setup``)."""
+def read_snippet(table: str, dead_letter: str, status: str | None = None) -> list[str]:
+    """Lines of PySpark that read the demo's tables (Delta jars from ``make setup``); the
+    status table's VARIANT by a path into it."""
+    status_lines = [
+        f'spark.read.format("delta").load("{status}").selectExpr('
+        '"payload:state::string AS state").groupBy("state").count().show()'
+    ]
     return [
         "from streaming_jobs.spark_session import local_spark",
         'spark = local_spark("demo-read")',
@@ -92,6 +106,7 @@ def read_snippet(table: str, dead_letter: str) -> list[str]:
         'rows.groupBy("site", "device").count().orderBy("device").show()',
         f'spark.read.format("delta").load("{dead_letter}").groupBy("reason").count()'
         ".show(truncate=False)",
+        *(status_lines if status else []),
     ]
 
 
@@ -102,7 +117,9 @@ HOW_TO_READ = "read them    with .venv/bin/python (this repository's virtualenv)
 def print_report(report: dict[str, Any], kept: bool) -> None:
     """The human-readable report on stdout; when the data is kept, how to read the tables."""
     pub = report["published"]
-    total = report["landed"] + report["dead_letter"]
+    status = report.get("status")
+    total = report["landed"] + report["dead_letter"] + (status or 0)
+    tables = report["tables"]
     lines = [
         "",
         "=== MQTT -> Delta demo report ===",
@@ -115,7 +132,13 @@ def print_report(report: dict[str, Any], kept: bool) -> None:
             f"             {count:>5} x {reason}"
             for reason, count in sorted(report["dead_letter_reasons"].items())
         ),
-        f"check        landed + dead letter = {total}, published = {pub['total']}: "
+        *(
+            [f"status       {status} rows in {tables['status']} (route 2: VARIANT)"]
+            if status is not None
+            else []
+        ),
+        f"check        landed + dead letter{' + status' if status is not None else ''} = "
+        f"{total}, published = {pub['total']}: "
         + ("match" if total == pub["total"] else "MISMATCH"),
         "             every device's readings seq 0..n-1 exactly once: "
         + ("yes" if report["ok"] else "NO"),
@@ -131,15 +154,20 @@ def print_report(report: dict[str, Any], kept: bool) -> None:
         f"{t.get('landed')} s, job stopped at {t.get('job_stopped')} s, "
         f"report at {t.get('report')} s"
     )
-    tables = report["tables"]
     if kept:
         lines += [
             f"data         kept in {report['data_dir']} (report.json, ingest.log, broker/, "
             "checkpoints/; the next run starts fresh, --clean removes it at the end)",
             f"tables       {tables['telemetry']}",
             f"             {tables['dead_letter']}",
+            *([f"             {tables['status']}"] if "status" in tables else []),
             HOW_TO_READ,
-            *(f"  {line}" for line in read_snippet(tables["telemetry"], tables["dead_letter"])),
+            *(
+                f"  {line}"
+                for line in read_snippet(
+                    tables["telemetry"], tables["dead_letter"], tables.get("status")
+                )
+            ),
         ]
     else:
         lines.append(

@@ -75,8 +75,9 @@ def run(args: argparse.Namespace, paths: DemoPaths) -> dict[str, Any]:
     if clear_previous_run(paths.root):
         print(f"data        {paths.root}: the previous run's data removed, starting fresh")
     paths.root.mkdir(parents=True)
-    fleet = plan_fleet(args.messages, args.devices)
-    planned = sum(len(d.payloads) for d in fleet)
+    routes = bool(getattr(args, "routes", False))
+    fleet = plan_fleet(args.messages, args.devices, statuses=routes)
+    planned = sum(len(d.messages()) for d in fleet)
     started = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace, paths: DemoPaths) -> dict[str, Any]:
             f"max_queued_messages {MAX_QUEUED}, max_inflight_messages {INFLIGHT})"
         )
 
-        job = IngestJob(ingest_command(broker.url, paths), paths.job_log)
+        job = IngestJob(ingest_command(broker.url, paths, routes), paths.job_log)
         cleanup.callback(job.stop, ABORT_STOP_TIMEOUT)
         job.start()
         mark("job_started")
@@ -118,18 +119,22 @@ def run(args: argparse.Namespace, paths: DemoPaths) -> dict[str, Any]:
         cleanup.callback(join_all, publishers, stop_publishers)
         for publisher in publishers:
             publisher.start()
-        by_qos = {q: sum(len(d.payloads) for d in fleet if d.qos == q) for q in (1, 2)}
+        by_qos = {q: sum(len(d.messages()) for d in fleet if d.qos == q) for q in (1, 2)}
         print(
             f"publishing  {planned} messages from {len(fleet)} sensors at "
             f"{len({d.site for d in fleet})} sites over ~{args.duration:g} s (QoS 1: "
-            f"{by_qos[1]}, QoS 2: {by_qos[2]}; {sum(d.malformed for d in fleet)} malformed)"
+            f"{by_qos[1]}, QoS 2: {by_qos[2]}; {sum(d.malformed for d in fleet)} malformed"
+            + (f"; {sum(len(d.statuses) for d in fleet)} status messages)" if routes else ")")
         )
 
         def acked() -> int:
             return sum(p.acked for p in publishers)
 
         def landed() -> tuple[int, int]:
-            return delta_row_count(paths.table), delta_row_count(paths.dead_letter)
+            rows = delta_row_count(paths.table)
+            if routes:
+                rows += delta_row_count(paths.status_table)
+            return rows, delta_row_count(paths.dead_letter)
 
         def check_alive() -> None:
             failed = [p.error for p in publishers if p.error]
@@ -178,7 +183,7 @@ def run(args: argparse.Namespace, paths: DemoPaths) -> dict[str, Any]:
             f"the ingest job exited with status {job_code} after SIGTERM; "
             f"last lines of {paths.job_log}:\n{job.log_tail()}"
         )
-    tables = read_tables(paths.table, paths.dead_letter)
+    tables = read_tables(paths.table, paths.dead_letter, paths.status_table if routes else None)
     mark("report")
     report = build_report(paths, fleet, published, tables, timings)
     report["job_summary"] = job.summary()

@@ -25,10 +25,13 @@ class TableReport:
     per_device: dict[str, dict[str, int]]
     columns: list[str]
     sample: list[list[str]]
+    status: dict[str, int] | None = None
+    """With ``--routes``: rows of the status table per device."""
 
 
-def read_tables(table: Path, dead_letter: Path) -> TableReport:
-    """Read both tables (after the job stopped): counts per device, reasons, a sample."""
+def read_tables(table: Path, dead_letter: Path, status: Path | None = None) -> TableReport:
+    """Read the tables (after the job stopped): counts per device, reasons, a sample; with
+    ``status``, the status table's rows per device."""
     import pyarrow.compute as pc
 
     rows = DeltaSnapshot.load(table).read()
@@ -54,7 +57,11 @@ def read_tables(table: Path, dead_letter: Path) -> TableReport:
     if REASON_COLUMN in dead.column_names and dead.num_rows:
         counts = pc.value_counts(dead[REASON_COLUMN]).to_pylist()
         reasons = {str(c["values"]): int(c["counts"]) for c in counts}
-    return TableReport(rows.num_rows, dead.num_rows, reasons, per_device, shown, sample)
+    statuses = None
+    if status is not None:
+        devices = DeltaSnapshot.load(status).read().column("device").to_pylist()
+        statuses = {str(d): devices.count(d) for d in sorted(set(devices))}
+    return TableReport(rows.num_rows, dead.num_rows, reasons, per_device, shown, sample, statuses)
 
 
 def _cell(value: object) -> str:

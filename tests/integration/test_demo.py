@@ -5,7 +5,8 @@ tables hold what was published, stops the job and writes ``report.json``. The te
 report against what it asked for (``--messages``, ``--devices``), and the report's counts
 against the Delta tables as ``devtools.delta_log`` reads them (their log and Parquet files,
 without Spark), so that neither the demo's bookkeeping nor its own reading of the tables is
-taken on trust. No Spark session runs in the pytest process.
+taken on trust. No Spark session runs in the pytest process. The second run shows two routes
+(``--routes``).
 
 By default the demo keeps its data and ends with a few lines of PySpark that read the tables: the
 test runs those lines as printed. A second run over the same data directory, with ``--clean``,
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 
 from devtools.delta_log import DeltaSnapshot
+from devtools.demo.fleet import STATUS_EVERY
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 150
@@ -175,13 +177,17 @@ def test_demo_lands_every_published_message_once_and_reports_it(tmp_path: Path) 
         assert re.search(rf"{re.escape(reason)}\s*\|\s*{count}\s*\|", read.stdout), read.stdout
 
     # A second run over the kept data starts fresh (each reading once again, not twice) and,
-    # with --clean, removes its directory at the end.
-    again = run_demo(data_dir, "--clean")
+    # with --clean, removes its directory at the end. It shows two routes: the sensors'
+    # status messages land as VARIANT in a table of their own, through the same job.
+    again = run_demo(data_dir, "--clean", "--routes")
     output = f"stdout:\n{tail(again.stdout)}\nstderr:\n{tail(again.stderr)}"
     assert again.returncode == 0, output
     assert "previous run's data removed" in again.stdout, output
     assert "every device's readings seq 0..n-1 exactly once: yes" in again.stdout, output
     assert re.search(rf"^landed\s+{report['landed']} rows", again.stdout, re.M), output
+    statuses = sum(-(-len(range(i, MESSAGES, DEVICES)) // STATUS_EVERY) for i in range(DEVICES))
+    assert re.search(rf"^status\s+{statuses} rows .*VARIANT", again.stdout, re.M), output
+    assert re.search(rf"^published\s+{MESSAGES + statuses} messages", again.stdout, re.M), output
     assert "is removed now" in again.stdout and HOW_TO_READ not in again.stdout, output
     assert not (data_dir / "demo").exists(), list((data_dir / "demo").rglob("*"))[:20]
     assert not processes_mentioning(str(data_dir)), "the demo left its broker or job running"

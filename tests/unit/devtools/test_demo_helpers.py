@@ -40,3 +40,16 @@ def test_stamp_sets_the_publication_time_of_readings_only() -> None:
     assert stamped["ts"].endswith("+00:00") and len(stamped["ts"]) > 20
     for payload in MALFORMED:
         assert stamp(payload) == payload
+
+
+def test_with_routes_each_device_sends_a_status_before_every_tenth_reading() -> None:
+    (device,) = plan_fleet(25, 1, statuses=True)
+    sent = device.messages()
+    assert [t for t, _ in sent].count(device.status_topic) == 3 == len(device.statuses)
+    assert [p for t, p in sent if t == device.topic] == device.payloads
+    assert [i for i, (t, _) in enumerate(sent) if t == device.status_topic] == [0, 11, 22]
+    documents = [json.loads(p) for p in device.statuses]
+    assert [d["state"] for d in documents] == ["running", "idle", "maintenance"]
+    assert "firmware" in documents[0] and "firmware" not in documents[1]
+    assert documents[2]["alarms"][0]["code"] == 17
+    assert plan_fleet(25, 1)[0].messages() == [(device.topic, p) for p in device.payloads]
