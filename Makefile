@@ -289,7 +289,7 @@ $(PROTO_TOOLS_STAMP): | $(VENV_PY)
 ## bench/charts/; flags per benchmark via CODEC_ARGS, DRAIN_ARGS, DRAIN_QOS2_ARGS, INGEST_ARGS,
 ## INGEST_LONG_ARGS, BACKLOG_RSS_ARGS, LATENCY_ARGS, SCALE_ARGS, RECONNECT_ARGS, INGEST_S3_ARGS,
 ## INGEST_S3_INLINE_ARGS, INGEST_S3_LONG_ARGS, WAL_THROUGHPUT_ARGS, SHARED_SUBSCRIPTION_ARGS,
-## FLOW_CONTROL_ARGS, MICRO_ARGS, SPARKPLUG_ARGS (e.g. LATENCY_ARGS=--quick)
+## FLOW_CONTROL_ARGS, MICRO_ARGS, SPARKPLUG_ARGS, ROUTES_ARGS (e.g. LATENCY_ARGS=--quick)
 CODEC_ARGS ?=
 DRAIN_ARGS ?=
 DRAIN_QOS2_ARGS ?=
@@ -307,6 +307,7 @@ SHARED_SUBSCRIPTION_ARGS ?=
 FLOW_CONTROL_ARGS ?=
 MICRO_ARGS ?=
 SPARKPLUG_ARGS ?=
+ROUTES_ARGS ?=
 # The Sparkplug decoder timed beside this one in the same run: the last revision before upb
 # (docs/architecture.md, decision 43); bench/results/before/sparkplug.json is that revision's run.
 SPARKPLUG_BASELINE ?= 343bc15
@@ -338,6 +339,7 @@ bench: setup
 	$(VENV_PY) -m bench.sparkplug --baseline $(SPARKPLUG_BASELINE) \
 		--before bench/results/before/sparkplug.json $(SPARKPLUG_ARGS)
 	$(VENV_PY) -m bench.sink $(SINK_ARGS)
+	$(VENV_PY) -m bench.routes $(ROUTES_ARGS)
 	$(VENV_PY) -m bench.report
 
 ## demo: (after setup-demo) sensors -> local Mosquitto -> the ingest job -> Delta under data/demo (kept, replaced

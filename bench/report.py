@@ -24,6 +24,7 @@ from . import (
     long_run,
     micro,
     reconnect,
+    routes,
     scale,
     shared_subscription,
     sink,
@@ -77,6 +78,8 @@ SECTIONS: tuple[Part | Group, ...] = (
          "python -m bench.ingest --qos 1 --modes wal --messages 1000000 --no-paho --output "
          "bench/results/ingest_long.json", ingest.section),
     Part("sparkplug", "Sparkplug B into Delta", "python -m bench.sparkplug", sparkplug.section),
+    Part("routes", "Routes: one subscription, four tables", "python -m bench.routes",
+         routes.section),
     Part("sink", "Writing to MQTT", "python -m bench.sink", sink.section),
     Part("backlog_rss", "Backlog memory", "python -m bench.backlog_rss", backlog_rss.section),
     Part("latency", "Latency", "python -m bench.latency", latency.section),
