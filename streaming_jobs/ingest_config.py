@@ -238,6 +238,9 @@ class IngestConfig:
             elif isinstance(value, tuple):
                 value = list(value)
             out[item.name.replace("_", "-")] = value
+        if self.routes:  # the table's settings are the routes'; the top level holds none
+            for key in TABLE_KEYS:
+                del out[key.replace("_", "-")]
         return out
 
 

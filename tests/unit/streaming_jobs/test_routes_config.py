@@ -68,6 +68,8 @@ def test_each_route_gets_its_table_settings_and_the_job_subscribes_to_their_filt
     shown = json.loads(describe(config))
     tables = ["/tables/telemetry", "main.iot.events", "/tables/raw"]
     assert [r["table"] for r in shown["routes"]] == tables
+    assert "table" not in shown and "payload-format" not in shown, "the routes' keys only"
+    assert shown["dead-letter-table"] == "/tables/dead" and shown["qos"] == "2"
 
 
 def test_the_routes_filters_are_the_subscription_unless_a_top_level_topic_covers_them(
