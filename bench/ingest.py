@@ -5,6 +5,7 @@ and paho's raw drain; peers in turns after unmeasured warm-up rounds, each on a 
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import shutil
@@ -595,11 +596,23 @@ def clock_rates(landings: list[Landing]) -> dict[str, list[float]]:
     return rates
 
 
+def query_arguments(parser: argparse.ArgumentParser, *, warmup_rounds: bool = True) -> None:
+    """The arguments of a benchmark's Spark queries (:class:`Setup`): ``--trigger``,
+    ``--source-option`` and, with ``warmup_rounds``, ``--warmup-rounds``."""
+    parser.add_argument("--trigger", default="0 seconds", help="processing-time interval")
+    parser.add_argument(
+        "--source-option", action="append", default=[], metavar="KEY=VALUE",
+        help="an option of format('mqtt') for the queries, e.g. minMessagesPerTrigger=20000",
+    )  # fmt: skip
+    if warmup_rounds:
+        parser.add_argument("--warmup-rounds", type=int, default=1, help="unmeasured rounds first")
+
+
 def parse_args(argv: Sequence[str] | None) -> Any:
     parser = common.arguments("ingest", __doc__, messages=200_000, repeat=3, timeout=600.0)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--qos", nargs="+", type=int, choices=(1, 2), default=[1, 2])
-    parser.add_argument("--trigger", default="0 seconds", help="processing-time interval")
+    query_arguments(parser, warmup_rounds=False)
     parser.add_argument(
         "--s3-modes", nargs="+", choices=MODES, default=[],
         help="also with the WAL on an S3 server on loopback (peers ours-s3, ours-s3-inline)",
@@ -617,10 +630,6 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     parser.add_argument("--no-paho", action="store_true", help="skip the paho drain")
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up rounds")
     parser.add_argument("--warmup-rows", type=int, default=WARMUP_ROWS, help="rows to warm up")
-    parser.add_argument(
-        "--source-option", action="append", default=[], metavar="KEY=VALUE",
-        help="an option of format('mqtt') for our peers, e.g. minMessagesPerTrigger=20000",
-    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.messages < 2 or args.warmup_rows < 0 or any(k < 0 for k in args.inflight):
         parser.error("--messages must be >= 2, --warmup-rows and --inflight >= 0")

@@ -136,12 +136,7 @@ def build_results(
 
 def parse_args(argv: Sequence[str] | None = None) -> Any:
     parser = common.arguments("routes", __doc__, messages=200_000, repeat=3, timeout=600.0)
-    parser.add_argument("--warmup-rounds", type=int, default=1, help="unmeasured rounds first")
-    parser.add_argument("--trigger", default="0 seconds", help="processing-time interval")
-    parser.add_argument(
-        "--source-option", action="append", default=[], metavar="KEY=VALUE",
-        help="an option of format('mqtt') for both peers",
-    )  # fmt: skip
+    ingest.query_arguments(parser)
     parser.add_argument(
         "--batch", type=int, default=BATCH, help=f"messages per batch at most (default {BATCH})"
     )

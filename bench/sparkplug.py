@@ -358,12 +358,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Any:
     parser = common.arguments("sparkplug", __doc__, messages=20_000, repeat=3, timeout=600.0)
     parser.add_argument("--metrics", type=int, default=10, help="metrics per birth and NDATA")
     parser.add_argument("--nodes", type=int, default=1, help="edge nodes (default 1)")
-    parser.add_argument("--warmup-rounds", type=int, default=1, help="unmeasured rounds first")
-    parser.add_argument("--trigger", default="0 seconds", help="processing-time interval")
-    parser.add_argument(
-        "--source-option", action="append", default=[], metavar="KEY=VALUE",
-        help="an option of format('mqtt') for both peers, e.g. recordsPerPartition=5000",
-    )  # fmt: skip
+    ingest.query_arguments(parser)
     parser.add_argument("--decoder-repeat", type=int, default=5, help="runs of the decoder alone")
     parser.add_argument("--profile", action="store_true", help="cProfile of decode + Arrow")
     parser.add_argument(
