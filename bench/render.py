@@ -131,6 +131,35 @@ def warmup_notes(warmup: object, peers: object) -> Lines:
     return [f"Warm-up: {warmup}{listed}.", ""]
 
 
+def cpu_components_table(data: Mapping[str, Any]) -> Lines:
+    """The run's ``cpu_seconds_per_100k_messages`` (peer -> component -> CPU seconds) as a
+    table of the pipeline's components, a column per peer; nothing when the run has none."""
+    from .cpu_sampler import NOT_THE_PIPELINE
+
+    cpu = data.get("cpu_seconds_per_100k_messages")
+    if not isinstance(cpu, Mapping) or not cpu:
+        return []
+    components = [
+        c
+        for c in next(iter(cpu.values()))
+        if c not in NOT_THE_PIPELINE and any(p.get(c, 0) >= 0.005 for p in cpu.values())
+    ]
+    totals = [
+        num(sum(v for c, v in p.items() if c not in NOT_THE_PIPELINE), 2) for p in cpu.values()
+    ]
+    return [
+        "CPU seconds per 100,000 messages while the measured batches ran (median over the "
+        "repetitions, sampled from /proc):",
+        "",
+        *md_table(
+            ["component", *cpu],
+            [*([c, *(num(p.get(c), 2) for p in cpu.values())] for c in components),
+             ["total of the pipeline", *totals]],
+        ),
+        "",
+    ]  # fmt: skip
+
+
 def cpu_share_note(data: Mapping[str, Any], when: str) -> Lines:
     """The share of the machine's CPU other processes took ``when``, if the run measured it."""
     share = data.get("other_processes_cpu_share")

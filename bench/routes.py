@@ -13,7 +13,18 @@ from pathlib import Path
 from typing import Any, cast
 
 from . import common, drainer, ingest
-from .render import Charts, Lines, clock_notes, md_table, num, ratios_table, stats_cells, times
+from .render import (
+    Charts,
+    Lines,
+    clock_notes,
+    cpu_components_table,
+    cpu_share_note,
+    md_table,
+    num,
+    ratios_table,
+    stats_cells,
+    times,
+)
 
 ROUTES = 4
 TOPIC_FILTER = "bench/routes/#"
@@ -215,8 +226,9 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         "",
         *ratios_table(data.get("ratios"), "ratio (msg/s)"),
         "",
+        *cpu_components_table(data),
     ]
-    return out
+    return out + cpu_share_note(data, "during the measured batches")
 
 
 if __name__ == "__main__":

@@ -24,11 +24,11 @@ from typing import Any
 from connector.sparkplug.state import SEQ_MODULO
 
 from . import common, drainer, ingest
-from .cpu_sampler import NOT_THE_PIPELINE
 from .render import (
     Charts,
     Lines,
     clock_notes,
+    cpu_components_table,
     cpu_share_note,
     md_table,
     num,
@@ -494,27 +494,7 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         ]
         out += baseline_lines(decoder)
     out += before_lines(data)
-    cpu = data.get("cpu_seconds_per_100k_messages")
-    if isinstance(cpu, Mapping) and cpu:
-        components = [
-            c
-            for c in next(iter(cpu.values()))
-            if c not in NOT_THE_PIPELINE and any(p.get(c, 0) >= 0.005 for p in cpu.values())
-        ]
-        totals = [
-            num(sum(v for c, v in p.items() if c not in NOT_THE_PIPELINE), 2) for p in cpu.values()
-        ]
-        out += [
-            "CPU seconds per 100,000 messages while the measured batches ran (median over the "
-            "repetitions, sampled from /proc):",
-            "",
-            *md_table(
-                ["component", *cpu],
-                [*([c, *(num(p.get(c), 2) for p in cpu.values())] for c in components),
-                 ["total of the pipeline", *totals]],
-            ),
-            "",
-        ]  # fmt: skip
+    out += cpu_components_table(data)
     profile = data.get("decoder_profile")
     if profile:
         top = [
