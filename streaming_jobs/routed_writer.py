@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -91,6 +91,14 @@ class RoutedBatchWriter(BatchWriter):
         """The dead-letter table of the messages no route takes (None: every message has a
         route, :func:`.routes.subscription`)."""
         self.mqtt_columns = tuple(mqtt_columns)
+        workers = min(len(self.targets), PARALLEL_TABLES)
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="mqtt-route")
+        """The tables' writers, the same threads for every batch (each Python thread has a JVM
+        thread of its own in PySpark's pinned-thread mode: new ones per batch would add up)."""
+
+    def close(self, timeout: float | None = None) -> bool:
+        self._pool.shutdown(wait=False)
+        return super().close(timeout)
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -192,9 +200,10 @@ class RoutedBatchWriter(BatchWriter):
             write = inheritable_thread_target(routed.sparkSession)(
                 functools.partial(self._write_table, routed, counts, app_id, batch_id, cached)
             )
-            workers = min(len(self.targets), PARALLEL_TABLES)
-            with ThreadPoolExecutor(workers, thread_name_prefix="mqtt-route") as pool:
-                written = list(pool.map(write, self.targets))
+            # Every future done before the dead letters and before an error goes up.
+            futures = [self._pool.submit(write, target) for target in self.targets]
+            wait(futures)
+            written = [future.result() for future in futures]
             unparsed = sum(bad for bad, _ in written)
             dead: dict[str, list[tuple[DataFrame, int]]] = {}
             for target, (bad, letters) in zip(self.targets, written, strict=True):
