@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 from connector.mqtt.message_properties import FIELDS as PROPERTY_FIELDS
 from connector.mqtt.packets import ProtocolLevel
 from connector.mqtt.topics import filter_covers
-from connector.options.source import InvalidOptionError, SourceOptions
+from connector.options.source import InvalidOptionError, SourceOptions, check_sparkplug_sharding
 from connector.options.table import SECRET_OPTIONS, canonical_name
 from connector.wal.location import WalLocationError, parse_location
 from streaming_jobs.compaction_policy import (
@@ -418,9 +418,10 @@ def _with_routes(
     merged = {**merged, **dict.fromkeys(sparkplug)}
     built: list[Route] = []
     for index, own in enumerate(routes, start=1):
-        values = {**merged, **own}
+        # The source's options are the job's, checked with its whole subscription below.
+        values = {**merged, **own, "source_option": ()}
         if values["payload_format"] == "sparkplug":
-            values = {**merged, **sparkplug, **own}
+            values = {**merged, **sparkplug, **own, "source_option": ()}
         if "dead_letter_table" not in own and values["payload_format"] == "binary":
             values["dead_letter_table"] = None  # the shared table takes no binary route's rows
         try:
@@ -448,7 +449,28 @@ def _with_routes(
     # route's, its dead-letter table the one of messages no route takes.
     top = {**merged, "topic": list(top_topics or filters), "table": built[0].table}
     top["payload_format"] = "text" if shared_dead_letters else "binary"
-    return dataclasses.replace(validate(top), routes=tuple(built))
+    config = dataclasses.replace(validate(top), routes=tuple(built))
+    _check_sparkplug_routes(config, path)
+    return config
+
+
+def _check_sparkplug_routes(config: IngestConfig, path: str | None) -> None:
+    """A Sparkplug route needs every message of an edge node in one receiver, as a Sparkplug
+    job does (:func:`connector.options.source.check_sparkplug_sharding`): the rule applied to
+    the subscribed filters that carry the route's messages."""
+    parsed = SourceOptions.parse(source_options(config))
+    for route in config.routes:
+        if route.config.payload_format != "sparkplug":
+            continue
+        carrying = tuple(
+            t
+            for t in parsed.topics
+            if filter_covers(t, route.topic) or filter_covers(route.topic, t)
+        )
+        try:
+            check_sparkplug_sharding(carrying, parsed.receivers, parsed.shard_by)
+        except InvalidOptionError as exc:
+            raise UsageError(f"--config {path}: {route.label}: {flag_names(str(exc))}") from None
 
 
 def _names(flag: str, text: str | None, *, allow_skips: bool) -> tuple[str | None, ...]:

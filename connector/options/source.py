@@ -403,7 +403,7 @@ class SourceOptions:
         )
         receivers, shard_by, share_group = _parse_shards(opts, topics, version, client_id)
         if typed_option(opts, "payloadFormat") == "sparkplug":
-            _check_sparkplug_sharding(topics, receivers, shard_by)
+            check_sparkplug_sharding(topics, receivers, shard_by)
             _check_sparkplug_host(opts, receivers)
         else:
             _refuse_unmet(opts, "sparkplug", "applies only with option 'payloadFormat' sparkplug")
@@ -539,7 +539,7 @@ def _check_sparkplug_host(opts: Mapping[str, str], receivers: int) -> None:
         )
 
 
-def _check_sparkplug_sharding(topics: tuple[str, ...], receivers: int, shard_by: str) -> None:
+def check_sparkplug_sharding(topics: tuple[str, ...], receivers: int, shard_by: str) -> None:
     """Sparkplug decodes an edge node's data from its births, in the order stored: every
     message of one edge node must reach one receiver (one WAL). A shared subscription spreads
     them over the group's members; with several receivers each filter must take whole edge

@@ -152,3 +152,15 @@ def test_sparkplug_settings_without_a_sparkplug_route_or_for_the_host_role_are_r
     assert "sparkplug-host-id" in message and "host role runs in a Sparkplug job" in message
     events = TELEMETRY + 'events_table = "/tables/events"\n'
     assert "route 1" in refused(tmp_path, TOP + events)
+
+
+def test_a_sparkplug_route_needs_each_edge_node_in_one_receiver(tmp_path: Path) -> None:
+    shared = 'source_option = ["receivers=2", "shardBy=share"]\n'
+    message = refused(tmp_path, TOP + 'client_id = "plant"\n' + shared + TELEMETRY + SPARKPLUG)
+    assert "route 2 (topic 'spBv1.0/#')" in message and "shared subscription" in message
+    by_topics = 'source_option = ["receivers=2", "shardBy=topics"]\n'
+    config = parse(tmp_path, TOP + 'client_id = "plant"\n' + by_topics + TELEMETRY + SPARKPLUG)
+    assert [r.config.payload_format for r in config.routes] == ["json", "sparkplug"]
+    nodes = SPARKPLUG.replace('"spBv1.0/#"', '"spBv1.0/+/NDATA/#"')
+    message = refused(tmp_path, TOP + 'client_id = "plant"\n' + by_topics + TELEMETRY + nodes)
+    assert "does not take whole edge nodes" in message
