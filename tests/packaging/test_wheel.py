@@ -57,7 +57,7 @@ def test_the_wheel_holds_every_product_module_and_nothing_else(wheel: Path) -> N
 def test_the_wheel_requires_ranges_and_delta_only_in_its_extra(wheel: Path) -> None:
     requirements = [Requirement(r) for r in wheel_metadata(wheel).get_all("Requires-Dist", [])]
     plain = {r.name: r for r in requirements if r.marker is None}
-    assert set(plain) == {"pyspark", "pyarrow", "wsproto"}, requirements
+    assert set(plain) == {"pyspark", "pyarrow", "wsproto", "protobuf"}, requirements
     for requirement in plain.values():
         assert all(spec.operator in (">=", "<") for spec in requirement.specifier), requirement
     assert str(plain["pyspark"].specifier) == "<5,>=4.2.0"
