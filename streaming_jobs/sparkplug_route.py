@@ -50,22 +50,26 @@ class RouteStates:
         digest = hashlib.sha256(table.encode()).hexdigest()[:16]
         self.name = f"{STATE_PREFIX}{digest}.json"
         seconds = typed_option({}, "sparkplugReorderTimeout")
-        self.reorder_timeout_us = round((reorder_timeout or seconds) * 1_000_000)
+        timeout = seconds if reorder_timeout is None else reorder_timeout
+        self.reorder_timeout_us = round(timeout * 1_000_000)
 
-    def before(self, query: str, batch_id: int) -> dict[int, SparkplugState]:
-        """The states by receiver before batch ``batch_id`` of ``query``."""
+    def earlier(self, query: str, batch_id: int) -> list[Any]:
+        """The stored entries ``[batch id, states]`` of ``query`` before batch ``batch_id``,
+        oldest first (one read of the file)."""
+        return sorted((b for b in self._batches(query) if b[0] < batch_id), key=lambda b: b[0])
+
+    def before(self, earlier: list[Any]) -> dict[int, SparkplugState]:
+        """The states by receiver after the newest of ``earlier`` (:meth:`earlier`)."""
         states: dict[int, SparkplugState] = {}
-        earlier = [b for b in self._batches(query) if b[0] < batch_id]
-        if earlier:
-            for receiver, state in max(earlier, key=lambda b: b[0])[1].items():
-                states[int(receiver)] = SparkplugState.from_json(json.dumps(state))
-                states[int(receiver)].reorder_timeout_us = self.reorder_timeout_us
+        for receiver, state in (earlier[-1][1] if earlier else {}).items():
+            states[int(receiver)] = SparkplugState.from_json(json.dumps(state))
+            states[int(receiver)].reorder_timeout_us = self.reorder_timeout_us
         return states
 
-    def store(self, query: str, batch_id: int, states: dict[int, SparkplugState]) -> None:
-        """Keep the states after batch ``batch_id`` with the newest earlier one."""
-        earlier = [b for b in self._batches(query) if b[0] < batch_id]
-        earlier.sort(key=lambda b: b[0])
+    def store(
+        self, query: str, batch_id: int, earlier: list[Any], states: dict[int, SparkplugState]
+    ) -> None:
+        """Keep the states after batch ``batch_id`` with the newest of ``earlier``."""
         entry = [batch_id, {str(r): json.loads(s.to_json()) for r, s in states.items()}]
         kept = [*earlier[-(KEPT_BATCHES - 1) :], entry]
         record = {"query": query, "batches": kept}
@@ -95,14 +99,15 @@ def decode_batch(messages: DataFrame, states: RouteStates, query: str, batch_id:
     if stored.num_rows == 0:
         return spark.createDataFrame([], SCHEMA_DDL)
     stored = stored.sort_by([("receiver", "ascending"), ("offset", "ascending")])
-    before = states.before(query, batch_id)
+    earlier = states.earlier(query, batch_id)
+    before = states.before(earlier)
     batches: list[pa.RecordBatch] = []
     for receiver in pc.unique(stored.column("receiver")).to_pylist():
         part = stored.filter(pc.equal(stored.column("receiver"), receiver))
         state = before.setdefault(receiver, states.new_state())
         rows = decode_messages(_messages(part), state, receiver)
         batches.append(to_record_batch(rows))
-    states.store(query, batch_id, before)
+    states.store(query, batch_id, earlier, before)
     table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
     return spark.createDataFrame(table, SCHEMA_DDL)
 
