@@ -241,7 +241,13 @@ $(TAHU_EDGE_JAR): $(TAHU_EDGE_SRC) $(TAHU_JAR)
 ## pipeline and packaging tests one after another in one process, every other test (and the
 ## ingest job's subprocess tests) beside them in a second; each lists its 25 slowest tests. PYTEST_ARGS="..." (narrower paths, -k,
 ## ...) runs one plain pytest instead
-test: setup
+# The Spark JVMs' class-data archive (devtools/class_archive.py) needs only what setup-demo
+# makes: it is built beside the rest of the set-up (brokers, npm, Maven), so that every test's
+# JVM finds it and no test runs beside its build. Nothing to do when it is there.
+test: setup-demo
+	@$(VENV_PY) -m devtools.class_archive & archive=$$!; \
+	$(MAKE) --no-print-directory setup || { kill $$archive 2>/dev/null; exit 1; }; \
+	wait $$archive || echo "no class-data archive: the tests' JVMs start without it"
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(VENV_PY) -m tests.tiers
 else

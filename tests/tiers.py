@@ -10,8 +10,9 @@ their 25 slowest tests; the broker tier's output streams, the serial tier's foll
 exit status is the first non-zero of the two.
 
 The local Spark driver JVMs of both tiers map their classes from one class-data archive
-(:mod:`devtools.class_archive`), built beside the tiers' first minutes when this checkout has
-none for its JDK and jars yet: JVMs started before it is there start without it.
+(:mod:`devtools.class_archive`). ``make test`` builds it beside the rest of the set-up; run
+directly, the tiers build it beside their first minutes when this checkout has none for its JDK
+and jars yet, and JVMs started before it is there start without it.
 """
 
 from __future__ import annotations

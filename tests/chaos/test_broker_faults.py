@@ -50,7 +50,7 @@ def test_broker_restarts_and_hard_kills_during_ingest(
     ledger: Ledger,
     rng: random.Random,
 ) -> None:
-    plan = ["restart"] * sized(ci=2, long=6) + ["hard-kill"] * sized(ci=1, long=4)
+    plan = ["restart"] * sized(ci=1, long=6) + ["hard-kill"] * sized(ci=1, long=4)
     rng.shuffle(plan)
     broker = broker_factory(persistence=True)
     proxy: FaultProxy = proxy_to(broker)

@@ -63,7 +63,7 @@ def test_drivers_killed_and_restarted_on_new_nodes_lose_nothing_with_the_wal_on_
     tally: Tally,
     rng: random.Random,
 ) -> None:
-    kills = sized(ci=3, long=10)
+    kills = sized(ci=2, long=10)
     broker = broker_factory()
     client_id = unique_id("failover-")
     create_session(broker.url, client_id, TOPIC, 2)

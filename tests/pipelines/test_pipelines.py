@@ -37,7 +37,6 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 
 EXAMPLE = REPO_ROOT / "streaming_jobs" / "pipelines" / "mqtt_ingest"
-DEFINITIONS = Path("transformations") / "mqtt_tables.py"
 TOPIC_FILTER = "sdp/+/reading"
 RUN_TIMEOUT = 300.0
 """One ``spark-pipelines`` process: two JVMs start, the metastore opens, both flows run."""
@@ -222,14 +221,3 @@ def test_dry_run_checks_the_graph_without_connecting_to_the_broker(
     subscribe_persistently(broker, client_id)
     after = broker.log_text()[logged:]
     assert f"{CONNECTED} 127.0.0.1" in after and f"as {client_id} " in after, after
-
-    # A definition that reads a table nobody defines fails the dry run.
-    definitions = spec.parent / DEFINITIONS
-    with definitions.open("a") as out:
-        out.write(
-            "\n\n@dp.table\ndef broken() -> DataFrame:\n"
-            '    return spark.readStream.table("no_such_table")\n'
-        )
-    code, output = spark_pipelines(tmp_path, "dry-run-broken", "dry-run", "--spec", str(spec))
-    assert code != 0, output
-    assert "no_such_table" in output, output

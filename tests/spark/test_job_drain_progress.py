@@ -1,7 +1,7 @@
 """``--trigger available-now`` shows its drain's progress towards the frozen target: with
 ``--progress always`` a line on stderr (a pipe here) rewritten with ``\\r``, batch by batch, that
 ends at 100% of the messages queued for the job's session; with the default (``auto``) nothing
-of it on a pipe, and the log has the final line either way.
+of it on a pipe, and the log has the final line either way. The run's end sends DISCONNECT.
 
 Messages are queued for the job's persistent session before it starts
 (:func:`tests.support.publishing.queue_for_session`), so each run drains a known number, in
@@ -21,9 +21,10 @@ from tests.support.brokers import BrokerFactory, MosquittoBroker
 from tests.support.ids import unique_id
 from tests.support.ingest_job import EXIT_TIMEOUT, INGEST, START_TIMEOUT, Job, job_env
 from tests.support.publishing import numbered, publish, queue_for_session
+from tests.support.waiting import wait_disconnected
 
 TOPIC = "drain/t"
-FIRST, SECOND = 300, 90
+FIRST, SECOND = 150, 90
 """Messages queued before the first run and before the second."""
 PER_BATCH = 30
 RUN_TIMEOUT = START_TIMEOUT + EXIT_TIMEOUT
@@ -80,9 +81,9 @@ def test_an_available_now_run_shows_its_progress_towards_the_target(
     assert [done for done, _ in counts] == sorted(done for done, _ in counts), detail
     assert all(done % PER_BATCH == 0 for done, _ in counts), detail  # whole batches
     ends = [m for m in map(DRAINED.match, segments) if m]
-    assert [(m[1], m[2], m[3]) for m in ends] == [("300", "300", "100.0")], detail
+    assert [(m[1], m[2], m[3]) for m in ends] == [(str(FIRST), str(FIRST), "100.0")], detail
     assert err.index(ends[0].string) > err.rindex("draining: "), "the line ends at 100%"
-    assert re.search(r" INFO drained: 300 / 300 messages \(100\.0%\) in ", out), detail
+    assert re.search(rf" INFO drained: {FIRST} / {FIRST} messages \(100\.0%\) in ", out), detail
     assert delta_row_count(tmp_path / "table") == FIRST
 
     # The default, on a pipe: no terminal line, the log has the drain.
@@ -90,5 +91,6 @@ def test_an_available_now_run_shows_its_progress_towards_the_target(
     out, err = _drain(broker, tmp_path, client_id)
     detail = f"--- stdout\n{out}\n--- stderr\n{err!r}"
     assert "\r" not in err and "draining:" not in err and "drained:" not in err, detail
-    assert re.search(r" INFO drained: 90 / 90 messages \(100\.0%\) in ", out), detail
+    assert re.search(rf" INFO drained: {SECOND} / {SECOND} messages \(100\.0%\) in ", out), detail
     assert delta_row_count(tmp_path / "table") == FIRST + SECOND
+    wait_disconnected(broker, [client_id])  # the end of the run sends DISCONNECT

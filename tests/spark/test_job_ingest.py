@@ -27,7 +27,7 @@ from streaming_jobs import payloads
 from tests.support.brokers import BrokerFactory
 from tests.support.ingest_job import LAND_TIMEOUT, TRIGGER, Job, batch_files, run_job, spark_submit
 from tests.support.publishing import Message, as_messages, publish
-from tests.support.waiting import wait_subscribed
+from tests.support.waiting import wait_disconnected, wait_subscribed
 
 SCHEMA = "seq BIGINT NOT NULL, temp DOUBLE, status STRING"
 BAD_JSON: dict[bytes, str] = {
@@ -175,6 +175,7 @@ def test_text_payloads_with_toml_config_and_sigterm_during_a_batch(
         in_flight = max(batch_files(checkpoint, "offsets"))
         assert in_flight not in batch_files(checkpoint, "commits"), "meant to land mid-batch"
         assert job.terminate() == 0, job.logs()
+        wait_disconnected(broker, [client_id])  # the receiver's DISCONNECT, not a dropped socket
     finally:
         job.cleanup()
 

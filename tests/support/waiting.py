@@ -1,5 +1,6 @@
 """Condition waits with a deadline, for tests that must not sleep and hope: any condition
-(:func:`wait_until`), and a client's subscription in a broker's log (:func:`wait_subscribed`)."""
+(:func:`wait_until`), and a client's subscription or DISCONNECT in a broker's log
+(:func:`wait_subscribed`, :func:`wait_disconnected`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ T = TypeVar("T")
 
 SUBSCRIBE_TIMEOUT = 90.0
 """Deadline for a query's receiver to subscribe (starting the query's Python runner)."""
+DISCONNECT_TIMEOUT = 30.0
+"""The runner (or a receiver process) stops its receivers after Spark has moved on."""
 
 
 def wait_until(
@@ -70,3 +73,22 @@ def wait_subscribed(
         lambda: line in broker.log_text() and INGESTING in job.stdout,
         START_TIMEOUT,
     )
+
+
+def wait_disconnected(broker: BrokerProcess, ids: list[str]) -> None:
+    """Wait until Mosquitto logged a DISCONNECT of every client in ``ids`` (``Client <id>
+    disconnected.``); none closed its connection without one (``closed its connection.`` or a
+    socket error)."""
+
+    def lines() -> list[str]:
+        return [line for line in broker.log_text().splitlines() if any(i in line for i in ids)]
+
+    wait_until(
+        lambda: all(f"Client {i} disconnected." in broker.log_text() for i in ids),
+        DISCONNECT_TIMEOUT,
+        message=lambda: "no DISCONNECT from every receiver; broker log:\n" + "\n".join(lines()),
+    )
+    text = broker.log_text()
+    for client in ids:
+        assert f"Client {client} closed its connection." not in text
+        assert f"Socket error on client {client}," not in text
