@@ -82,3 +82,15 @@ def test_the_section_renders_every_job() -> None:
     data["goals"] = goals(data)
     text = "\n".join(section(data, Charts(None)))
     assert "| none |" in text and "| default |" in text and "OPTIMIZEd copy" in text
+
+
+def test_a_run_of_one_job_has_a_chart_and_a_batch_count_of_its_own() -> None:
+    data = result(files=20, amplification=2.5)
+    data["jobs"] = {"default": data["jobs"]["default"]}
+    data["goals"] = goals(data)
+    text = "\n".join(section(data, Charts(None)))
+    assert text.startswith("One ingest job (default) alone for 5.0 minutes")
+    assert "| default |" in text and "| none |" not in text
+    assert "Batches: 50, fewer than the 10,000" in text and "a batch took 6.00 s" in text
+    data["jobs"]["default"]["samples"][-1]["batches"] = 12_000
+    assert "Batches: 12,000, at least the 10,000" in "\n".join(section(data, Charts(None)))
