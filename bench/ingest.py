@@ -28,6 +28,7 @@ from .render import (
     Charts,
     Lines,
     clock_notes,
+    cpu_components_table,
     cpu_share_note,
     goals_table,
     num,
@@ -665,6 +666,8 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         *ratios_table(data.get("ratios")),
         "",
         *goals_table(data.get("goal")),
+        "",
+        *cpu_components_table(data),
     ]
     shared = cpu_share_note(data, "during the run")
     return [*out, "", *shared] if shared else out
