@@ -22,7 +22,14 @@ from pyspark.sql.types import StructType
 from connector.spark.writer.sink import QUERY_ID_PROPERTY
 
 from .delta_append import DeltaAppender
-from .payloads import REASON, PayloadPlan, dead_letter_rows, decode, event_rows, table_rows
+from .payloads import (
+    PayloadPlan,
+    dead_letter_rows,
+    decode,
+    event_rows,
+    row_counts,
+    table_rows,
+)
 from .progress import BatchStats, RunStats
 from .stop_interruption import stop_interruption
 from .table_maintenance import TableMaintenance
@@ -162,17 +169,8 @@ class BatchWriter:
             frame,
             "metrics",
             lambda: [
-                F.count(F.lit(1)).alias("rows"),
-                F.count(F.col(REASON)).alias("unparsed"),
+                *row_counts(self.plan),
                 F.max(F.unix_micros(F.col("timestamp"))).alias("newest"),
-                *(
-                    [
-                        F.count_if(F.col("event")).alias("events"),
-                        F.count(F.col("metric_index")).alias("metrics"),
-                    ]
-                    if self.plan.sparkplug
-                    else []
-                ),
             ],
         )
 

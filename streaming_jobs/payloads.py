@@ -426,6 +426,18 @@ def _table_columns(plan: PayloadPlan) -> list[Column]:
     return out
 
 
+def row_counts(plan: PayloadPlan) -> list[Column]:
+    """Aggregates of a batch's decoded rows: ``rows``, ``unparsed`` (a reason set), and with
+    Sparkplug ``metrics`` (rows of a metric) and ``events`` (births, deaths, STATE)."""
+    counts = [F.count(F.lit(1)).alias("rows"), F.count(F.col(REASON)).alias("unparsed")]
+    if plan.sparkplug:
+        counts += [
+            F.count(F.col("metric_index")).alias("metrics"),
+            F.count_if(F.col("event")).alias("events"),
+        ]
+    return counts
+
+
 def event_rows(decoded: DataFrame) -> DataFrame:
     """The rows for ``--events-table`` (Sparkplug): one per birth, death and STATE message."""
     return decoded.where(F.col("event")).select(*SPARKPLUG_EVENT_COLUMNS)

@@ -34,6 +34,7 @@ from .payloads import (
     dead_letter_rows,
     decode,
     event_rows,
+    row_counts,
     table_rows,
 )
 from .progress import RunStats
@@ -279,15 +280,9 @@ class RoutedBatchWriter(BatchWriter):
         """Of one table's decoded rows: (rows that did not parse, rows for the table, events).
         A Sparkplug table takes a row per metric, and the undecodable messages when it has no
         dead-letter table."""
-        aggregates = [F.count(F.col(REASON)).alias("bad"), F.count(F.lit(1)).alias("rows")]
-        if target.plan.sparkplug:
-            aggregates += [
-                F.count(F.col("metric_index")).alias("metrics"),
-                F.count_if(F.col("event")).alias("events"),
-            ]
-        counts = decoded.agg(*aggregates).first()
+        counts = decoded.agg(*row_counts(target.plan)).first()
         assert counts is not None
-        bad = int(counts["bad"])
+        bad = int(counts["unparsed"])
         if not target.plan.sparkplug:
             return bad, int(counts["rows"]) - (bad if target.dead_letter_table else 0), 0
         kept = int(counts["metrics"]) + (0 if target.dead_letter_table else bad)
