@@ -85,6 +85,9 @@ NOISE = (
     "org.apache.spark.util.SparkStringUtils",
     # a WARN at each compaction: maintenance's pool has no allocation file (it needs none)
     "org.apache.spark.scheduler.FairSchedulableBuilder",
+    # a WARN at every batch that takes longer than the trigger: the job's own batch line
+    # says how long each batch took, and a log of months must not grow twice per batch
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
 )
 
 
