@@ -668,15 +668,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 done, 1 failed at run time, 2 bad usage)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(arg in ("-h", "--help") for arg in argv):
-        build_parser().print_help()
-        return 0
+        return _print(build_parser().format_help())
     try:
         config, print_config = parse_config(argv)
     except UsageError as exc:
         return _fail(f"{exc} (see --help)", 2)
     if print_config:
-        print(describe(config))
-        return 0
+        return _print(describe(config) + "\n")
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=config.log_level, handlers=[handler], force=True)
@@ -698,6 +696,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # Spark, Py4J, Delta: one line, details at DEBUG
         log.debug("failure", exc_info=True)
         return _fail(root_cause(exc), 1)
+
+
+def _print(text: str) -> int:
+    """Write ``text`` to stdout; a reader that closed the pipe early (``| head``) is no
+    error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that says nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 def _fail(message: str, status: int) -> int:

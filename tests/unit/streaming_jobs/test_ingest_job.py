@@ -287,3 +287,27 @@ def test_run_stats_keep_totals_of_every_batch_and_only_recent_batches() -> None:
     assert latest is not None and (latest.batch_id, latest.rows) == (count - 1, 5)
     assert stats.get(0) is None and stats.get(count - RECENT_BATCHES) is not None
     assert len(stats._recent) == RECENT_BATCHES
+
+
+PRINT_CONFIG = ["--broker", "tcp://127.0.0.1:1", "--topic", "t/#", "--table", "t", "--checkpoint",
+                "c", "--print-config"]  # fmt: skip
+
+
+@pytest.mark.parametrize("flags", [["--help"], PRINT_CONFIG], ids=["help", "print-config"])
+def test_a_reader_that_closes_the_pipe_early_is_no_error(flags: list[str]) -> None:
+    """``ingest.py --help | head -1``, the reader gone before the job writes: exit 0 and
+    nothing on stderr, not a BrokenPipeError."""
+    import subprocess
+    import sys
+
+    from devtools import REPO_ROOT
+
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "streaming_jobs" / "ingest.py"), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the interpreter has even imported the job
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""
