@@ -28,7 +28,7 @@ from typing import Any
 
 from connector.wal import DEFAULT_SEGMENT_MAX_BYTES
 from devtools.delta_log import file_rows, read_commit
-from devtools.demo.job import INGEST_SCRIPT, IngestJob
+from devtools.demo.job import INGEST_SCRIPT, LONG_SUBMIT_ARGS, IngestJob
 from devtools.disk_usage import tree_size
 from devtools.process_tree import process_figures
 from streaming_jobs.compaction_policy import DEFAULT_SMALL_FILES, DEFAULT_TARGET_BYTES
@@ -256,7 +256,9 @@ def measure(args: Any) -> dict[str, Any]:
             base = work / name
             base.mkdir()
             common.create_session(broker.url, f"week-{name}", TOPIC_FILTER, 1)
-            job = IngestJob(job_command(name, base, broker.url, args), base / "job.log")
+            job = IngestJob(
+                job_command(name, base, broker.url, args), base / "job.log", LONG_SUBMIT_ARGS
+            )
             job.start()
             jobs.append(RunningJob(name, base, job, LogTally(base / "table")))
         pubs = publishers(broker.url, args)

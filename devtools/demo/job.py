@@ -40,6 +40,11 @@ JOB_SUBMIT_ARGS = (
     "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false "
     "--conf spark.ui.showConsoleProgress=false pyspark-shell"
 )
+LONG_SUBMIT_ARGS = (
+    "--conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false pyspark-shell"
+)
+"""For a run of an hour or more: both JIT compilers, as the job runs in production (C1 alone
+starts quicker but leaves hot code slower for the whole run)."""
 PROGRESS_RE = re.compile(r" INFO (batch \d+: .*)$")
 READY = "the broker now queues for this job"
 """The job's line once its persistent session exists: the publishers start at it."""
@@ -54,15 +59,19 @@ class IngestJob:
     time, including the process group PySpark's worker daemon makes for itself.
     """
 
-    def __init__(self, command: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self, command: Sequence[str], log_path: Path, submit_args: str = JOB_SUBMIT_ARGS
+    ) -> None:
         self.command = list(command)
         self.log_path = log_path
+        self.submit_args = submit_args
+        """``PYSPARK_SUBMIT_ARGS`` unless the environment sets it."""
         self.proc: subprocess.Popen[bytes] | None = None
         self._read_up_to = 0
 
     def start(self) -> None:
         env = dict(os.environ)
-        env.setdefault("PYSPARK_SUBMIT_ARGS", JOB_SUBMIT_ARGS)
+        env.setdefault("PYSPARK_SUBMIT_ARGS", self.submit_args)
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.command,
