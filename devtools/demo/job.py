@@ -35,16 +35,13 @@ JOB_STOP_TIMEOUT = 90.0
 """SIGTERM lets the job finish the batch in flight (its ``--stop-timeout`` is 60 s)."""
 ABORT_STOP_TIMEOUT = 20.0
 """When the demo fails or is interrupted: how long the job gets before it is killed."""
-# A quicker JVM start for the job's short run: the C1 compiler only, no web UI.
-JOB_SUBMIT_ARGS = (
-    "--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.ui.enabled=false "
-    "--conf spark.ui.showConsoleProgress=false pyspark-shell"
-)
 LONG_SUBMIT_ARGS = (
     "--conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false pyspark-shell"
 )
-"""For a run of an hour or more: both JIT compilers, as the job runs in production (C1 alone
-starts quicker but leaves hot code slower for the whole run)."""
+"""For a run of an hour or more: no web UI, both JIT compilers, as the job runs in production
+(C1 alone starts quicker but leaves hot code slower for the whole run)."""
+JOB_SUBMIT_ARGS = f"--driver-java-options -XX:TieredStopAtLevel=1 {LONG_SUBMIT_ARGS}"
+"""A quicker JVM start for the job's short run: the C1 compiler only."""
 PROGRESS_RE = re.compile(r" INFO (batch \d+: .*)$")
 READY = "the broker now queues for this job"
 """The job's line once its persistent session exists: the publishers start at it."""
