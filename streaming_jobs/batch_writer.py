@@ -45,6 +45,17 @@ writes a checkpoint every ``delta_append.CHECKPOINT_EVERY`` versions in the back
 DEFAULT_INTERVAL_KEY = "spark.databricks.delta.properties.defaults.checkpointInterval"
 """The session setting that gives new Delta tables their ``delta.checkpointInterval``."""
 
+CREATED_TABLE_LOG_RETENTION_HOURS = 168.0
+"""``delta.logRetentionDuration`` of the tables the job creates, in hours (decision 45): the
+history time travel and a downstream ``readStream`` can reach, as long as Delta's default
+``delta.deletedFileRetentionDuration`` (7 days; Delta refuses a log retention shorter than
+that), beyond which ``VACUUM`` has deleted the files older versions name. Delta's own default
+(30 days) keeps some 2.6 million commits at the default 1 s trigger for every reader to list."""
+
+
+DEFAULT_LOG_RETENTION_KEY = "spark.databricks.delta.properties.defaults.logRetentionDuration"
+"""The session setting that gives new Delta tables their ``delta.logRetentionDuration``."""
+
 
 class BatchWriter:
     """The ``foreachBatch`` function of the ingest job."""
@@ -94,6 +105,7 @@ class BatchWriter:
         spark: SparkSession,
         source_schema: StructType | str,
         checkpoint_interval: int | None = None,
+        log_retention_hours: float | None = None,
     ) -> list[str]:
         """Create the tables this writer fills, empty and with the columns and partitioning its
         batches will have, unless they exist; returns the paths created. The job calls it
@@ -101,11 +113,9 @@ class BatchWriter:
         and the first batch commits to an existing table (a direct commit, decision 17)
         instead of creating it through Delta's writer.
 
-        New tables get ``delta.checkpointInterval`` ``checkpoint_interval``; by default the
-        session's default for new Delta tables when it sets one, else
-        :data:`CREATED_TABLE_CHECKPOINT_INTERVAL`. Existing tables keep theirs, and so does a
-        table another application creates at the same moment."""
-        interval = created_table_interval(spark, checkpoint_interval)
+        New tables get the properties of :func:`created_table_properties`. Existing tables
+        keep theirs, and so does a table another application creates at the same moment."""
+        properties = created_table_properties(spark, checkpoint_interval, log_retention_hours)
         decoded = decode(spark.createDataFrame([], source_schema), self.plan)
         plan = self.plan
         targets = [(self.table, table_rows(decoded, plan), plan.partition_by, plan.cluster_by)]
@@ -113,12 +123,12 @@ class BatchWriter:
             targets.append((self.dead_letter_table, dead_letter_rows(decoded, plan), (), ()))
         if self.events_table is not None:
             targets.append((self.events_table, event_rows(decoded), (), ()))
-        return self._create_missing(targets, interval)
+        return self._create_missing(targets, properties)
 
     def _create_missing(
         self,
         targets: list[tuple[str, DataFrame, tuple[str, ...], tuple[str, ...]]],
-        interval: int | None,
+        properties: dict[str, str],
     ) -> list[str]:
         """Create each (path, rows, partition_by, cluster_by) table that does not exist; the
         paths created."""
@@ -127,7 +137,7 @@ class BatchWriter:
             if self._table_exists(rows, path):
                 continue
             try:
-                _create(rows, path, interval, partition_by, cluster_by)
+                _create(rows, path, properties, partition_by, cluster_by)
             except Exception:
                 # Another application created it first (two jobs on one table, started
                 # together): Delta refuses the second table creation, and the table is there.
@@ -301,10 +311,37 @@ def created_table_interval(spark: SparkSession, requested: int | None) -> int | 
     return CREATED_TABLE_CHECKPOINT_INTERVAL
 
 
+def created_table_properties(
+    spark: SparkSession, checkpoint_interval: int | None, log_retention_hours: float | None
+) -> dict[str, str]:
+    """The Delta table properties of a table the job creates: ``delta.checkpointInterval``
+    (:func:`created_table_interval`) and ``delta.logRetentionDuration``, ``log_retention_hours``
+    if given, else the session's default for new tables when it sets one, else
+    :data:`CREATED_TABLE_LOG_RETENTION_HOURS`. A log retention below that also sets
+    ``delta.deletedFileRetentionDuration`` to the same (Delta refuses a log retention shorter
+    than it), so ``VACUUM`` may then delete replaced files that soon. A property left out takes
+    Delta's default."""
+    properties = {}
+    interval = created_table_interval(spark, checkpoint_interval)
+    if interval is not None:
+        properties["delta.checkpointInterval"] = str(interval)
+    hours = log_retention_hours
+    if hours is None and spark.conf.get(DEFAULT_LOG_RETENTION_KEY, None) is None:
+        hours = CREATED_TABLE_LOG_RETENTION_HOURS
+    if hours is not None:
+        if hours <= 0:
+            raise ValueError(f"a log retention must be more than 0 hours, got {hours}")
+        retention = f"interval {max(1, round(hours * 3600))} seconds"
+        properties["delta.logRetentionDuration"] = retention
+        if hours < CREATED_TABLE_LOG_RETENTION_HOURS:  # Delta's rule: files kept no longer
+            properties["delta.deletedFileRetentionDuration"] = retention
+    return properties
+
+
 def _create(
     rows: DataFrame,
     path: str,
-    interval: int | None,
+    properties: dict[str, str],
     partition_by: tuple[str, ...],
     cluster_by: tuple[str, ...],
 ) -> None:
@@ -316,13 +353,11 @@ def _create(
 
         builder = DeltaTable.createIfNotExists(rows.sparkSession).location(path)
         builder = builder.addColumns(rows.schema).clusterBy(*cluster_by)
-        if interval is not None:
-            builder = builder.property("delta.checkpointInterval", str(interval))
+        for key, value in properties.items():
+            builder = builder.property(key, value)
         builder.execute()
         return
-    writer = rows.write.format("delta").mode("append")
-    if interval is not None:
-        writer = writer.option("delta.checkpointInterval", str(interval))
+    writer = rows.write.format("delta").mode("append").options(**properties)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(path)

@@ -23,7 +23,21 @@ the table at that version. Without a checksum or without the list, the lookup co
 snapshot's state as Delta's own ``txnVersion`` does.
 
 The commit itself goes through Delta's transaction API (``DeltaLog.startTransaction``,
-``writeFiles``, ``commit``), as Delta's streaming sink does. It is taken only when the batch's
+``writeFiles``, ``commit``), as Delta's streaming sink does, with one difference (decision 44):
+the transaction starts from the table's snapshot as this JVM last saw it
+(``unsafeVolatileSnapshot``: every commit made in this JVM, the job's own and compaction's,
+updates it) instead of asking Delta to update it first, once a look at that version's commit
+file shows the log is still there (a table deleted under the job is updated and found gone,
+as before). A snapshot made after a commit keeps the log segment it was made from, so the
+commits it replays would grow with every batch; the first commit after each background
+checkpoint therefore updates the snapshot (one listing in every ``CHECKPOINT_EVERY`` commits,
+measured: without it batches slowed by half within minutes). That update lists the whole
+``_delta_log`` directory on local, HDFS and (by default) object storage, so every batch cost
+more as the log grew. A commit made elsewhere since is caught by Delta's optimistic
+concurrency as for any two writers: the commit finds its version taken, checks the winning
+commits for conflicts (a blind append with ``SetTransaction`` conflicts only with a change of
+metadata or protocol, or another ``SetTransaction`` of its app id) and commits at the next
+version. It is taken only when the batch's
 columns are the table's columns (names and types) and the partitioning is the table's; a new
 table, schema evolution or a different layout go through Delta's writer with ``txnAppId`` /
 ``txnVersion``. If this Delta build lacks the calls used here, every write goes through Delta's
@@ -31,7 +45,9 @@ writer (``direct`` is False), which is correct and slower.
 
 Direct commits leave Delta's periodic checkpoint to a background thread
 (:mod:`.delta_checkpoints`) instead of writing it inside the commit; :meth:`DeltaAppender.close`
-waits for a checkpoint still being written. Delta still computes the table's full state inside
+waits for a checkpoint still being written. That thread also removes the log files older than
+the table's ``delta.logRetentionDuration`` when :class:`.LogCleanups` says so, at Delta's minute
+granularity. Delta still computes the table's full state inside
 every ``delta.checkpointInterval``-th commit (its commit statistics), so a table may be given a
 long interval (say 1000) to keep that out of the stream: the appender then checkpoints every
 :data:`CHECKPOINT_EVERY` versions in the background all the same.
@@ -49,7 +65,7 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from .delta_checkpoints import Checkpointer, first_line
+from .delta_checkpoints import Checkpointer, LogCleanups, first_line
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +110,10 @@ class _DeltaJvm:
         self.write = getattr(delta, "DeltaOperations$Write")
         self.append_mode = jvm.org.apache.spark.sql.SaveMode.Append
         self.set_transaction = delta.actions.SetTransaction
+        self.file_names = getattr(getattr(delta.util, "FileNames$"), "MODULE$")
         self._checkpoint_hook: Any = None
+        self._checkpoint_info: Any = None
+        self._minute: Any = None
 
     @property
     def checkpoint_hook(self) -> Any:
@@ -102,6 +121,20 @@ class _DeltaJvm:
             hook_class = getattr(self.delta.hooks, "CheckpointHook$")
             self._checkpoint_hook = getattr(hook_class, "MODULE$")
         return self._checkpoint_hook
+
+    @property
+    def checkpoint_info(self) -> Any:
+        if self._checkpoint_info is None:
+            self._checkpoint_info = getattr(getattr(self.delta, "LastCheckpointInfo$"), "MODULE$")
+        return self._checkpoint_info
+
+    @property
+    def minute(self) -> Any:
+        """Delta's ``TruncationGranularity.MINUTE``: the log cleanup's cutoff to the minute."""
+        if self._minute is None:
+            granularity = getattr(getattr(self.delta, "TruncationGranularity$"), "MODULE$")
+            self._minute = granularity.MINUTE()
+        return self._minute
 
 
 def _checksum_version(snapshot: Any, app: str, collections: Any) -> int | None:
@@ -142,8 +175,16 @@ class DeltaAppender:
         self.background_checkpoints = True
         """Whether direct commits leave Delta's checkpoints to :attr:`checkpoints`."""
         self.checkpoints = Checkpointer()
+        self.log_cleanups = LogCleanups()
+        self.split_checkpoints = True
+        """False once this Delta build lacked the calls that write a checkpoint without
+        Delta's log cleanup (then ``DeltaLog.checkpoint`` writes it and cleans as Delta does)."""
         self._checkpointed: dict[str, int] = {}
         """Per table, the newest version handed to :attr:`checkpoints`."""
+        self._checkpoints_written: dict[str, int] = {}
+        """Per table, the newest version :attr:`checkpoints` wrote."""
+        self.refreshes = 0
+        """Snapshots read anew after a background checkpoint (a listing of the log each)."""
         self._known: dict[str, _Known] = {}
         self._classes: _DeltaJvm | None = None
 
@@ -254,7 +295,12 @@ class DeltaAppender:
         from the batch's."""
         spark = rows.sparkSession
         classes = self._jvm(spark)
-        txn = classes.delta_log.forTable(spark._jsparkSession, path).startTransaction()
+        delta_log = classes.delta_log.forTable(spark._jsparkSession, path)
+        snapshot = self._start_snapshot(delta_log, path, classes)
+        if snapshot is not None:
+            txn = delta_log.startTransaction(classes.none, classes.option.apply(snapshot))
+        else:
+            txn = delta_log.startTransaction()
         if txn.snapshot().version() < 0:
             return False
         metadata = txn.metadata()
@@ -275,8 +321,31 @@ class DeltaAppender:
         deferred = self._defer_checkpoint(txn, classes)
         txn.commit(files.prepended(set_txn), operation)
         if deferred:
-            self._checkpoint_later(txn, path, classes.none)
+            self._checkpoint_later(txn, path, classes)
         return True
+
+    def _start_snapshot(self, delta_log: Any, path: str, classes: _DeltaJvm) -> Any | None:
+        """The snapshot a direct commit starts from (module docstring): the JVM's own; read
+        anew once after each background checkpoint of the table, so that its log segment (the
+        commits a reader of the snapshot replays) starts at that checkpoint instead of growing
+        with every commit; None (Delta updates it) when the table has no version here or the
+        snapshot's commit file is gone."""
+        snapshot = delta_log.unsafeVolatileSnapshot()
+        if snapshot.version() < 0:
+            return None
+        written = self._checkpoints_written.get(path, -1)
+        if written > int(snapshot.logSegment().checkpointProvider().version()):
+            self.refreshes += 1
+            return delta_log.update(False, classes.none, classes.none)
+        return snapshot if self._commit_file_exists(delta_log, snapshot, classes) else None
+
+    @staticmethod
+    def _commit_file_exists(delta_log: Any, snapshot: Any, classes: _DeltaJvm) -> bool:
+        """Whether the commit file of ``snapshot``'s version is in the table's log: one look
+        at one file, where an update of the snapshot lists the whole log."""
+        log_path = delta_log.logPath()
+        commit = classes.file_names.unsafeDeltaFile(log_path, snapshot.version())
+        return bool(log_path.getFileSystem(delta_log.newDeltaHadoopConf()).exists(commit))
 
     def _defer_checkpoint(self, txn: Any, classes: _DeltaJvm) -> bool:
         """Take Delta's checkpoint hook out of ``txn`` (:mod:`.delta_checkpoints`); False when
@@ -294,7 +363,7 @@ class DeltaAppender:
             self._inline_checkpoints(exc)
             return False
 
-    def _checkpoint_later(self, txn: Any, path: str, no_table: Any) -> None:
+    def _checkpoint_later(self, txn: Any, path: str, classes: _DeltaJvm) -> None:
         """Hand the committed snapshot to the checkpointer when Delta's rule (every
         ``delta.checkpointInterval``-th version) asks for a checkpoint, or, on a table whose
         interval is longer than :data:`CHECKPOINT_EVERY`, when that many versions have passed
@@ -316,7 +385,46 @@ class DeltaAppender:
             self._inline_checkpoints(exc)
             return
         self._checkpointed[path] = version
-        self.checkpoints.request(path, version, lambda: delta_log.checkpoint(snapshot, no_table))
+        self.checkpoints.request(
+            path, version, lambda: self._checkpoint(delta_log, snapshot, path, classes)
+        )
+
+    def _checkpoint(self, delta_log: Any, snapshot: Any, path: str, classes: _DeltaJvm) -> None:
+        """Write ``snapshot``'s checkpoint as ``DeltaLog.checkpoint`` does (its files, then
+        ``_last_checkpoint``), then remove the expired log files when they are due
+        (:mod:`.delta_checkpoints`) and the table allows it (``delta.enableExpiredLogCleanup``)."""
+        none = classes.none
+        if self.split_checkpoints:
+            try:
+                info = delta_log.writeCheckpointFiles(snapshot, none)
+                checksum = classes.checkpoint_info.checksumEnabled(delta_log.spark())
+                delta_log.writeLastCheckpointFile(delta_log, info, checksum)
+                self._written(path, snapshot)
+                metadata = snapshot.metadata()
+                if not delta_log.enableExpiredLogCleanup(metadata):
+                    return
+                retention = int(delta_log.deltaRetentionMillis(metadata)) / 1000
+                if self.log_cleanups.due(path, retention):
+                    began = time.monotonic()
+                    delta_log.cleanUpExpiredLogs(snapshot, none, none, classes.minute)
+                    log.debug("expired log files of %s removed in %.2f s", path,
+                              time.monotonic() - began)  # fmt: skip
+                return
+            except Py4JJavaError:
+                raise
+            except Py4JError as exc:
+                self.split_checkpoints = False
+                log.warning(
+                    "Delta's checkpoint calls are not as expected (%s); checkpoints now clean "
+                    "the log as Delta does, listing all of it each time",
+                    first_line(exc),
+                )
+        delta_log.checkpoint(snapshot, none)
+        self._written(path, snapshot)
+
+    def _written(self, path: str, snapshot: Any) -> None:
+        version = int(snapshot.version())
+        self._checkpoints_written[path] = max(version, self._checkpoints_written.get(path, -1))
 
     def _inline_checkpoints(self, exc: Exception) -> None:
         """Leave Delta's checkpoints inside the commits from now on (a checkpoint only speeds

@@ -8,6 +8,12 @@ removes that hook from its own commits and hands the committed snapshot to a
 :class:`Checkpointer`, which writes the same checkpoint with the same call the hook makes
 (``DeltaLog.checkpoint(snapshot)``) on its own thread while the next batches run.
 
+The checkpoint is written as Delta's ``checkpoint`` call writes it (the checkpoint files, then
+``_last_checkpoint``), but Delta's removal of expired log files, which that call runs after
+every checkpoint, is left to :class:`LogCleanups` (decision 45): it lists the whole
+``_delta_log`` directory, so at every 10th version of a stream it cost as much as the log
+was long.
+
 Rules:
 
 * One thread per checkpointer; it runs only while there is work.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -77,6 +84,33 @@ class Checkpointer:
             return
         self.written += 1
         log.debug("Delta checkpoint of %s at version %d written", path, version)
+
+
+LOG_CLEANUP_EVERY = 600.0
+"""Most seconds between two removals of a table's expired log files (decision 45)."""
+
+
+class LogCleanups:
+    """When each table's expired log files are next removed: at most every
+    :data:`LOG_CLEANUP_EVERY` seconds and every quarter of the table's log retention. Each
+    removal lists the log, about the retention's worth of commits, so the listing's cost per
+    hour stays about the same whatever the retention. Delta deletes up to a checkpoint at the
+    boundary of what expired only, so one removal may delete nothing and a later one catches up."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    def due(self, path: str, retention_seconds: float) -> bool:
+        """Whether ``path``'s log is due for a removal now; True once per interval (and the
+        first time a table is asked about), counting from that answer."""
+        now = self._clock()
+        every = min(LOG_CLEANUP_EVERY, retention_seconds / 4)
+        last = self._last.get(path)
+        if last is not None and now - last < every:
+            return False
+        self._last[path] = now
+        return True
 
 
 def first_line(exc: BaseException) -> str:

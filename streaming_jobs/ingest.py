@@ -567,7 +567,10 @@ def supervise(
     )
     source = reader.load()
     try:
-        for path in writer.create_tables(spark, source.schema, config.table_checkpoint_interval):
+        created = writer.create_tables(
+            spark, source.schema, config.table_checkpoint_interval, config.log_retention
+        )
+        for path in created:
             log.info("created the Delta table %s", path)
     except RouteError as exc:  # a route's catalog or schema that is not there
         raise UsageError(f"--config: {exc}") from None

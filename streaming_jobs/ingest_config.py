@@ -186,6 +186,7 @@ class IngestConfig:
     cluster_by: tuple[str, ...] = ()
     merge_schema: bool = _DEFAULTS["merge_schema"]
     table_checkpoint_interval: int | None = None
+    log_retention: float | None = None
     compaction: str = _DEFAULTS["compaction"]
     target_file_size: int = _DEFAULTS["target_file_size"]
     small_files: int = _DEFAULTS["small_files"]
@@ -586,6 +587,9 @@ def validate(values: Mapping[str, Any]) -> IngestConfig:
     interval = values.get("table_checkpoint_interval")
     if interval is not None and interval < 1:
         raise UsageError("--table-checkpoint-interval must be at least 1")
+    log_retention = values.get("log_retention")
+    if log_retention is not None and not log_retention > 0:
+        raise UsageError("--log-retention must be more than 0 hours")
     try:
         CompactionPolicy(values["target_file_size"], values["small_files"])
     except ValueError as exc:

@@ -317,6 +317,14 @@ FLAGS: tuple[Flag, ...] = (
          "tables keep theirs", type=int, metavar="N",
          shown="`1000`, or the session's "
          "`spark.databricks.delta.properties.defaults.checkpointInterval` when set"),
+    Flag("--log-retention", OUTPUT, "hours of history the Delta log of a table the job "
+         "creates keeps (`delta.logRetentionDuration`): time travel and a downstream "
+         "`readStream` reach that far back; the job removes older log files as it runs "
+         "(docs/operations.md#table-maintenance); existing tables keep theirs. Below 168 the "
+         "table's `delta.deletedFileRetentionDuration` gets the same (Delta keeps no log "
+         "shorter than it), so VACUUM may delete replaced files that soon",
+         type=float, metavar="HOURS", shown="`168`, or the session's "
+         "`spark.databricks.delta.properties.defaults.logRetentionDuration` when set"),
     Flag("--compaction", OUTPUT, "compact the job's tables while it runs: tiered, with "
          "Delta's OPTIMIZE on a background thread (docs/operations.md#table-maintenance)",
          choices=("on", "off"), default="on"),

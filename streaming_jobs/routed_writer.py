@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
-from .batch_writer import BatchWriter, created_table_interval
+from .batch_writer import BatchWriter, created_table_properties
 from .payloads import (
     REASON,
     PayloadPlan,
@@ -112,12 +112,13 @@ class RoutedBatchWriter(BatchWriter):
         spark: SparkSession,
         source_schema: StructType | str,
         checkpoint_interval: int | None = None,
+        log_retention_hours: float | None = None,
     ) -> list[str]:
         """Each route's table and each dead-letter table, unless they exist (as
         :meth:`BatchWriter.create_tables` does for one table)."""
-        interval = created_table_interval(spark, checkpoint_interval)
+        properties = created_table_properties(spark, checkpoint_interval, log_retention_hours)
         source = spark.createDataFrame([], source_schema)
-        created = self._locate_catalog_tables(spark, source, interval)
+        created = self._locate_catalog_tables(spark, source, properties)
         wanted: dict[str, tuple[DataFrame, tuple[str, ...], tuple[str, ...]]] = {}
         for target in self.targets:
             decoded = decode(target.empty_source(spark, source), target.plan)
@@ -132,10 +133,10 @@ class RoutedBatchWriter(BatchWriter):
         if self.unrouted_table:
             wanted.setdefault(self.unrouted_table, (self._unrouted_rows(source), (), ()))
         targets = [(path, *rest) for path, rest in wanted.items()]
-        return created + self._create_missing(targets, interval)
+        return created + self._create_missing(targets, properties)
 
     def _locate_catalog_tables(
-        self, spark: SparkSession, source: DataFrame, interval: int | None
+        self, spark: SparkSession, source: DataFrame, properties: dict[str, str]
     ) -> list[str]:
         """Routes whose table is a catalog name (``main.iot.events``): the table created in the
         catalog unless it is there, and written by its location from then on; the names of
@@ -159,8 +160,8 @@ class RoutedBatchWriter(BatchWriter):
                 builder = builder.clusterBy(*target.plan.cluster_by)
             elif target.plan.partition_by:
                 builder = builder.partitionedBy(*target.plan.partition_by)
-            if interval is not None:
-                builder = builder.property("delta.checkpointInterval", str(interval))
+            for key, value in properties.items():
+                builder = builder.property(key, value)
             builder.execute()
             detail = spark.sql(f"DESCRIBE DETAIL {target.table}").first()
             assert detail is not None

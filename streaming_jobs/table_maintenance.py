@@ -296,14 +296,14 @@ class _BatchListener(StreamingQueryListener):
 
 
 def _snapshot_files(session: SparkSession, path: str) -> tuple[DataFrame, bool]:
-    """The table's live files (Delta's ``AddFile`` actions) at its newest version, and whether
-    the table has liquid clustering."""
+    """The table's live files (Delta's ``AddFile`` actions) at the newest version this JVM saw,
+    and whether the table has liquid clustering. The JVM's snapshot, not a fresh listing of the
+    log (decision 44): the job's commits and compaction's update it, a change made elsewhere
+    only delays a compaction until the next commit here, and ``OPTIMIZE`` reads the table anew."""
     jvm = session._jvm
     assert jvm is not None
-    none = jvm.scala.Option.apply(None)
     delta = jvm.org.apache.spark.sql.delta
-    delta_log = delta.DeltaLog.forTable(session._jsparkSession, path)
-    snapshot = delta_log.update(False, none, none)
+    snapshot = delta.DeltaLog.forTable(session._jsparkSession, path).unsafeVolatileSnapshot()
     clustered = delta.skipping.clustering.ClusteredTableUtils.isSupported(snapshot.protocol())
     return DataFrame(snapshot.allFiles().toDF(), session), bool(clustered)
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -22,17 +26,26 @@ from pyspark.errors import SparkRuntimeException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from devtools.delta_log import Commit, delta_commits, delta_row_count, txn_versions
+from devtools.delta_log import (
+    Commit,
+    delta_commits,
+    delta_row_count,
+    delta_versions,
+    txn_versions,
+)
 from streaming_jobs import delta_append
 from streaming_jobs.batch_writer import (
     CREATED_TABLE_CHECKPOINT_INTERVAL,
+    CREATED_TABLE_LOG_RETENTION_HOURS,
     DEFAULT_INTERVAL_KEY,
+    DEFAULT_LOG_RETENTION_KEY,
     QUERY_ID_PROPERTY,
     BatchWriter,
     created_table_interval,
+    created_table_properties,
 )
 from streaming_jobs.delta_append import RUN_PROPERTY, DeltaAppender, _DeltaJvm
-from streaming_jobs.delta_checkpoints import Checkpointer
+from streaming_jobs.delta_checkpoints import Checkpointer, LogCleanups
 from streaming_jobs.payloads import decode, make_plan, table_rows
 from streaming_jobs.progress import RunStats
 from tests.spark.conftest import APP
@@ -309,8 +322,134 @@ def test_a_clustered_table_takes_batches_directly_and_compaction_clusters_it(
 
 
 def _table_interval(spark: SparkSession, table: Path) -> str | None:
+    return _table_property(spark, table, "delta.checkpointInterval")
+
+
+LOG, FILES = "delta.logRetentionDuration", "delta.deletedFileRetentionDuration"
+DEFAULT_FILES_KEY = f"spark.databricks.delta.properties.defaults.{FILES[len('delta.') :]}"
+
+
+def _table_property(spark: SparkSession, table: Path, key: str) -> str | None:
     properties = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first().properties  # type: ignore[union-attr]
-    return properties.get("delta.checkpointInterval")
+    return properties.get(key)
+
+
+def test_tables_the_job_creates_keep_a_day_of_log_unless_told_otherwise(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Decision 45: created tables get ``delta.logRetentionDuration`` of
+    CREATED_TABLE_LOG_RETENTION_HOURS, or the hours asked for, or (nothing asked) the session's
+    default for new tables; Delta refuses one below the deleted-file retention."""
+    from connector.spark.schema import SCHEMA_DDL
+
+    plan = make_plan("text", None, dead_letters=True)
+
+    def retention(name: str, hours: float | None = None) -> list[tuple[str | None, ...]]:
+        """The log and deleted-file retentions of a created table and dead-letter table."""
+        table, dead = tmp_path / name, tmp_path / f"{name}-dead"
+        writer = BatchWriter(plan, str(table), str(dead), RunStats())
+        assert writer.create_tables(spark, SCHEMA_DDL, None, hours) == [str(table), str(dead)]
+        return [
+            tuple(_table_property(spark, t, key) for key in (LOG, FILES)) for t in (table, dead)
+        ]
+
+    week = f"interval {round(CREATED_TABLE_LOG_RETENTION_HOURS * 3600)} seconds"
+    assert retention("default") == [(week, None)] * 2  # files: Delta's 7 days
+    assert retention("asked", 200) == [("interval 720000 seconds", None)] * 2
+    spark.conf.set(DEFAULT_LOG_RETENTION_KEY, "interval 10 days")
+    try:
+        assert retention("session") == [("interval 10 days", None)] * 2
+    finally:
+        spark.conf.unset(DEFAULT_LOG_RETENTION_KEY)
+    # Delta's rule, no log shorter than the deleted-file retention: a short log takes it along
+    assert retention("short", 0.5) == [("interval 1800 seconds",) * 2] * 2
+    with pytest.raises(ValueError, match="more than 0 hours"):
+        created_table_properties(spark, None, 0)
+
+
+def test_a_commit_made_elsewhere_meanwhile_is_caught_by_deltas_concurrency_control(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    """Decision 44: the appender starts its transaction from this JVM's snapshot without
+    listing the log; a commit another process made since (here delta-rs) is not lost, and the
+    batch lands once, at the next version."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    table = tmp_path / "t"
+    appender = appended(spark, table, 3)  # versions 0 .. 2
+    outside = pa.table({"seq": pa.array([900, 901], pa.int64()), "tag": ["x", "x"]})
+    write_deltalake(str(table), outside, mode="append")  # version 3, unseen by this JVM
+    assert write(appender, rows(spark, 3), table, 3)
+    assert write(appender, rows(spark, 4), table, 4)
+    assert (appender.direct_commits, appender.lookups) == (4, 1)
+
+    assert txn_versions(table) == [0, 1, 2, 3, 4]
+    tags = Counter(r.tag for r in spark.read.format("delta").load(str(table)).collect())
+    assert tags == {"b0": 3, "b1": 3, "b2": 3, "x": 2, "b3": 3, "b4": 3}
+    assert not write(DeltaAppender(), rows(spark, 4), table, 4)  # still known as written
+
+
+def test_a_table_deleted_under_the_appender_is_created_anew_not_continued(
+    spark: SparkSession, run: str, tmp_path: Path
+) -> None:
+    """The JVM's snapshot is used only while its commit file is in the log: a deleted table's
+    next batch creates it again (Delta's writer), readable from version 0."""
+    table = tmp_path / "t"
+    appender = appended(spark, table, 3)
+    shutil.rmtree(table)
+    assert write(appender, rows(spark, 3), table, 3)
+    assert delta_versions(table) == [0] and appender.writer_commits == 2
+    tags = Counter(r.tag for r in spark.read.format("delta").load(str(table)).collect())
+    assert tags == {"b3": 3}
+
+
+def test_the_background_checkpoints_remove_expired_log_files(
+    spark: SparkSession, run: str, tmp_path: Path, checkpoint_every_1000: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Decision 45: after a checkpoint, when due, the log files older than the table's
+    ``delta.logRetentionDuration`` (to the minute) are removed as far as Delta's rule allows
+    (up to a checkpoint at the boundary: here version 3); the table reads the same."""
+    monkeypatch.setattr(delta_append, "CHECKPOINT_EVERY", 3)
+    spark.conf.set(DEFAULT_LOG_RETENTION_KEY, "interval 1 minutes")
+    spark.conf.set(DEFAULT_FILES_KEY, "interval 1 minutes")
+    now = [0.0]
+    table = tmp_path / "t"
+    log_dir = table / "_delta_log"
+    try:
+        appender = DeltaAppender()
+        appender.log_cleanups = LogCleanups(clock=lambda: now[0])
+        for batch in range(4):  # versions 0 .. 3; the checkpoint at 3 cleans (nothing is old)
+            assert write(appender, rows(spark, batch), table, batch)
+            assert appender.close(120)
+        assert delta_versions(table) == [0, 1, 2, 3]
+        hour_ago = time.time() - 3600
+        for path in log_dir.iterdir():  # versions 0 .. 2 are an hour old, 3 (a checkpoint) not
+            version = path.name.lstrip(".")[:20]
+            if version.isdigit() and int(version) < 3:
+                os.utime(path, (hour_ago, hour_ago))
+        for batch in range(4, 7):  # versions 4 .. 6; checkpoint at 6, cleanup not due yet
+            assert write(appender, rows(spark, batch), table, batch)
+            assert appender.close(120)
+        assert delta_versions(table)[0] == 0
+        now[0] += 60  # a quarter of the retention and more
+        for batch in range(7, 10):  # versions 7 .. 9; checkpoint at 9, cleanup due
+            assert write(appender, rows(spark, batch), table, batch)
+            assert appender.close(120)
+    finally:
+        spark.conf.unset(DEFAULT_LOG_RETENTION_KEY)
+        spark.conf.unset(DEFAULT_FILES_KEY)
+
+    assert delta_versions(table) == list(range(3, 10))  # the hour-old commits are gone
+    assert (appender.checkpoints.written, appender.checkpoints.failed) == (3, 0)
+    assert appender.split_checkpoints
+    fresh = spark.read.format("delta").load(str(table))
+    assert fresh.count() == 30
+    from deltalake import DeltaTable as RustTable
+
+    assert RustTable(str(table)).to_pyarrow_table().num_rows == 30
+    assert delta_txn_version(spark, table) == 9
 
 
 def test_tables_the_job_creates_get_a_long_checkpoint_interval_unless_told_otherwise(
@@ -429,6 +568,14 @@ def checkpoint_versions(table: Path) -> list[int]:
     )
 
 
+def segment_checkpoint(spark: SparkSession, table: Path) -> int:
+    """The checkpoint version the JVM's snapshot of ``table`` starts its log segment from."""
+    jvm = spark._jvm
+    assert jvm is not None
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table))
+    return int(delta_log.unsafeVolatileSnapshot().logSegment().checkpointProvider().version())
+
+
 def test_a_long_interval_still_gets_background_checkpoints(
     spark: SparkSession, run: str, tmp_path: Path, checkpoint_every_1000: None,
     monkeypatch: pytest.MonkeyPatch,
@@ -442,6 +589,9 @@ def test_a_long_interval_still_gets_background_checkpoints(
     assert checkpoint_versions(table) == [3, 6]
     assert (appender.checkpoints.written, appender.checkpoints.failed) == (2, 0)
     assert json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"] == 6
+    # the commit after each checkpoint read the snapshot anew: its log segment starts there
+    assert appender.refreshes == 2
+    assert segment_checkpoint(spark, table) == 6
 
     # a new run counts from the newest checkpoint in the log
     context = spark.sparkContext

@@ -2,7 +2,8 @@
 
 Rules under test: requests return at once; one thread runs the writes; a newer request for a
 table replaces one still waiting; a failed write is logged and counted and later ones still
-run; ``wait`` reports whether everything finished in time.
+run; ``wait`` reports whether everything finished in time. ``LogCleanups`` answers "due" once
+per interval per table: the smaller of ``LOG_CLEANUP_EVERY`` and a quarter of the retention.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from streaming_jobs.delta_checkpoints import Checkpointer
+from streaming_jobs.delta_checkpoints import LOG_CLEANUP_EVERY, Checkpointer, LogCleanups
 
 DEADLINE = 30.0
 
@@ -69,3 +70,27 @@ def test_a_failed_write_is_logged_and_the_next_one_still_runs(
 
 def test_wait_with_nothing_requested_returns_at_once() -> None:
     assert Checkpointer().wait(0)
+
+
+def test_log_cleanups_are_due_once_per_interval_per_table() -> None:
+    now = [1000.0]
+    cleanups = LogCleanups(clock=lambda: now[0])
+    day = 86400.0
+    assert cleanups.due("/a", day)  # the first look at a table
+    assert not cleanups.due("/a", day)
+    assert cleanups.due("/b", day)  # tables count apart
+    now[0] += LOG_CLEANUP_EVERY - 1
+    assert not cleanups.due("/a", day)
+    now[0] += 1
+    assert cleanups.due("/a", day)  # a long retention: every LOG_CLEANUP_EVERY seconds
+    assert not cleanups.due("/a", day)
+
+
+def test_a_short_log_retention_is_cleaned_every_quarter_of_it() -> None:
+    now = [0.0]
+    cleanups = LogCleanups(clock=lambda: now[0])
+    assert cleanups.due("/a", 60.0)
+    now[0] += 14.9
+    assert not cleanups.due("/a", 60.0)
+    now[0] += 0.1
+    assert cleanups.due("/a", 60.0)

@@ -92,6 +92,20 @@ def test_table_checkpoint_interval_from_flag_or_file(tmp_path: Path) -> None:
             parse_config([*BASE, "--table-checkpoint-interval", bad], environ={})
 
 
+def test_log_retention_from_flag_or_file(tmp_path: Path) -> None:
+    config, _ = parse_config(BASE, environ={})
+    assert config.log_retention is None  # the writer picks (decision 45)
+    config, _ = parse_config([*BASE, "--log-retention", "0.5"], environ={})
+    assert config.log_retention == 0.5
+    config_file = tmp_path / "ingest.toml"
+    config_file.write_text("log-retention = 168\n")
+    config, _ = parse_config([*BASE, "--config", str(config_file)], environ={})
+    assert config.log_retention == 168
+    for bad in ("0", "-2", "nan"):
+        with pytest.raises(UsageError, match="--log-retention must be more than 0 hours"):
+            parse_config([*BASE, "--log-retention", bad], environ={})
+
+
 @pytest.mark.parametrize("bad", ["0", "-1"])
 def test_max_messages_per_trigger_is_checked_against_the_option_table(bad: str) -> None:
     """The range is the option's (connector/options/table.py), checked once there: 0 is
