@@ -14,6 +14,7 @@ maintenance"."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import statistics
 import subprocess
@@ -215,6 +216,7 @@ def job_command(name: str, base: Path, broker_url: str, args: Any) -> list[str]:
         "--trigger", f"processing-time={args.trigger_ms} milliseconds",
         "--log-level", "WARNING",
         *CONFIGS[name],
+        *(["--log-retention", str(args.log_retention)] if args.log_retention else []),
     ]  # fmt: skip
 
 
@@ -304,6 +306,7 @@ def measure(args: Any) -> dict[str, Any]:
             "target_bytes": DEFAULT_TARGET_BYTES,
             "small_files": DEFAULT_SMALL_FILES,
             "configs": {n: list(CONFIGS[n]) for n in names},
+            "log_retention_hours": args.log_retention,
         },
         "seconds": round(elapsed, 1),
         "jobs": {
@@ -345,6 +348,18 @@ def growth(samples: Sequence[Mapping[str, Any]], key: str) -> float | None:
     return (last - at_half) / at_half if at_half else None
 
 
+def quarter_rates(samples: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Batches a second in each quarter of the run (by the samples nearest the quarters'
+    ends); [] with too few samples. A rate that falls as the table ages shows here."""
+    if len(samples) < 8:
+        return []
+    marks = [samples[len(samples) * k // 4 - 1] if k else samples[0] for k in range(5)]
+    return [
+        (b["batches"] - a["batches"]) / (b["t"] - a["t"]) if b["t"] > a["t"] else 0.0
+        for a, b in itertools.pairwise(marks)
+    ]
+
+
 def ceiling(ratio: str, target: float, measured: float) -> dict[str, Any]:
     """A goal that ``measured`` stays at or below ``target``."""
     return {"ratio": ratio, "target": f"<= {target}", "measured": round(measured, 3),
@@ -372,10 +387,15 @@ def goals(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             out.append(ceiling(f"{name}: maintenance bytes / ingested bytes", 4.0, amplification))
         wal = max(sample.get("wal_bytes", 0) for sample in job["samples"])
         out.append(ceiling(f"{name}: largest WAL / (a segment + 1 MiB)", 1.0, wal / WAL_BOUND))
-        for key in STORES:
+        log_kept = ("log_files", "log_bytes") if params.get("log_retention_hours") else ()
+        for key in (*STORES, *log_kept):
             grew = growth(job["samples"], key)
             if grew is not None:
                 out.append(ceiling(f"{name}: {key} growth, last half", FLAT_GROWTH, grew))
+        rates = quarter_rates(job["samples"])
+        if rates and rates[1]:
+            out.append(common.goal(f"{name}: batches a second, last quarter / second quarter's",
+                                   0.8, rates[3] / rates[1]))  # fmt: skip
         rate = _rows_per_second(job)
         if name != "none" and none_rate and rate is not None:
             out.append(
@@ -413,7 +433,13 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
         f"{who} {params['rate']:.0f} messages a second of {params['size']} bytes "
         f"over {params['topics']} topics (QoS 1), trigger {params['trigger_ms']} ms, the "
         f"job's default `local[2]`{' each' if len(jobs) > 1 else ''}; compaction's target "
-        f"{params['target_bytes'] // (1 << 20)} MiB, tail {params['small_files']} files.",
+        f"{params['target_bytes'] // (1 << 20)} MiB, tail {params['small_files']} files"
+        + (
+            f"; `--log-retention {params['log_retention_hours']:g}` (a week's log compressed "
+            "as the run compresses time)."
+            if params.get("log_retention_hours")
+            else "."
+        ),
         "",
     ]
     rows = []
@@ -447,6 +473,11 @@ def section(data: Mapping[str, Any], charts: Charts) -> Lines:
             cells.append(f"{num(ratio, 2)} ({num(at['t'] / 60)} min)")
         quarters.append([name, *cells])
     out += md_table(["job", "1st quarter", "half", "3rd quarter", "end"], quarters)
+    out += ["", "Batches a second in each quarter of the run:", ""]
+    out += md_table(
+        ["job", "1st quarter", "2nd", "3rd", "4th"],
+        [[name, *(num(r, 2) for r in quarter_rates(job["samples"]))] for name, job in jobs.items()],
+    )
     out += ["", *goals_table(data["goals"])]
 
     def paint(plt: Any) -> None:
@@ -497,6 +528,10 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     parser.add_argument("--sample-every", type=float, default=30.0, help="seconds between samples")
     parser.add_argument("--read-every", type=float, default=300.0, help="seconds between reads")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument(
+        "--log-retention", type=float, default=None, metavar="HOURS",
+        help="the jobs' --log-retention (a week's 168 hours compressed into the run's time)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 

@@ -93,8 +93,8 @@ SECTIONS: tuple[Part | Group, ...] = (
     Part("long_run", "A week in an hour: tables over a long run", "python -m bench.long_run",
          long_run.section),
     Part("long_run_default", "A week in an hour: the default job alone",
-         "python -m bench.long_run --configs default --trigger-ms 100 --minutes 60 --output "
-         "bench/results/long_run_default.json", long_run.section),
+         "python -m bench.long_run --configs default --trigger-ms 100 --minutes 30 "
+         "--log-retention 0.1 --output bench/results/long_run_default.json", long_run.section),
     Group("WAL on object storage", ingest_s3.intro, (
         Part("ingest_s3", "Into Delta: QoS 1 and 2, broker windows 20 and unbounded",
              INGEST_S3 + "ingest_s3.json", ingest_s3.section),

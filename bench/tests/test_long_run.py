@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.long_run import LogTally, goals, growth, section
+import pytest
+
+from bench.long_run import LogTally, goals, growth, quarter_rates, section
 from bench.render import Charts
 
 
@@ -94,3 +96,20 @@ def test_a_run_of_one_job_has_a_chart_and_a_batch_count_of_its_own() -> None:
     assert "Batches: 50, fewer than the 10,000" in text and "a batch took 6.00 s" in text
     data["jobs"]["default"]["samples"][-1]["batches"] = 12_000
     assert "Batches: 12,000, at least the 10,000" in "\n".join(section(data, Charts(None)))
+
+
+def test_a_falling_batch_rate_and_a_growing_kept_log_miss_their_goals() -> None:
+    data = result(files=20, amplification=2.5)
+    job = data["jobs"]["default"]
+    batches = [0, 10, 20, 30, 40, 50, 60, 70, 80, 85, 90, 95, 100]  # slower in the last quarter
+    job["samples"] = [{**job["samples"][0], "t": 60.0 * t, "batches": b, "log_files": 100 + b}
+                      for t, b in enumerate(batches)]  # fmt: skip
+    assert quarter_rates(job["samples"]) == pytest.approx([1 / 6, 1 / 6, 1 / 6, 1 / 12])
+    assert quarter_rates(job["samples"][:7]) == []
+    rate = "default: batches a second, last quarter / second quarter's"
+    log = "default: log_files growth, last half"
+    found = goals(data)
+    assert not found[rate]["met"] and found[rate]["measured"] == 0.5
+    assert log not in found  # a week's log is meant to grow through an hour
+    data["parameters"]["log_retention_hours"] = 0.1
+    assert not goals(data)[log]["met"]  # 150 at half time, 200 at the end
