@@ -78,32 +78,30 @@ def test_cluster_by_instead_of_partition_by() -> None:
         parse_config([*BASE, "--cluster-by", "to pic"], environ={})
 
 
-def test_table_checkpoint_interval_from_flag_or_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flag", "flag_value", "file_value", "bad", "error"),
+    [
+        ("--table-checkpoint-interval", 10, 50, ("0", "-5"), "must be at least 1"),
+        ("--log-retention", 0.5, 168, ("0", "-2", "nan"), "must be more than 0 hours"),
+    ],
+)
+def test_created_table_settings_from_flag_or_file(
+    tmp_path: Path, flag: str, flag_value: float, file_value: float, bad: tuple[str, ...],
+    error: str,
+) -> None:  # fmt: skip
+    """Unset, the writer picks (decisions 23 and 45); a flag or the config file's key sets it."""
+    field = flag[2:].replace("-", "_")
     config, _ = parse_config(BASE, environ={})
-    assert config.table_checkpoint_interval is None  # the writer picks (decision 23)
-    config, _ = parse_config([*BASE, "--table-checkpoint-interval", "10"], environ={})
-    assert config.table_checkpoint_interval == 10
+    assert getattr(config, field) is None
+    config, _ = parse_config([*BASE, flag, str(flag_value)], environ={})
+    assert getattr(config, field) == flag_value
     config_file = tmp_path / "ingest.toml"
-    config_file.write_text("table-checkpoint-interval = 50\n")
+    config_file.write_text(f"{flag[2:]} = {file_value}\n")
     config, _ = parse_config([*BASE, "--config", str(config_file)], environ={})
-    assert config.table_checkpoint_interval == 50
-    for bad in ("0", "-5"):
-        with pytest.raises(UsageError, match="--table-checkpoint-interval must be at least 1"):
-            parse_config([*BASE, "--table-checkpoint-interval", bad], environ={})
-
-
-def test_log_retention_from_flag_or_file(tmp_path: Path) -> None:
-    config, _ = parse_config(BASE, environ={})
-    assert config.log_retention is None  # the writer picks (decision 45)
-    config, _ = parse_config([*BASE, "--log-retention", "0.5"], environ={})
-    assert config.log_retention == 0.5
-    config_file = tmp_path / "ingest.toml"
-    config_file.write_text("log-retention = 168\n")
-    config, _ = parse_config([*BASE, "--config", str(config_file)], environ={})
-    assert config.log_retention == 168
-    for bad in ("0", "-2", "nan"):
-        with pytest.raises(UsageError, match="--log-retention must be more than 0 hours"):
-            parse_config([*BASE, "--log-retention", bad], environ={})
+    assert getattr(config, field) == file_value
+    for value in bad:
+        with pytest.raises(UsageError, match=f"{flag} {error}"):
+            parse_config([*BASE, flag, value], environ={})
 
 
 @pytest.mark.parametrize("bad", ["0", "-1"])
