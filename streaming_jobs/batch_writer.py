@@ -21,6 +21,7 @@ from pyspark.sql.types import StructType
 
 from connector.spark.writer.sink import QUERY_ID_PROPERTY
 
+from .compaction_policy import SAFE_RETENTION_HOURS
 from .delta_append import DeltaAppender
 from .payloads import (
     PayloadPlan,
@@ -45,13 +46,12 @@ writes a checkpoint every ``delta_append.CHECKPOINT_EVERY`` versions in the back
 DEFAULT_INTERVAL_KEY = "spark.databricks.delta.properties.defaults.checkpointInterval"
 """The session setting that gives new Delta tables their ``delta.checkpointInterval``."""
 
-CREATED_TABLE_LOG_RETENTION_HOURS = 168.0
+CREATED_TABLE_LOG_RETENTION_HOURS = SAFE_RETENTION_HOURS
 """``delta.logRetentionDuration`` of the tables the job creates, in hours (decision 45): the
 history time travel and a downstream ``readStream`` can reach, as long as Delta's default
 ``delta.deletedFileRetentionDuration`` (7 days; Delta refuses a log retention shorter than
 that), beyond which ``VACUUM`` has deleted the files older versions name. Delta's own default
 (30 days) keeps some 2.6 million commits at the default 1 s trigger for every reader to list."""
-
 
 DEFAULT_LOG_RETENTION_KEY = "spark.databricks.delta.properties.defaults.logRetentionDuration"
 """The session setting that gives new Delta tables their ``delta.logRetentionDuration``."""
@@ -317,7 +317,8 @@ def created_table_properties(
     """The Delta table properties of a table the job creates: ``delta.checkpointInterval``
     (:func:`created_table_interval`) and ``delta.logRetentionDuration``, ``log_retention_hours``
     if given, else the session's default for new tables when it sets one, else
-    :data:`CREATED_TABLE_LOG_RETENTION_HOURS`. A log retention below that also sets
+    :data:`CREATED_TABLE_LOG_RETENTION_HOURS`. A log retention below Delta's default
+    deleted-file retention (:data:`.compaction_policy.SAFE_RETENTION_HOURS`) also sets
     ``delta.deletedFileRetentionDuration`` to the same (Delta refuses a log retention shorter
     than it), so ``VACUUM`` may then delete replaced files that soon. A property left out takes
     Delta's default."""
@@ -333,7 +334,7 @@ def created_table_properties(
             raise ValueError(f"a log retention must be more than 0 hours, got {hours}")
         retention = f"interval {max(1, round(hours * 3600))} seconds"
         properties["delta.logRetentionDuration"] = retention
-        if hours < CREATED_TABLE_LOG_RETENTION_HOURS:  # Delta's rule: files kept no longer
+        if hours < SAFE_RETENTION_HOURS:  # Delta's rule: files kept no longer than the log
             properties["delta.deletedFileRetentionDuration"] = retention
     return properties
 

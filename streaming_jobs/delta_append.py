@@ -26,14 +26,13 @@ The commit itself goes through Delta's transaction API (``DeltaLog.startTransact
 ``writeFiles``, ``commit``), as Delta's streaming sink does, with one difference (decision 44):
 the transaction starts from the table's snapshot as this JVM last saw it
 (``unsafeVolatileSnapshot``: every commit made in this JVM, the job's own and compaction's,
-updates it) instead of asking Delta to update it first, once a look at that version's commit
-file shows the log is still there (a table deleted under the job is updated and found gone,
-as before). A snapshot made after a commit keeps the log segment it was made from, so the
-commits it replays would grow with every batch; the first commit after each background
-checkpoint therefore updates the snapshot (one listing in every ``CHECKPOINT_EVERY`` commits,
-measured: without it batches slowed by half within minutes). That update lists the whole
+updates it) instead of asking Delta to update it first. That update lists the whole
 ``_delta_log`` directory on local, HDFS and (by default) object storage, so every batch cost
-more as the log grew. A commit made elsewhere since is caught by Delta's optimistic
+more as the log grew. Two exceptions keep Delta's update: a snapshot whose own commit file is
+gone (a table deleted under the job is found gone, as before), and the first commit after each
+background checkpoint, since a snapshot made after a commit keeps the log segment it was made
+from and the commits it replays would otherwise grow with every batch (one listing in every
+``CHECKPOINT_EVERY`` commits). A commit made elsewhere since is caught by Delta's optimistic
 concurrency as for any two writers: the commit finds its version taken, checks the winning
 commits for conflicts (a blind append with ``SetTransaction`` conflicts only with a change of
 metadata or protocol, or another ``SetTransaction`` of its app id) and commits at the next
@@ -185,6 +184,8 @@ class DeltaAppender:
         """Per table, the newest version :attr:`checkpoints` wrote."""
         self.refreshes = 0
         """Snapshots read anew after a background checkpoint (a listing of the log each)."""
+        self._log_fs: dict[str, Any] = {}
+        """Per table, the Hadoop file system of its log (looked up at its first commit)."""
         self._known: dict[str, _Known] = {}
         self._classes: _DeltaJvm | None = None
 
@@ -193,6 +194,7 @@ class DeltaAppender:
         assert jvm is not None
         if self._classes is None or self._classes.jvm is not jvm:
             self._classes = _DeltaJvm(jvm)
+            self._log_fs.clear()  # the file systems were the old JVM's objects
         return self._classes
 
     def written(self, spark: SparkSession, path: str, app: str, batch: int) -> bool | None:
@@ -337,15 +339,18 @@ class DeltaAppender:
         if written > int(snapshot.logSegment().checkpointProvider().version()):
             self.refreshes += 1
             return delta_log.update(False, classes.none, classes.none)
-        return snapshot if self._commit_file_exists(delta_log, snapshot, classes) else None
+        return snapshot if self._commit_file_exists(delta_log, snapshot, path, classes) else None
 
-    @staticmethod
-    def _commit_file_exists(delta_log: Any, snapshot: Any, classes: _DeltaJvm) -> bool:
+    def _commit_file_exists(
+        self, delta_log: Any, snapshot: Any, path: str, classes: _DeltaJvm
+    ) -> bool:
         """Whether the commit file of ``snapshot``'s version is in the table's log: one look
         at one file, where an update of the snapshot lists the whole log."""
         log_path = delta_log.logPath()
-        commit = classes.file_names.unsafeDeltaFile(log_path, snapshot.version())
-        return bool(log_path.getFileSystem(delta_log.newDeltaHadoopConf()).exists(commit))
+        fs = self._log_fs.get(path)
+        if fs is None:
+            fs = self._log_fs[path] = log_path.getFileSystem(delta_log.newDeltaHadoopConf())
+        return bool(fs.exists(classes.file_names.unsafeDeltaFile(log_path, snapshot.version())))
 
     def _defer_checkpoint(self, txn: Any, classes: _DeltaJvm) -> bool:
         """Take Delta's checkpoint hook out of ``txn`` (:mod:`.delta_checkpoints`); False when
